@@ -1,0 +1,111 @@
+"""The traced process: `lazyviz run` starts `python -m lazyviz._child`, which installs
+the tracer and runs the user's script as `__main__`, as `python script.py` would."""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import runpy
+import signal
+import sys
+import time
+import traceback
+
+from lazyviz.backends import BackendError, get_backend
+from lazyviz.tracer import Tracer
+from lazyviz.trace.writer import TraceWriter
+
+_RUNNER_FILES = {__file__, runpy.__file__}
+# Set by torchrun; recorded so traces of one job can be put side by side.
+_RANK_VARIABLES = {"RANK": "rank", "LOCAL_RANK": "local_rank", "WORLD_SIZE": "world_size",
+                   "TORCHELASTIC_RUN_ID": "run_id"}
+
+
+def _exit_status(exit: SystemExit) -> int:
+    """What the interpreter would exit with for this SystemExit."""
+    if exit.code is None:
+        return 0
+    if isinstance(exit.code, int):
+        return exit.code
+    print(exit.code, file=sys.stderr)
+    return 1
+
+
+def _print_user_traceback(error: BaseException) -> str:
+    """Print the traceback as `python script.py` would: without our runner's frames."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename in _RUNNER_FILES:
+        tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(error), error, tb))
+    sys.stderr.write(text)
+    return text
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="lazyviz._child")
+    parser.add_argument("--trace", required=True)
+    parser.add_argument("--capture", required=True)
+    parser.add_argument("--backend", required=True)
+    parser.add_argument("--module", action="store_true")
+    parser.add_argument("target")
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+    options = parser.parse_args(argv)
+
+    started = time.perf_counter()
+    writer = TraceWriter(options.trace)
+    try:
+        backend = get_backend(options.backend)
+        tracer = Tracer(backend, writer, options.capture)
+        tracer.install()
+    except BackendError as error:
+        print(f"lazyviz: {error}", file=sys.stderr)
+        writer.close()
+        return 2
+    writer.set_run(
+        argv=[options.target, *options.args],
+        module=options.module,
+        backend=backend.name,
+        capture=options.capture,
+        versions={**backend.versions(), "python": platform.python_version()},
+        start_time=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        pid=os.getpid(),
+        cwd=os.getcwd(),
+        rank={key: os.environ[var] for var, key in _RANK_VARIABLES.items() if var in os.environ},
+    )
+
+    exit_status, error_line, error_text, interrupted = 0, None, None, False
+    try:
+        if options.module:
+            sys.argv = [options.target, *options.args]
+            sys.path[0] = os.getcwd()
+            runpy.run_module(options.target, run_name="__main__", alter_sys=True)
+        else:
+            script = os.path.abspath(options.target)
+            sys.argv = [options.target, *options.args]
+            sys.path[0] = os.path.dirname(script)
+            runpy.run_path(script, run_name="__main__")
+    except SystemExit as exit:
+        exit_status = _exit_status(exit)
+    except BaseException as error:  # noqa: BLE001 - the script's own failure, reported as Python would
+        error_line = f"{type(error).__name__}: {error}"
+        error_text = _print_user_traceback(error)
+        interrupted = isinstance(error, KeyboardInterrupt)
+        exit_status = 130 if interrupted else 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        tracer.stop()
+        writer.set_run(
+            exit_status=exit_status, error=error_line, traceback=error_text,
+            steps=tracer.steps(), elapsed_s=round(time.perf_counter() - started, 3),
+        )
+        writer.close()
+    if interrupted:  # die of SIGINT, as the interpreter does, so shells see it
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    return exit_status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,84 @@
+"""The run at a glance: counts, fallbacks, and the sync sites that cost the most."""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+from lazyviz.trace.model import Execution
+
+
+@dataclass(frozen=True)
+class SiteStats:
+    site: str
+    function: str
+    causes: dict[str, int]
+    executions: int
+    total_ms: float
+
+    @property
+    def mean_ms(self) -> float:
+        return self.total_ms / self.executions if self.executions else 0.0
+
+
+@dataclass(frozen=True)
+class Summary:
+    executions: int
+    steps: int
+    graphs: int
+    misses: int
+    causes: dict[str, int]
+    fallbacks: dict[str, int]
+    sync_ms: float
+    trace_ms: float
+    sites: list[SiteStats]  # every sync site, most executions first
+
+    @property
+    def slowest_sites(self) -> list[SiteStats]:
+        return sorted(self.sites, key=lambda s: s.total_ms, reverse=True)
+
+
+def summarize(executions: list[Execution], steps: int | None = None) -> Summary:
+    causes: Counter[str] = Counter()
+    fallbacks: Counter[str] = Counter()
+    per_site: dict[str, list[Execution]] = defaultdict(list)
+    for execution in executions:
+        causes[execution.cause] += 1
+        fallbacks.update(execution.fallback_ops)
+        per_site[execution.site].append(execution)
+    sites = [
+        SiteStats(
+            site=site,
+            function=group[0].frame.function if group[0].frame else "?",
+            causes=dict(Counter(e.cause for e in group)),
+            executions=len(group),
+            total_ms=sum(e.sync_ms for e in group),
+        )
+        for site, group in per_site.items()
+    ]
+    sites.sort(key=lambda s: (-s.executions, s.site))
+    if steps is None:
+        steps = max((e.step for e in executions), default=0)
+    return Summary(
+        executions=len(executions),
+        steps=steps,
+        graphs=len({e.graph for e in executions}),
+        misses=sum(1 for e in executions if e.is_miss),
+        causes=dict(causes.most_common()),
+        fallbacks=dict(fallbacks.most_common()),
+        sync_ms=sum(e.sync_ms for e in executions),
+        trace_ms=sum(e.trace_ms for e in executions),
+        sites=sites,
+    )
+
+
+def graph_stats(executions: list[Execution]) -> list[dict]:
+    """Per distinct graph: node count, how often it ran, its first execution."""
+    stats: dict[str, dict] = {}
+    for execution in executions:
+        entry = stats.setdefault(
+            execution.graph,
+            {"id": execution.graph, "nodes": execution.nodes, "executions": 0,
+             "first_execution": execution.index},
+        )
+        entry["executions"] += 1
+    return list(stats.values())

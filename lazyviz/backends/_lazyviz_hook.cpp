@@ -1,0 +1,210 @@
+// lazyviz's hook into torch's lazy core: a BackendImplInterface that forwards
+// every call to the backend already registered and reports each graph execution
+// to Python. Checked on torch 2.13.0 (torch/csrc/lazy/backend/backend_interface.h).
+//
+// Why a backend wrapper: the lazy core has no Python hook per sync, but every
+// execution (mark_step, .item(), an eager fallback) goes through
+// ExecuteComputation, and every cache miss through CreateLoweringContext with the
+// graph's post order: so each distinct graph is formatted once, on its miss.
+#include <torch/extension.h>
+#include <torch/csrc/lazy/backend/backend_interface.h>
+#include <torch/csrc/lazy/core/ir_dump_util.h>
+#include <torch/csrc/lazy/core/metrics.h>
+
+#include <chrono>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace py = pybind11;
+using namespace torch::lazy;
+
+namespace {
+
+double now_ms() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double, std::milli>(clock::now().time_since_epoch()).count();
+}
+
+// What we learn about a graph on its cache miss, kept until its first execution.
+struct CompiledGraph {
+  std::string graph_id;
+  int64_t nodes = 0;
+  std::string ir_text;
+  std::string backend_text;
+  double compile_ms = 0;
+};
+
+class RecordingBackend : public BackendImplInterface {
+ public:
+  RecordingBackend(const BackendImplInterface* inner, py::object on_execution, bool capture_ir)
+      : inner_(inner), on_execution_(std::move(on_execution)), capture_ir_(capture_ir) {}
+
+  void PrepareToExit() const override { inner_->PrepareToExit(); }
+  void SetRngSeed(size_t seed) const override { inner_->SetRngSeed(seed); }
+  const IrBuilder* GetIrBuilder() const override { return inner_->GetIrBuilder(); }
+  void InitializeAtenBindings() const override { inner_->InitializeAtenBindings(); }
+
+  BackendDataPtr MakeComputationDataFromTensor(const at::Tensor& tensor, const Shape& shape,
+                                               const BackendDevice& device) const override {
+    return inner_->MakeComputationDataFromTensor(tensor, shape, device);
+  }
+  BackendDataPtr MakeComputationDataFromScalar(const at::Scalar& scalar,
+                                               const BackendDevice& device) const override {
+    return inner_->MakeComputationDataFromScalar(scalar, device);
+  }
+  BackendDataPtr CreateDataPlaceholder(const BackendDevice& device, const Shape& shape) const override {
+    return inner_->CreateDataPlaceholder(device, shape);
+  }
+  BackendDataPtr GetComputationDataFromNode(const Node* node) const override {
+    return inner_->GetComputationDataFromNode(node);
+  }
+  at::Tensor MakeTensorFromComputationData(const BackendDataPtr data,
+                                           std::optional<at::ScalarType> type) const override {
+    return inner_->MakeTensorFromComputationData(data, type);
+  }
+
+  // Called by the executor only on a compile-cache miss, with the whole graph.
+  std::unique_ptr<LoweringContext> CreateLoweringContext(const std::string& name, BackendDevice device,
+                                                         c10::ArrayRef<const Node*> post_order,
+                                                         Util::EmissionMap emit_status) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    lowering_started_ms_ = now_ms();
+    pending_ = CompiledGraph();
+    pending_.nodes = static_cast<int64_t>(post_order.size());
+    pending_.graph_id = GraphId(post_order);
+    if (capture_ir_) {
+      pending_.ir_text = DumpUtil::PostOrderToText(post_order, Roots(post_order));
+    }
+    have_pending_ = true;
+    return inner_->CreateLoweringContext(name, std::move(device), post_order, std::move(emit_status));
+  }
+  std::unique_ptr<LoweringContext> CreateLoweringContext(const std::string& name,
+                                                         BackendDevice device) const override {
+    return inner_->CreateLoweringContext(name, std::move(device));
+  }
+  std::vector<std::string> GetCompilationDevices(const std::string& device,
+                                                 c10::ArrayRef<std::string> devices) const override {
+    return inner_->GetCompilationDevices(device, devices);
+  }
+
+  std::vector<ComputationPtr> Compile(std::vector<ComputationPtr> instances) const override {
+    auto compiled = inner_->Compile(std::move(instances));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (have_pending_ && compiled.size() == 1) {
+      pending_.compile_ms = now_ms() - lowering_started_ms_;
+      pending_.backend_text = compiled[0]->to_string();
+      compiled_[compiled[0].get()] = std::move(pending_);
+    }
+    have_pending_ = false;
+    return compiled;
+  }
+
+  std::vector<BackendDataPtr> ExecuteComputation(ComputationPtr computation,
+                                                 c10::ArrayRef<BackendDataPtr> arguments,
+                                                 const BackendDevice& device) const override {
+    double started = now_ms();
+    auto results = inner_->ExecuteComputation(computation, arguments, device);
+    double execute_ms = now_ms() - started;
+    Report(computation.get(), execute_ms);
+    return results;
+  }
+
+  std::shared_ptr<BackendDeviceType> GetDefaultDeviceType() const override {
+    return inner_->GetDefaultDeviceType();
+  }
+  void SetDefaultDeviceType(int8_t type) override {
+    const_cast<BackendImplInterface*>(inner_)->SetDefaultDeviceType(type);
+  }
+  int64_t GetDefaultDeviceOrdinal() const override { return inner_->GetDefaultDeviceOrdinal(); }
+  void SetDefaultDeviceOrdinal(int64_t ordinal) override {
+    const_cast<BackendImplInterface*>(inner_)->SetDefaultDeviceOrdinal(ordinal);
+  }
+  at::DeviceType EagerFallbackDeviceType() const override { return inner_->EagerFallbackDeviceType(); }
+  std::vector<BackendDevice> GetBackendDevices() const override { return inner_->GetBackendDevices(); }
+  std::string CreateMetricReport() const override { return inner_->CreateMetricReport(); }
+  BackendDevice GetBackendDevice(c10::Device device) const override { return inner_->GetBackendDevice(device); }
+  std::string GetComputationBackendText(const ComputationPtr computation) const override {
+    return inner_->GetComputationBackendText(computation);
+  }
+
+  void set_enabled(bool enabled) { enabled_ = enabled; }
+
+ private:
+  static std::vector<const Node*> Roots(c10::ArrayRef<const Node*> post_order) {
+    std::unordered_set<const Node*> used;
+    for (const Node* node : post_order) {
+      for (const Output& operand : node->operands()) used.insert(operand.node);
+    }
+    std::vector<const Node*> roots;
+    for (const Node* node : post_order) {
+      if (!used.count(node)) roots.push_back(node);
+    }
+    return roots;
+  }
+
+  // The same IR gives the same id in every run: node hashes cover op, shapes and
+  // attributes, never addresses or data values.
+  static std::string GraphId(c10::ArrayRef<const Node*> post_order) {
+    hash_t hash(static_cast<uint64_t>(post_order.size()));
+    for (const Node* node : Roots(post_order)) hash = HashCombine(hash, node->hash());
+    char buf[17];
+    std::snprintf(buf, sizeof(buf), "%016llx",
+                  static_cast<unsigned long long>(c10::Uint128Low64(hash) ^ c10::Uint128High64(hash)));
+    return std::string(buf);
+  }
+
+  void Report(const Computation* key, double execute_ms) const {
+    if (!enabled_) return;
+    py::gil_scoped_acquire gil;
+    try {
+      py::object graph = py::none();
+      auto found = compiled_.find(key);
+      if (found != compiled_.end()) {
+        const CompiledGraph& g = found->second;
+        graph = py::make_tuple(g.graph_id, g.nodes, py::bytes(g.ir_text), py::bytes(g.backend_text),
+                               g.compile_ms);
+        compiled_.erase(found);  // reported once; later runs of it are cache hits
+      }
+      py::dict counters;
+      for (const std::string& name : GetCounterNames()) {
+        CounterData* counter = GetCounter(name);
+        if (counter != nullptr) counters[py::str(name)] = counter->Value();
+      }
+      on_execution_(reinterpret_cast<uintptr_t>(key), graph, execute_ms, counters);
+    } catch (py::error_already_set& error) {
+      // A tracing bug must never break the user's program.
+      error.discard_as_unraisable("lazyviz execution hook");
+    }
+  }
+
+  const BackendImplInterface* inner_;
+  py::object on_execution_;
+  bool capture_ir_;
+  bool enabled_ = true;
+  mutable std::mutex mu_;
+  mutable bool have_pending_ = false;
+  mutable double lowering_started_ms_ = 0;
+  mutable CompiledGraph pending_;
+  mutable std::unordered_map<const Computation*, CompiledGraph> compiled_;
+};
+
+RecordingBackend* g_backend = nullptr;
+
+void install(py::object on_execution, bool capture_ir) {
+  TORCH_CHECK(hasBackend(), "the lazy backend must be initialised before lazyviz installs its hook");
+  TORCH_CHECK(g_backend == nullptr, "lazyviz's hook is already installed");
+  g_backend = new RecordingBackend(getBackend(), std::move(on_execution), capture_ir);
+  static BackendRegistrar registrar(g_backend);  // lives as long as the process, like the backend
+}
+
+void set_enabled(bool enabled) {
+  if (g_backend != nullptr) g_backend->set_enabled(enabled);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("install", &install, "Wrap the registered lazy backend and report each execution.");
+  m.def("set_enabled", &set_enabled, "Turn reporting on or off.");
+}

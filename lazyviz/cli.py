@@ -1,0 +1,201 @@
+"""The `lazyviz` command. Heavy imports (torch, textual) happen inside the subcommand
+that needs them, so `lazyviz --help` and `lazyviz report` stay fast."""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from lazyviz import __version__
+
+
+class CliError(Exception):
+    """A problem the user can fix: one line on stderr, then this exit status."""
+
+    def __init__(self, message: str, exit_status: int = 2) -> None:
+        super().__init__(message)
+        self.exit_status = exit_status
+
+
+def _open_trace(path: str):  # -> Trace, imported lazily
+    from lazyviz.trace import TraceError, open as open_trace
+
+    try:
+        return open_trace(path)
+    except TraceError as error:
+        raise CliError(str(error)) from None
+
+
+def _write_output(text: str, output: str | None) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        Path(output).write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise CliError(f"cannot write {output}: {error.strerror}") from None
+
+
+def _exit_status_of(returncode: int) -> int:
+    """A child killed by signal N exits the way a shell reports it: 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class RunCommand:
+    """Run a script on a lazy backend under the tracer."""
+
+    name = "run"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("-o", "--output", help="trace file to write (default: lazyviz-<script>.<pid>.trace)")
+        parser.add_argument("--no-tui", action="store_true", help="no live UI: print a summary at the end")
+        parser.add_argument("--backend", default="ts", help="lazy backend (default: ts, torch's TorchScript backend)")
+        parser.add_argument(
+            "--capture", choices=("full", "light"), default="full",
+            help="full: IR, stacks and counters per execution; light: sites, timings, counters and backend text",
+        )
+        parser.add_argument("-m", dest="module", action="store_true", help="run a module, as python -m does")
+        parser.add_argument("target", metavar="SCRIPT | MODULE", help="the script (or, with -m, the module) to run")
+        parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+
+    def run(self, options: argparse.Namespace) -> int:
+        from lazyviz.backends import BACKENDS
+        from lazyviz.tracer import default_trace_path
+
+        if options.backend not in BACKENDS:
+            raise CliError(f"unknown backend {options.backend!r} (known: {', '.join(BACKENDS)})")
+        if not options.module:
+            self._check_script(options.target)
+        trace_path = Path(options.output or default_trace_path(options.target)).resolve()
+        if trace_path.is_dir():
+            raise CliError(f"{options.output} is a directory; give a trace file name")
+        if not trace_path.parent.is_dir():
+            raise CliError(f"cannot write {trace_path}: no such directory {trace_path.parent}")
+        self._ensure_hook(options.backend)
+
+        command = [sys.executable, "-m", "lazyviz._child", "--trace", str(trace_path),
+                   "--capture", options.capture, "--backend", options.backend]
+        if options.module:
+            command.append("--module")
+        command += ["--", options.target, *options.args]
+        status = self._run_plain(command)
+        return self._finish(trace_path, status)
+
+    @staticmethod
+    def _check_script(script: str) -> None:
+        path = Path(script)
+        if not path.is_file():
+            raise CliError(f"can't open file {script!r}: no such file")
+        try:
+            ast.parse(path.read_bytes(), filename=script)
+        except SyntaxError as error:
+            raise CliError(f"{script}:{error.lineno}: {error.msg}") from None
+        except (OSError, ValueError) as error:
+            raise CliError(f"can't read {script!r}: {error}") from None
+
+    @staticmethod
+    def _ensure_hook(backend: str) -> None:
+        if backend != "ts":
+            return
+        from lazyviz.backends import BackendError
+        from lazyviz.backends.ts import hook_is_built, load_hook
+
+        if hook_is_built():
+            return
+        print("lazyviz: building the execution hook for this torch (once, about a minute)...", file=sys.stderr)
+        try:
+            load_hook()
+        except BackendError as error:
+            raise CliError(str(error)) from None
+
+    @staticmethod
+    def _run_plain(command: list[str]) -> int:
+        # Ctrl-C goes to the whole foreground group: the script handles it as it would
+        # untraced, and we stay alive to report on the trace it leaves.
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            return _exit_status_of(subprocess.call(command))
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    @staticmethod
+    def _finish(trace_path: Path, status: int) -> int:
+        from lazyviz.export.report import text_report
+        from lazyviz.trace import TraceError, open as open_trace
+
+        try:
+            trace = open_trace(trace_path)
+            run, executions = trace.run, trace.executions()
+        except TraceError:
+            return status  # the tracer never started; it said why
+        if not run.argv:
+            return status
+        if not executions:
+            print(
+                f"lazyviz: {run.script} ran no lazy-tensor graph (nothing on device 'lazy'); "
+                f"nothing to show in {trace_path}",
+                file=sys.stderr,
+            )
+            return status or 3
+        sys.stderr.write(text_report(run, executions, trace_path))
+        return status
+
+
+class ReportCommand:
+    """Print what a trace shows: the summary, or the versioned JSON report."""
+
+    name = "report"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("trace", metavar="TRACE")
+        parser.add_argument("--format", choices=("text", "json"), default="text")
+        parser.add_argument("-o", "--output", help="write to this file instead of standard output")
+
+    def run(self, options: argparse.Namespace) -> int:
+        from lazyviz.export.report import json_report, text_report
+
+        trace = _open_trace(options.trace)
+        run, executions = trace.run, trace.executions()
+        if options.format == "json":
+            text = json.dumps(json_report(run, executions), indent=1) + "\n"
+        else:
+            text = text_report(run, executions, trace.path)
+        _write_output(text, options.output)
+        return 0
+
+
+COMMANDS = [RunCommand(), ReportCommand()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lazyviz",
+        description="Debug lazy-tensor PyTorch programs: every graph execution, what caused it, what changed.",
+    )
+    parser.add_argument("--version", action="version", version=f"lazyviz {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in COMMANDS:
+        sub = commands.add_parser(command.name, help=(command.__doc__ or "").strip().splitlines()[0])
+        command.prepare_parser(sub)
+        sub.set_defaults(handler=command)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = build_parser().parse_args(argv)
+    try:
+        return options.handler.run(options)
+    except CliError as error:
+        print(f"lazyviz: {error}", file=sys.stderr)
+        return error.exit_status
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `lazyviz report t | head`: the reader went away; that is not an error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

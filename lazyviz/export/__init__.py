@@ -1,0 +1,1 @@
+"""Renderers from trace data to text and files."""

@@ -1,0 +1,106 @@
+"""`lazyviz report`: the run summary as text (for people) or JSON (a versioned contract)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from lazyviz.analysis.summary import Summary, graph_stats, summarize
+from lazyviz.trace.model import Execution, RunInfo
+
+REPORT_FORMAT = "lazyviz-report"
+REPORT_VERSION = 1
+
+
+def json_report(run: RunInfo, executions: list[Execution]) -> dict:
+    """The machine-readable report; field names and meanings are stable within a version."""
+    summary = summarize(executions, run.steps)
+    return {
+        "format": REPORT_FORMAT,
+        "version": REPORT_VERSION,
+        "run": {
+            "argv": run.argv,
+            "backend": run.backend,
+            "capture": run.capture,
+            "torch": run.versions.get("torch"),
+            "python": run.versions.get("python"),
+            "start_time": run.start_time,
+            "finished": run.finished,
+            "exit_status": run.exit_status,
+            "error": run.error,
+            "rank": run.rank,
+        },
+        "steps": summary.steps,
+        "executions": [
+            {
+                "index": e.index,
+                "step": e.step,
+                "cause": e.cause,
+                "frame": e.frame.to_json() if e.frame else None,
+                "graph": e.graph,
+                "nodes": e.nodes,
+                "cache": e.cache,
+                "sync_ms": e.sync_ms,
+                "trace_ms": e.trace_ms,
+                "compile_ms": e.compile_ms,
+                "execute_ms": e.execute_ms,
+                "fallback_ops": e.fallback_ops,
+            }
+            for e in executions
+        ],
+        "graphs": graph_stats(executions),
+        "fallbacks": summary.fallbacks,
+        "summary": {
+            "executions": summary.executions,
+            "graphs": summary.graphs,
+            "misses": summary.misses,
+            "causes": summary.causes,
+            "sync_ms": round(summary.sync_ms, 3),
+            "trace_ms": round(summary.trace_ms, 3),
+        },
+    }
+
+
+def _short_site(site: str) -> str:
+    """Paths under the working directory print relative, the rest as they are."""
+    try:
+        return os.path.relpath(site) if site.startswith(os.getcwd() + os.sep) else site
+    except ValueError:
+        return site
+
+
+def _run_state(run: RunInfo) -> str:
+    if not run.finished:
+        return "still running (or killed)"
+    if run.error:
+        return f"raised {run.error}"
+    return f"exited {run.exit_status}"
+
+
+def text_report(run: RunInfo, executions: list[Execution], trace_path: Path | None = None) -> str:
+    summary: Summary = summarize(executions, run.steps)
+    lines = [f"lazyviz: {' '.join(run.argv)} ({run.backend}, capture {run.capture}) {_run_state(run)}"]
+    per_step = summary.executions / summary.steps if summary.steps else float(summary.executions)
+    lines.append(
+        f"  {summary.executions} executions in {summary.steps} steps ({per_step:.1f} per step), "
+        f"{summary.graphs} distinct graphs, {summary.misses} cache misses, "
+        f"sync {summary.sync_ms:.1f} ms, trace {summary.trace_ms:.1f} ms"
+    )
+    causes = ", ".join(f"{cause} {n}" for cause, n in summary.causes.items())
+    if causes:
+        lines.append(f"  causes: {causes}")
+    if summary.fallbacks:
+        lines.append("  fallbacks: " + ", ".join(f"{op} x{n}" for op, n in summary.fallbacks.items()))
+    if summary.sites:
+        lines.append("  most frequent sync sites:")
+        for site in summary.sites[:5]:
+            causes = ", ".join(f"{c} {n}" for c, n in site.causes.items())
+            lines.append(f"    {site.executions:6d}x  {_short_site(site.site)} in {site.function} ({causes})")
+        lines.append("  slowest sync sites (total sync ms):")
+        for site in summary.slowest_sites[:3]:
+            lines.append(
+                f"    {site.total_ms:9.1f} ms  {_short_site(site.site)} "
+                f"({site.executions}x, {site.mean_ms:.2f} ms each)"
+            )
+    if trace_path is not None:
+        lines.append(f"  trace: {trace_path}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,7 @@
+"""The trace file: an SQLite database (WAL) that the tracer writes and everything else reads."""
+from __future__ import annotations
+
+from lazyviz.trace.model import CAUSES, Execution, Frame, Graph, RunInfo
+from lazyviz.trace.reader import Trace, TraceError, open
+
+__all__ = ["CAUSES", "Execution", "Frame", "Graph", "RunInfo", "Trace", "TraceError", "open"]

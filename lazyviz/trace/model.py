@@ -1,0 +1,78 @@
+"""Plain model objects read from a trace: what analysis, the UI and exporters consume."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+CAUSES = ("mark_step", "item", "print", "cpu", "tolist", "bool", "fallback", "other")
+
+
+@dataclass(frozen=True)
+class Frame:
+    file: str
+    line: int
+    function: str
+
+    @property
+    def site(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    def to_json(self) -> dict:
+        return {"file": self.file, "line": self.line, "function": self.function}
+
+
+@dataclass(frozen=True)
+class Execution:
+    index: int
+    step: int
+    cause: str
+    frame: Frame | None  # the user frame that caused it; None when no user code was on the stack
+    stack_id: int | None
+    graph: str
+    nodes: int
+    cache: str  # "hit" or "miss"
+    sync_ms: float  # lowering + compile + execute, as the backend saw it
+    trace_ms: float  # Python time building the graph since the previous execution
+    compile_ms: float
+    execute_ms: float
+    start_ms: float  # since the run started
+    fallback_ops: dict[str, int] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def site(self) -> str:
+        return self.frame.site if self.frame else "?"
+
+    @property
+    def is_miss(self) -> bool:
+        return self.cache == "miss"
+
+
+@dataclass(frozen=True)
+class Graph:
+    id: str
+    nodes: int
+    ir_text: str
+    backend_text: str
+    first_execution: int
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    argv: list[str]
+    backend: str
+    capture: str
+    versions: dict[str, str]
+    start_time: str
+    pid: int
+    cwd: str
+    rank: dict[str, str]  # rank, local_rank, world_size, run_id when launched by torchrun
+    finished: bool
+    exit_status: int | None
+    error: str | None
+    traceback: str | None
+    steps: int | None  # mark_step() calls completed; known once the run finished
+    elapsed_s: float | None
+
+    @property
+    def script(self) -> str:
+        return self.argv[0] if self.argv else "?"

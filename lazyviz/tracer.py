@@ -1,0 +1,174 @@
+"""Runs inside the traced process: turns backend execution signals into execution
+records and hands them to the trace writer. Everything here is on the hot path."""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import runpy
+import sys
+import sysconfig
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+
+from lazyviz.backends import CompiledGraph, LazyBackend
+from lazyviz.trace.writer import TraceWriter
+
+CAPTURE_MODES = ("full", "light")
+
+# Counters that name the sync itself rather than an op without a lowering.
+_SYNC_OPS = frozenset({"aten::_local_scalar_dense"})
+
+_LAZYVIZ_DIR = str(Path(__file__).parent)
+
+
+class Tracer:
+    def __init__(self, backend: LazyBackend, writer: TraceWriter, capture: str = "full") -> None:
+        self.backend = backend
+        self.writer = writer
+        self.capture = capture
+        self.executions = 0
+        self._cause: str | None = None  # set by the sync-site wrappers while they run
+        self._graph_of: dict[int, str] = {}  # computation key -> graph id
+        self._graphs_seen: set[str] = set()
+        self._stack_ids: dict[tuple, int] = {}
+        self._user_file: dict[str, bool] = {}
+        self._nodes: dict[str, int] = {}
+        self._counters: dict[str, int] = {}
+        self._mark_steps_before = 0
+        self._started = time.perf_counter()
+        self._last_end = self._started
+        self._not_user = [_LAZYVIZ_DIR, *backend.framework_paths(), *self._stdlib_paths()]
+
+    @staticmethod
+    def _stdlib_paths() -> list[str]:
+        paths = sysconfig.get_paths()
+        return [p for p in {paths["stdlib"], paths["platstdlib"]} if p] + ["<frozen "]
+
+    # -- set-up -----------------------------------------------------------------------
+    def install(self) -> None:
+        self.backend.init()
+        self._counters = self.backend.counters()
+        self._mark_steps_before = self._counters.get("MarkStep", 0)
+        self.backend.install_hook(self._on_execution, capture_ir=self.capture == "full")
+        for site in self.backend.sync_sites():
+            original = getattr(site.owner, site.attribute, None)
+            if original is not None:
+                setattr(site.owner, site.attribute, self._wrap_sync_site(original, site.cause))
+
+    def _wrap_sync_site(self, original: Callable, cause: str) -> Callable:
+        tracer = self
+
+        @functools.wraps(original)
+        def sync_site(*args: object, **kwargs: object) -> object:
+            if tracer._cause is not None:  # the outermost cause wins (print calls item)
+                return original(*args, **kwargs)
+            tracer._cause = cause
+            try:
+                return original(*args, **kwargs)
+            finally:
+                tracer._cause = None
+
+        return sync_site
+
+    def stop(self) -> None:
+        self.backend.set_hook_enabled(False)
+
+    # -- per execution (hot path) --------------------------------------------------
+    def _on_execution(
+        self, key: int, graph: CompiledGraph | None, execute_ms: float, counters: dict[str, int]
+    ) -> None:
+        end = time.perf_counter()
+        frame = sys._getframe(2)  # skip this hook and the backend adapter's
+        stack = self._stack(frame)
+        user_frame = self._user_frame(stack)
+
+        previous = self._counters
+        deltas = {name: value - previous.get(name, 0) for name, value in counters.items()
+                  if value != previous.get(name, 0)}
+        self._counters = counters
+        fallback_ops = {name: n for name, n in deltas.items()
+                        if name.startswith("aten::") and name not in _SYNC_OPS}
+
+        cause = self._cause or ("fallback" if fallback_ops else "other")
+        if graph is not None:
+            self._graph_of[key] = graph.graph_id
+        graph_id = self._graph_of.get(key, f"unknown-{key:x}")
+        compile_ms = graph.compile_ms if graph else 0.0
+        sync_ms = compile_ms + execute_ms
+        start = end - sync_ms / 1000
+        trace_ms = max(0.0, (start - self._last_end) * 1000)
+        self._last_end = end
+
+        new_graph = None
+        if graph is not None and graph.graph_id not in self._graphs_seen:
+            self._graphs_seen.add(graph.graph_id)
+            new_graph = (graph.graph_id, graph.nodes, graph.ir_text, graph.backend_text, self.executions)
+        stack_key = tuple(stack) if self.capture == "full" else ()
+        stack_id = self._stack_ids.get(stack_key) if stack_key else None
+        new_stack = None
+        if stack_key and stack_id is None:
+            stack_id = self._stack_ids[stack_key] = len(self._stack_ids) + 1
+            new_stack = (stack_id, json.dumps(stack_key[::-1]))
+        row = (
+            self.executions,
+            counters.get("MarkStep", 0) - self._mark_steps_before,
+            cause,
+            *(user_frame if user_frame else (None, None, None)),
+            stack_id,
+            graph_id,
+            graph.nodes if graph else self._nodes_of(graph_id),
+            "miss" if graph is not None else "hit",
+            round(sync_ms, 4),
+            round(trace_ms, 4),
+            round(compile_ms, 4),
+            round(execute_ms, 4),
+            round((start - self._started) * 1000, 4),
+            json.dumps(fallback_ops),
+            json.dumps(deltas if self.capture == "full" else {}),
+        )
+        self.writer.add_execution(row, new_graph, new_stack)
+        self.executions += 1
+        if graph is not None:
+            self._nodes[graph_id] = graph.nodes
+
+    def _nodes_of(self, graph_id: str) -> int:
+        return self._nodes.get(graph_id, 0)
+
+    def _stack(self, frame: FrameType | None) -> list[tuple[str, int, str]]:
+        """Innermost first, without lazyviz's wrappers and the runner below the script."""
+        stack = []
+        while frame is not None:
+            code = frame.f_code
+            if code.co_name == "sync_site" and code.co_filename == __file__:
+                frame = frame.f_back
+                continue
+            if code.co_filename in _RUNNER_FILES:
+                break
+            stack.append((code.co_filename, frame.f_lineno, code.co_name))
+            frame = frame.f_back
+        return stack
+
+    def _user_frame(self, stack: list[tuple[str, int, str]]) -> tuple[str, int, str] | None:
+        for entry in stack:
+            is_user = self._user_file.get(entry[0])
+            if is_user is None:
+                is_user = self._user_file[entry[0]] = not any(
+                    entry[0].startswith(prefix) for prefix in self._not_user
+                )
+            if is_user:
+                return entry
+        return None
+
+    def steps(self) -> int:
+        return self.backend.counters().get("MarkStep", 0) - self._mark_steps_before
+
+
+_RUNNER_FILES = frozenset({str(Path(_LAZYVIZ_DIR) / "_child.py"), runpy.__file__})
+
+
+def default_trace_path(target: str) -> Path:
+    stem = Path(target).stem if target.endswith(".py") else target.rsplit(".", 1)[-1]
+    return Path.cwd() / f"lazyviz-{stem}.{os.getpid()}.trace"

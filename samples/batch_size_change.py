@@ -1,0 +1,37 @@
+"""The batch size changes mid-run: 16 for the first half of the steps, 24 after.
+
+lazyviz should show: a cache miss at the first step with batch 24 (a recompile
+after warm-up), explained as the batch dimension of the input changing 16 -> 24;
+every other step after warm-up is a cache hit.
+"""
+import argparse
+
+import torch
+import torch._lazy
+import torch._lazy.ts_backend
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=8)
+    args = parser.parse_args()
+
+    torch._lazy.ts_backend.init()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)).to("lazy")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    for step in range(args.steps):
+        batch = 16 if step < args.steps // 2 else 24
+        inputs = torch.randn(batch, 32).to("lazy")
+        targets = torch.randn(batch, 1).to("lazy")
+        optimizer.zero_grad()
+        loss = ((model(inputs) - targets) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+        torch._lazy.mark_step()
+    print(f"final loss {loss.cpu().item():.4f}")
+
+
+if __name__ == "__main__":
+    main()
