@@ -31,6 +31,9 @@ class Tracer:
         self.capture = capture
         self.executions = 0
         self._cause: str | None = None  # set by the sync-site wrappers while they run
+        self._cause_detail: str | None = None
+        self._last_fallback_call: tuple[int, int] | None = None
+        self._last_fallback_op: str | None = None
         self._graph_of: dict[int, str] = {}  # computation key -> graph id
         self._graphs_seen: set[str] = set()
         self._stack_ids: dict[tuple, int] = {}
@@ -61,11 +64,13 @@ class Tracer:
     def _wrap_sync_site(self, original: Callable, cause: str) -> Callable:
         tracer = self
 
+        detail = f"{getattr(original, '__qualname__', original.__name__)}()"
+
         @functools.wraps(original)
         def sync_site(*args: object, **kwargs: object) -> object:
             if tracer._cause is not None:  # the outermost cause wins (print calls item)
                 return original(*args, **kwargs)
-            tracer._cause = cause
+            tracer._cause, tracer._cause_detail = cause, detail
             try:
                 return original(*args, **kwargs)
             finally:
@@ -92,7 +97,21 @@ class Tracer:
         fallback_ops = {name: n for name, n in deltas.items()
                         if name.startswith("aten::") and name not in _SYNC_OPS}
 
-        cause = self._cause or ("fallback" if fallback_ops else "other")
+        # One fallback op can force several executions (one per lazy input); only the
+        # first sees the counter move, the rest come from the same call site.
+        call = (id(frame), frame.f_lasti) if frame is not None else None
+        if self._cause is not None:
+            cause, detail = self._cause, self._cause_detail
+        elif fallback_ops:
+            cause, detail = "fallback", next(iter(fallback_ops))
+        elif call is not None and call == self._last_fallback_call:
+            cause, detail = "fallback", self._last_fallback_op
+        else:
+            cause, detail = "other", None
+        if cause == "fallback":
+            self._last_fallback_call, self._last_fallback_op = call, detail
+        else:
+            self._last_fallback_call = None
         if graph is not None:
             self._graph_of[key] = graph.graph_id
         graph_id = self._graph_of.get(key, f"unknown-{key:x}")
@@ -116,6 +135,7 @@ class Tracer:
             self.executions,
             counters.get("MarkStep", 0) - self._mark_steps_before,
             cause,
+            detail,
             *(user_frame if user_frame else (None, None, None)),
             stack_id,
             graph_id,

@@ -35,6 +35,7 @@ def json_report(run: RunInfo, executions: list[Execution]) -> dict:
                 "index": e.index,
                 "step": e.step,
                 "cause": e.cause,
+                "detail": e.detail,
                 "frame": e.frame.to_json() if e.frame else None,
                 "graph": e.graph,
                 "nodes": e.nodes,

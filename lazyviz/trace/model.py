@@ -25,6 +25,7 @@ class Execution:
     index: int
     step: int
     cause: str
+    detail: str | None  # the op that fell back, or the call that synced (e.g. "TensorBase.item()")
     frame: Frame | None  # the user frame that caused it; None when no user code was on the stack
     stack_id: int | None
     graph: str

@@ -18,10 +18,10 @@ class TraceError(Exception):
 
 
 def _execution(row: tuple) -> Execution:
-    (idx, step, cause, file, line, function, stack_id, graph, nodes, cache, sync_ms, trace_ms,
+    (idx, step, cause, detail, file, line, function, stack_id, graph, nodes, cache, sync_ms, trace_ms,
      compile_ms, execute_ms, start_ms, fallback_ops, counters) = row
     return Execution(
-        index=idx, step=step, cause=cause,
+        index=idx, step=step, cause=cause, detail=detail,
         frame=Frame(file, line, function) if file is not None else None,
         stack_id=stack_id, graph=graph, nodes=nodes, cache=cache,
         sync_ms=sync_ms, trace_ms=trace_ms, compile_ms=compile_ms, execute_ms=execute_ms,

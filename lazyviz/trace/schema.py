@@ -19,6 +19,7 @@ CREATE TABLE executions (
     idx INTEGER PRIMARY KEY,
     step INTEGER NOT NULL,
     cause TEXT NOT NULL,
+    detail TEXT,
     file TEXT,
     line INTEGER,
     function TEXT,
@@ -37,6 +38,6 @@ CREATE TABLE executions (
 """
 
 EXECUTION_COLUMNS = (
-    "idx, step, cause, file, line, function, stack_id, graph, nodes, cache, sync_ms, trace_ms, "
+    "idx, step, cause, detail, file, line, function, stack_id, graph, nodes, cache, sync_ms, trace_ms, "
     "compile_ms, execute_ms, start_ms, fallback_ops, counters"
 )

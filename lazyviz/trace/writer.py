@@ -56,7 +56,7 @@ class TraceWriter:
             if stack is not None:
                 self._db.execute("INSERT OR IGNORE INTO stacks VALUES (?, ?)", stack)
             self._db.execute(
-                f"INSERT INTO executions ({EXECUTION_COLUMNS}) VALUES ({', '.join('?' * 17)})", row
+                f"INSERT INTO executions ({EXECUTION_COLUMNS}) VALUES ({', '.join('?' * 18)})", row
             )
 
     def close(self) -> None:
