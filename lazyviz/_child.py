@@ -16,7 +16,7 @@ from lazyviz.backends import BackendError, get_backend
 from lazyviz.tracer import Tracer
 from lazyviz.trace.writer import TraceWriter
 
-_RUNNER_FILES = {__file__, runpy.__file__}
+_RUNNER_FILES = {__file__, runpy.__file__, "<frozen runpy>"}
 # Set by torchrun; recorded so traces of one job can be put side by side.
 _RANK_VARIABLES = {"RANK": "rank", "LOCAL_RANK": "local_rank", "WORLD_SIZE": "world_size",
                    "TORCHELASTIC_RUN_ID": "run_id"}

@@ -186,7 +186,7 @@ class Tracer:
         return self.backend.counters().get("MarkStep", 0) - self._mark_steps_before
 
 
-_RUNNER_FILES = frozenset({str(Path(_LAZYVIZ_DIR) / "_child.py"), runpy.__file__})
+_RUNNER_FILES = frozenset({str(Path(_LAZYVIZ_DIR) / "_child.py"), runpy.__file__, "<frozen runpy>"})
 
 
 def default_trace_path(target: str) -> Path:

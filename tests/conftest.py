@@ -1,0 +1,80 @@
+"""Shared fixtures: run lazyviz for real, and trace each sample once per session."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+@dataclass
+class Completed:
+    status: int
+    stdout: str
+    stderr: str
+
+
+def cli(*args: str | Path, cwd: Path | None = None, timeout: float = 600) -> Completed:
+    """Run the real `python -m lazyviz` command."""
+    result = subprocess.run(
+        [sys.executable, "-m", "lazyviz", *map(str, args)],
+        capture_output=True, text=True, cwd=cwd, timeout=timeout,
+    )
+    return Completed(result.returncode, result.stdout, result.stderr)
+
+
+def python(*args: str | Path, cwd: Path | None = None, env: dict | None = None) -> Completed:
+    result = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                            env=env, timeout=600)
+    return Completed(result.returncode, result.stdout, result.stderr)
+
+
+def line_of(path: Path, text: str) -> int:
+    """The 1-based line of the first code line containing text (tests never hard-code
+    lines); docstring lines, which quote code in backticks, are skipped."""
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if text in line and "`" not in line:
+            return number
+    raise AssertionError(f"{text!r} not in {path}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def execution_hook() -> None:
+    """Build the C++ hook once, before any test times a run."""
+    from lazyviz.backends.ts import load_hook
+
+    load_hook()
+
+
+# Sample name -> its arguments: small, fixed step counts keep the suite quick.
+SAMPLE_ARGS = {
+    "clean_mlp": ["--steps", "6"],
+    "batch_size_change": ["--steps", "8"],
+    "item_in_loop": ["--steps", "5"],
+    "missing_mark_step": ["--steps", "12"],
+    "fallback_mse": ["--steps", "4"],
+    "transformer_adamw": ["--steps", "3"],
+}
+
+
+@pytest.fixture(scope="session")
+def sample_trace(tmp_path_factory: pytest.TempPathFactory):
+    """sample_trace(name) -> path of that sample's trace, run once per session."""
+    made: dict[str, Path] = {}
+    folder = tmp_path_factory.mktemp("sample-traces")
+
+    def make(name: str) -> Path:
+        if name not in made:
+            path = folder / f"{name}.trace"
+            result = cli("run", "--no-tui", "-o", path, SAMPLES / f"{name}.py", *SAMPLE_ARGS[name])
+            assert result.status == 0, result.stderr
+            made[name] = path
+        return made[name]
+
+    return make

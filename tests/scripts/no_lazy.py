@@ -1,0 +1,2 @@
+"""Never touches a lazy tensor."""
+print("hello from a plain script")

@@ -1,0 +1,163 @@
+"""`lazyviz run` behaves like `python script.py`, keeps what it recorded whatever
+happens to the script, and says clearly when the input is wrong."""
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import lazyviz.trace
+from conftest import SCRIPTS, cli, python
+
+
+def test_output_argv_and_exit_status_match_untraced(tmp_path: Path) -> None:
+    script = SCRIPTS / "behaves.py"
+    untraced = python(script, "3", "--flag", "x y")
+    traced = cli("run", "--no-tui", "-o", tmp_path / "t.trace", script, "3", "--flag", "x y")
+    assert untraced.status == traced.status == 3
+    assert traced.stdout == untraced.stdout
+    assert "argv ['" + str(script) + "', '3', '--flag', 'x y']" in traced.stdout
+    assert "name __main__" in traced.stdout and f"path0 {SCRIPTS}" in traced.stdout
+    # The script's stderr comes first, untouched; lazyviz's summary follows it.
+    assert traced.stderr.startswith(untraced.stderr)
+    assert f"trace: {tmp_path / 't.trace'}" in traced.stderr
+
+
+def test_module_mode(tmp_path: Path) -> None:
+    traced = cli("run", "--no-tui", "-o", tmp_path / "m.trace", "-m", "pkg.train", "a", cwd=SCRIPTS)
+    untraced = python("-m", "pkg.train", "a", cwd=SCRIPTS)
+    assert traced.status == untraced.status == 0
+    assert traced.stdout == untraced.stdout == "module __main__ ['a'] [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]\n"
+    with lazyviz.trace.open(tmp_path / "m.trace") as trace:
+        assert [e.cause for e in trace.executions()] == ["tolist"]
+
+
+def test_script_that_raises_keeps_executions_and_error(tmp_path: Path) -> None:
+    script = SCRIPTS / "raises.py"
+    untraced = python(script)
+    traced = cli("run", "--no-tui", "-o", tmp_path / "r.trace", script)
+    assert traced.status == untraced.status == 1
+    assert traced.stderr.startswith(untraced.stderr)  # same traceback, no lazyviz frames
+    with lazyviz.trace.open(tmp_path / "r.trace") as trace:
+        assert len(trace.executions()) == 2
+        run = trace.run
+        assert run.error == "ValueError: bad <batch> & 'shape'"
+        assert "raises.py" in run.traceback and run.exit_status == 1
+
+
+def test_sigkill_leaves_a_readable_trace(tmp_path: Path) -> None:
+    traced = cli("run", "--no-tui", "-o", tmp_path / "k.trace", SCRIPTS / "killed.py")
+    assert traced.status == 128 + 9
+    with lazyviz.trace.open(tmp_path / "k.trace") as trace:
+        assert [e.step for e in trace.executions()] == [0, 1, 2]
+        assert not trace.run.finished
+    report = cli("report", tmp_path / "k.trace")
+    assert report.status == 0 and "still running (or killed)" in report.stdout
+
+
+def test_missing_script_is_one_line(tmp_path: Path) -> None:
+    result = cli("run", "--no-tui", tmp_path / "missing.py")
+    assert result.status == 2
+    assert result.stderr.count("\n") == 1 and "missing.py" in result.stderr and "no such file" in result.stderr
+
+
+def test_syntax_error_is_one_line(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text("def f(:\n")
+    result = cli("run", "--no-tui", broken)
+    assert result.status == 2 and result.stderr.count("\n") == 1 and "broken.py:1" in result.stderr
+
+
+def test_not_a_trace_is_one_line(tmp_path: Path) -> None:
+    text = tmp_path / "not-a-trace.txt"
+    text.write_text("hello\n" * 100)
+    for path in (text, tmp_path / "absent.trace"):
+        result = cli("report", path)
+        assert result.status == 2 and result.stderr.count("\n") == 1 and str(path) in result.stderr
+
+
+def test_newer_schema_is_one_line(sample_trace, tmp_path: Path) -> None:
+    newer = tmp_path / "newer.trace"
+    shutil.copy(sample_trace("clean_mlp"), newer)
+    with sqlite3.connect(newer) as db:
+        db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    result = cli("report", newer)
+    assert result.status == 2 and result.stderr.count("\n") == 1 and "upgrade lazyviz" in result.stderr
+
+
+def test_script_without_lazy_tensors_is_one_line(tmp_path: Path) -> None:
+    result = cli("run", "--no-tui", "-o", tmp_path / "n.trace", SCRIPTS / "no_lazy.py")
+    assert result.stdout == "hello from a plain script\n"
+    assert result.status == 3
+    assert result.stderr.count("\n") == 1 and "ran no lazy-tensor graph" in result.stderr
+
+
+def test_report_json_contract(sample_trace) -> None:
+    result = cli("report", sample_trace("item_in_loop"), "--format", "json")
+    assert result.status == 0
+    report = json.loads(result.stdout)
+    assert report["format"] == "lazyviz-report" and report["version"] == 1
+    assert report["run"]["backend"] == "ts" and report["run"]["capture"] == "full"
+    assert report["run"]["torch"].startswith("2.") and report["run"]["exit_status"] == 0
+    assert report["run"]["error"] is None and report["steps"] == 5
+    first = report["executions"][0]
+    assert set(first) >= {"index", "step", "cause", "frame", "graph", "nodes", "cache", "sync_ms",
+                          "trace_ms", "fallback_ops"}
+    assert first["frame"]["file"].endswith("item_in_loop.py") and first["cause"] == "item"
+    assert sum(g["executions"] for g in report["graphs"]) == len(report["executions"]) == 10
+    assert report["fallbacks"] == {}
+
+
+def test_report_text_names_sites(sample_trace) -> None:
+    result = cli("report", sample_trace("fallback_mse"))
+    assert result.status == 0
+    assert "12 executions in 4 steps" in result.stdout
+    assert "aten::mse_loss x4" in result.stdout and "fallback_mse.py" in result.stdout
+
+
+def test_light_capture_skips_ir_and_stacks(tmp_path: Path) -> None:
+    path = tmp_path / "light.trace"
+    result = cli("run", "--no-tui", "--capture", "light", "-o", path, SCRIPTS / "slow_steps.py", "3", "0")
+    assert result.status == 0
+    with lazyviz.trace.open(path) as trace:
+        found = trace.executions()
+        assert len(found) == 3 and all(e.frame and e.frame.file.endswith("slow_steps.py") for e in found)
+        graph = trace.graph(found[0].graph)
+        assert graph.ir_text == "" and "graph(" in graph.backend_text
+        assert trace.run.capture == "light" and found[0].stack_id is None
+
+
+def test_stack_is_recorded_outermost_first(sample_trace) -> None:
+    with lazyviz.trace.open(sample_trace("clean_mlp")) as trace:
+        stack = trace.stack(trace.execution(0).stack_id)
+    assert [f.function for f in stack[:2]] == ["<module>", "main"]
+    assert stack[-1].function == "mark_step" and "torch" in stack[-1].file
+
+
+def test_follow_reads_a_growing_trace(tmp_path: Path) -> None:
+    path = tmp_path / "grow.trace"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "lazyviz", "run", "--no-tui", "-o", str(path), str(SCRIPTS / "slow_steps.py"), "5", "0.4"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        assert process.stdout.readline() == "step 0\n"  # the trace exists and holds a row
+        batches: list[list[int]] = []
+        done = threading.Event()
+
+        def follow() -> None:
+            with lazyviz.trace.open(path) as trace:
+                for batch in trace.follow(poll_s=0.05):
+                    batches.append([e.index for e in batch])
+            done.set()
+
+        threading.Thread(target=follow, daemon=True).start()
+        assert done.wait(60), "follow() did not end when the run finished"
+        assert [i for batch in batches for i in batch] == [0, 1, 2, 3, 4]
+        assert len(batches) >= 3  # it saw the trace grow, not one read at the end
+    finally:
+        process.wait(60)
