@@ -39,7 +39,7 @@ class Tracer:
         self._stack_ids: dict[tuple, int] = {}
         self._user_file: dict[str, bool] = {}
         self._nodes: dict[str, int] = {}
-        self._counters: dict[str, int] = {}
+        self._mark_steps = 0  # completed before the latest execution
         self._mark_steps_before = 0
         self._started = time.perf_counter()
         self._last_end = self._started
@@ -53,8 +53,7 @@ class Tracer:
     # -- set-up -----------------------------------------------------------------------
     def install(self) -> None:
         self.backend.init()
-        self._counters = self.backend.counters()
-        self._mark_steps_before = self._counters.get("MarkStep", 0)
+        self._mark_steps_before = self.backend.counters().get("MarkStep", 0)
         self.backend.install_hook(self._on_execution, capture_ir=self.capture == "full")
         for site in self.backend.sync_sites():
             original = getattr(site.owner, site.attribute, None)
@@ -85,16 +84,14 @@ class Tracer:
     def _on_execution(
         self, key: int, graph: CompiledGraph | None, execute_ms: float, counters: dict[str, int]
     ) -> None:
+        """`counters`: the counters that moved since the previous execution."""
         end = time.perf_counter()
         frame = sys._getframe(2)  # skip this hook and the backend adapter's
         stack = self._stack(frame)
         user_frame = self._user_frame(stack)
 
-        previous = self._counters
-        deltas = {name: value - previous.get(name, 0) for name, value in counters.items()
-                  if value != previous.get(name, 0)}
-        self._counters = counters
-        fallback_ops = {name: n for name, n in deltas.items()
+        self._mark_steps += counters.get("MarkStep", 0)
+        fallback_ops = {name: n for name, n in counters.items()
                         if name.startswith("aten::") and name not in _SYNC_OPS}
 
         # One fallback op can force several executions (one per lazy input); only the
@@ -133,7 +130,8 @@ class Tracer:
             new_stack = (stack_id, json.dumps(stack_key[::-1]))
         row = (
             self.executions,
-            counters.get("MarkStep", 0) - self._mark_steps_before,
+            # MarkStep moves after its own sync: this counts the steps completed before.
+            self._mark_steps,
             cause,
             detail,
             *(user_frame if user_frame else (None, None, None)),
@@ -147,7 +145,7 @@ class Tracer:
             round(execute_ms, 4),
             round((start - self._started) * 1000, 4),
             json.dumps(fallback_ops),
-            json.dumps(deltas if self.capture == "full" else {}),
+            json.dumps(counters if self.capture == "full" else {}),
         )
         self.writer.add_execution(row, new_graph, new_stack)
         self.executions += 1

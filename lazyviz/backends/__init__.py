@@ -34,7 +34,8 @@ class SyncSite:
     cause: str
 
 
-# (computation key, graph on its first execution or None, execute ms, counters now)
+# (computation key, graph on its first execution or None, execute ms,
+#  counters that moved since the previous execution, with how much)
 ExecutionHook = Callable[[int, "CompiledGraph | None", float, "dict[str, int]"], None]
 
 
@@ -48,7 +49,8 @@ class LazyBackend(ABC):
 
     @abstractmethod
     def install_hook(self, on_execution: ExecutionHook, capture_ir: bool) -> None:
-        """Call `on_execution` after every graph execution, in the executing thread."""
+        """Call `on_execution` after every graph execution, in the executing thread;
+        counter deltas count from this call on."""
 
     @abstractmethod
     def set_hook_enabled(self, enabled: bool) -> None:

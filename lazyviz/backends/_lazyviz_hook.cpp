@@ -130,6 +130,14 @@ class RecordingBackend : public BackendImplInterface {
 
   void set_enabled(bool enabled) { enabled_ = enabled; }
 
+  // Deltas count from here: what ran before lazyviz installed is not the script's.
+  void ResetCounterBaseline() {
+    for (const std::string& name : GetCounterNames()) {
+      CounterData* counter = GetCounter(name);
+      if (counter != nullptr) last_counters_[name] = counter->Value();
+    }
+  }
+
  private:
   static std::vector<const Node*> Roots(c10::ArrayRef<const Node*> post_order) {
     std::unordered_set<const Node*> used;
@@ -166,12 +174,20 @@ class RecordingBackend : public BackendImplInterface {
                                g.compile_ms);
         compiled_.erase(found);  // reported once; later runs of it are cache hits
       }
-      py::dict counters;
+      // Only the counters that moved since the previous execution: a handful out of
+      // a hundred or more, so Python sees little per execution.
+      py::dict deltas;
       for (const std::string& name : GetCounterNames()) {
         CounterData* counter = GetCounter(name);
-        if (counter != nullptr) counters[py::str(name)] = counter->Value();
+        if (counter == nullptr) continue;
+        int64_t value = counter->Value();
+        int64_t& last = last_counters_[name];
+        if (value != last) {
+          deltas[py::str(name)] = value - last;
+          last = value;
+        }
       }
-      on_execution_(reinterpret_cast<uintptr_t>(key), graph, execute_ms, counters);
+      on_execution_(reinterpret_cast<uintptr_t>(key), graph, execute_ms, deltas);
     } catch (py::error_already_set& error) {
       // A tracing bug must never break the user's program.
       error.discard_as_unraisable("lazyviz execution hook");
@@ -187,6 +203,7 @@ class RecordingBackend : public BackendImplInterface {
   mutable double lowering_started_ms_ = 0;
   mutable CompiledGraph pending_;
   mutable std::unordered_map<const Computation*, CompiledGraph> compiled_;
+  mutable std::unordered_map<std::string, int64_t> last_counters_;
 };
 
 RecordingBackend* g_backend = nullptr;
@@ -195,6 +212,7 @@ void install(py::object on_execution, bool capture_ir) {
   TORCH_CHECK(hasBackend(), "the lazy backend must be initialised before lazyviz installs its hook");
   TORCH_CHECK(g_backend == nullptr, "lazyviz's hook is already installed");
   g_backend = new RecordingBackend(getBackend(), std::move(on_execution), capture_ir);
+  g_backend->ResetCounterBaseline();
   static BackendRegistrar registrar(g_backend);  // lives as long as the process, like the backend
 }
 
