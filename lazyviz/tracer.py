@@ -3,7 +3,6 @@ records and hands them to the trace writer. Everything here is on the hot path."
 from __future__ import annotations
 
 import functools
-import json
 import os
 import runpy
 import sys
@@ -23,6 +22,9 @@ _SYNC_OPS = frozenset({"aten::_local_scalar_dense"})
 
 _LAZYVIZ_DIR = str(Path(__file__).parent)
 
+# What a frame is to the stack walk.
+_USER, _FRAMEWORK, _SKIP, _STOP = "user", "framework", "skip", "stop"
+
 
 class Tracer:
     def __init__(self, backend: LazyBackend, writer: TraceWriter, capture: str = "full") -> None:
@@ -39,6 +41,7 @@ class Tracer:
         self._stack_ids: dict[tuple, int] = {}
         self._user_file: dict[str, bool] = {}
         self._nodes: dict[str, int] = {}
+        self._frame_entries: dict[tuple[int, int], tuple] = {}
         self._mark_steps = 0  # completed before the latest execution
         self._mark_steps_before = 0
         self._started = time.perf_counter()
@@ -64,6 +67,7 @@ class Tracer:
         tracer = self
 
         detail = f"{getattr(original, '__qualname__', original.__name__)}()"
+        flush = cause == "mark_step"
 
         @functools.wraps(original)
         def sync_site(*args: object, **kwargs: object) -> object:
@@ -74,6 +78,8 @@ class Tracer:
                 return original(*args, **kwargs)
             finally:
                 tracer._cause = None
+                if flush:  # a completed step is on disk before the script goes on
+                    tracer.writer.flush()
 
         return sync_site
 
@@ -87,7 +93,7 @@ class Tracer:
         """`counters`: the counters that moved since the previous execution."""
         end = time.perf_counter()
         frame = sys._getframe(2)  # skip this hook and the backend adapter's
-        stack = self._stack(frame)
+        stack = self._stack(frame, to_user_frame=self.capture != "full")
         user_frame = self._user_frame(stack)
 
         self._mark_steps += counters.get("MarkStep", 0)
@@ -122,63 +128,74 @@ class Tracer:
         if graph is not None and graph.graph_id not in self._graphs_seen:
             self._graphs_seen.add(graph.graph_id)
             new_graph = (graph.graph_id, graph.nodes, graph.ir_text, graph.backend_text, self.executions)
-        stack_key = tuple(stack) if self.capture == "full" else ()
-        stack_id = self._stack_ids.get(stack_key) if stack_key else None
-        new_stack = None
-        if stack_key and stack_id is None:
-            stack_id = self._stack_ids[stack_key] = len(self._stack_ids) + 1
-            new_stack = (stack_id, json.dumps(stack_key[::-1]))
+        stack_id = new_stack = None
+        if self.capture == "full":
+            stack_key = tuple(stack)
+            stack_id = self._stack_ids.get(stack_key)
+            if stack_id is None:
+                stack_id = self._stack_ids[stack_key] = len(self._stack_ids) + 1
+                new_stack = (stack_id, stack[::-1])
         row = (
             self.executions,
             # MarkStep moves after its own sync: this counts the steps completed before.
             self._mark_steps,
             cause,
             detail,
-            *(user_frame if user_frame else (None, None, None)),
+            *(user_frame or (None, None, None)),
             stack_id,
             graph_id,
-            graph.nodes if graph else self._nodes_of(graph_id),
+            graph.nodes if graph else self._nodes.get(graph_id, 0),
             "miss" if graph is not None else "hit",
-            round(sync_ms, 4),
-            round(trace_ms, 4),
-            round(compile_ms, 4),
-            round(execute_ms, 4),
-            round((start - self._started) * 1000, 4),
-            json.dumps(fallback_ops),
-            json.dumps(counters if self.capture == "full" else {}),
+            sync_ms,
+            trace_ms,
+            compile_ms,
+            execute_ms,
+            (start - self._started) * 1000,
+            fallback_ops,
+            counters if self.capture == "full" else {},
         )
         self.writer.add_execution(row, new_graph, new_stack)
         self.executions += 1
         if graph is not None:
             self._nodes[graph_id] = graph.nodes
 
-    def _nodes_of(self, graph_id: str) -> int:
-        return self._nodes.get(graph_id, 0)
-
-    def _stack(self, frame: FrameType | None) -> list[tuple[str, int, str]]:
-        """Innermost first, without lazyviz's wrappers and the runner below the script."""
+    def _stack(self, frame: FrameType | None, to_user_frame: bool) -> list[tuple[str, int, str]]:
+        """Innermost first, without lazyviz's wrappers and the runner below the script;
+        with to_user_frame, only as far as the user frame."""
         stack = []
+        entries = self._frame_entries
         while frame is not None:
-            code = frame.f_code
-            if code.co_name == "sync_site" and code.co_filename == __file__:
-                frame = frame.f_back
-                continue
-            if code.co_filename in _RUNNER_FILES:
+            # f_lineno walks the code's line table: cache it per (code, instruction).
+            key = (id(frame.f_code), frame.f_lasti)
+            cached = entries.get(key)
+            if cached is None:
+                code = frame.f_code
+                if code.co_name == "sync_site" and code.co_filename == __file__:
+                    kind = _SKIP
+                elif code.co_filename in _RUNNER_FILES:
+                    kind = _STOP
+                else:
+                    kind = _USER if self._is_user_file(code.co_filename) else _FRAMEWORK
+                # The code object rides along so its id cannot be reused while cached.
+                cached = entries[key] = (kind, (code.co_filename, frame.f_lineno, code.co_name), code)
+            kind = cached[0]
+            if kind is _STOP:
                 break
-            stack.append((code.co_filename, frame.f_lineno, code.co_name))
+            if kind is not _SKIP:
+                stack.append(cached[1])
+                if to_user_frame and kind is _USER:
+                    break
             frame = frame.f_back
         return stack
 
+    def _is_user_file(self, file: str) -> bool:
+        is_user = self._user_file.get(file)
+        if is_user is None:
+            is_user = self._user_file[file] = not any(file.startswith(prefix) for prefix in self._not_user)
+        return is_user
+
     def _user_frame(self, stack: list[tuple[str, int, str]]) -> tuple[str, int, str] | None:
-        for entry in stack:
-            is_user = self._user_file.get(entry[0])
-            if is_user is None:
-                is_user = self._user_file[entry[0]] = not any(
-                    entry[0].startswith(prefix) for prefix in self._not_user
-                )
-            if is_user:
-                return entry
-        return None
+        return next((entry for entry in stack if self._is_user_file(entry[0])), None)
 
     def steps(self) -> int:
         return self.backend.counters().get("MarkStep", 0) - self._mark_steps_before

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import sqlite3
 import threading
 from pathlib import Path
@@ -17,6 +18,10 @@ def remove_trace(path: Path) -> None:
 
 
 class TraceWriter:
+    """Writes executions from a background thread, so the traced step never waits on
+    SQLite; `flush()` waits for what was queued (the tracer calls it after each
+    mark_step and at exit, so a killed run keeps every completed step)."""
+
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         remove_trace(self.path)
@@ -25,56 +30,64 @@ class TraceWriter:
         self._db.execute("PRAGMA journal_mode=WAL")
         # NORMAL in WAL mode: a commit survives the process being killed, without an fsync.
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._lock = threading.Lock()
         self._db.executescript(TABLES)
-        with self._transaction():
+        with self._db:
+            self._db.execute("BEGIN")
             self._db.executemany(
                 "INSERT INTO meta VALUES (?, ?)",
                 [("format", FORMAT), ("schema_version", str(SCHEMA_VERSION))],
             )
-
-    def _transaction(self) -> "_Transaction":
-        return _Transaction(self._db, self._lock)
+        self.error: str | None = None  # the first write that failed, for the user
+        self._queue: queue.Queue[tuple | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._write_loop, name="lazyviz-trace-writer", daemon=True)
+        self._thread.start()
 
     def set_run(self, **fields: object) -> None:
-        with self._transaction():
-            self._db.executemany(
-                "INSERT OR REPLACE INTO run VALUES (?, ?)",
-                [(key, json.dumps(value)) for key, value in fields.items()],
-            )
+        self._queue.put(("run", [(key, json.dumps(value)) for key, value in fields.items()]))
 
-    def add_execution(
-        self,
-        row: tuple,
-        graph: tuple | None = None,
-        stack: tuple[int, str] | None = None,
-    ) -> None:
-        """Write one execution, with its graph and stack when they are new."""
-        with self._transaction():
-            if graph is not None:
-                self._db.execute("INSERT OR IGNORE INTO graphs VALUES (?, ?, ?, ?, ?)", graph)
-            if stack is not None:
-                self._db.execute("INSERT OR IGNORE INTO stacks VALUES (?, ?)", stack)
-            self._db.execute(
-                f"INSERT INTO executions ({EXECUTION_COLUMNS}) VALUES ({', '.join('?' * 18)})", row
-            )
+    def add_execution(self, row: tuple, graph: tuple | None = None, stack: tuple | None = None) -> None:
+        """Queue one execution (its last two fields are dicts), with its graph and stack
+        when they are new. It is committed as one transaction."""
+        self._queue.put(("execution", row, graph, stack))
+
+    def flush(self) -> None:
+        self._queue.join()
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        self._queue.put(None)
+        self._thread.join()
+        self._db.close()
 
+    def _write_loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                if self.error is None:
+                    self._write(item)
+            except sqlite3.Error as error:
+                self.error = str(error)
+            finally:
+                self._queue.task_done()
 
-class _Transaction:
-    def __init__(self, db: sqlite3.Connection, lock: threading.Lock) -> None:
-        self._db = db
-        self._lock = lock
-
-    def __enter__(self) -> None:
-        self._lock.acquire()
-        self._db.execute("BEGIN")
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+    def _write(self, item: tuple) -> None:
+        db = self._db
+        db.execute("BEGIN")
         try:
-            self._db.execute("ROLLBACK" if exc_type else "COMMIT")
-        finally:
-            self._lock.release()
+            if item[0] == "run":
+                db.executemany("INSERT OR REPLACE INTO run VALUES (?, ?)", item[1])
+            else:
+                _, row, graph, stack = item
+                if graph is not None:
+                    db.execute("INSERT OR IGNORE INTO graphs VALUES (?, ?, ?, ?, ?)", graph)
+                if stack is not None:
+                    db.execute("INSERT OR IGNORE INTO stacks VALUES (?, ?)", (stack[0], json.dumps(stack[1])))
+                db.execute(_INSERT_EXECUTION, (*row[:-2], json.dumps(row[-2]), json.dumps(row[-1])))
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+
+_INSERT_EXECUTION = f"INSERT INTO executions ({EXECUTION_COLUMNS}) VALUES ({', '.join('?' * 18)})"
