@@ -142,7 +142,7 @@ class RunCommand:
                 file=sys.stderr,
             )
             return status or 3
-        sys.stderr.write(text_report(run, executions, trace_path))
+        sys.stderr.write(text_report(run, executions, trace.ir_texts(), trace_path))
         return status
 
 
@@ -162,9 +162,9 @@ class ReportCommand:
         trace = _open_trace(options.trace)
         run, executions = trace.run, trace.executions()
         if options.format == "json":
-            text = json.dumps(json_report(run, executions), indent=1) + "\n"
+            text = json.dumps(json_report(run, executions, trace.ir_texts()), indent=1) + "\n"
         else:
-            text = text_report(run, executions, trace.path)
+            text = text_report(run, executions, trace.ir_texts(), trace.path)
         _write_output(text, options.output)
         return 0
 

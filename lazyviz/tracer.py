@@ -61,12 +61,12 @@ class Tracer:
         for site in self.backend.sync_sites():
             original = getattr(site.owner, site.attribute, None)
             if original is not None:
-                setattr(site.owner, site.attribute, self._wrap_sync_site(original, site.cause))
+                owner = f"{site.owner.__name__}." if isinstance(site.owner, type) else ""
+                detail = f"{owner}{site.attribute}()"
+                setattr(site.owner, site.attribute, self._wrap_sync_site(original, site.cause, detail))
 
-    def _wrap_sync_site(self, original: Callable, cause: str) -> Callable:
+    def _wrap_sync_site(self, original: Callable, cause: str, detail: str) -> Callable:
         tracer = self
-
-        detail = f"{getattr(original, '__qualname__', original.__name__)}()"
         flush = cause == "mark_step"
 
         @functools.wraps(original)

@@ -1,1 +1,24 @@
 """Pure functions from trace data to findings: no torch, no Textual, no file access."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from lazyviz.analysis.findings import Finding, find_all
+from lazyviz.analysis.recompiles import Recompile, explain_recompiles
+from lazyviz.analysis.summary import Summary, summarize
+from lazyviz.trace.model import Execution, RunInfo
+
+
+@dataclass(frozen=True)
+class Analysis:
+    summary: Summary
+    recompiles: list[Recompile]
+    findings: list[Finding]
+
+
+def analyze(run: RunInfo, executions: list[Execution], ir_text: Mapping[str, str]) -> Analysis:
+    """Everything the report and the UI show about a run. ir_text: graph id -> IR text."""
+    summary = summarize(executions, run.steps)
+    recompiles = explain_recompiles(executions, ir_text)
+    return Analysis(summary, recompiles, find_all(executions, summary.steps, recompiles, ir_text))

@@ -4,16 +4,39 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lazyviz.analysis.summary import Summary, graph_stats, summarize
+from lazyviz.analysis import Analysis, analyze
+from lazyviz.analysis.recompiles import Recompile
+from lazyviz.analysis.summary import graph_stats
 from lazyviz.trace.model import Execution, RunInfo
 
 REPORT_FORMAT = "lazyviz-report"
 REPORT_VERSION = 1
 
 
-def json_report(run: RunInfo, executions: list[Execution]) -> dict:
+def recompile_json(recompile: Recompile) -> dict:
+    return {
+        "execution": recompile.execution,
+        "step": recompile.step,
+        "graph": recompile.graph,
+        "closest_graph": recompile.closest,
+        "closest_execution": recompile.closest_execution,
+        "same_site": recompile.same_site,
+        "warmup": recompile.warmup,
+        "site": recompile.frame.to_json() if recompile.frame else None,
+        "summary": recompile.headline(),
+        "changes": [
+            {"kind": c.kind, "node": c.node or c.old_node, "op": c.op, "before": c.before,
+             "after": c.after, "origin": c.origin,
+             "source": recompile.frame.to_json() if recompile.frame else None}
+            for c in recompile.changes
+        ],
+    }
+
+
+def json_report(run: RunInfo, executions: list[Execution], ir_text: dict[str, str]) -> dict:
     """The machine-readable report; field names and meanings are stable within a version."""
-    summary = summarize(executions, run.steps)
+    analysis = analyze(run, executions, ir_text)
+    summary = analysis.summary
     return {
         "format": REPORT_FORMAT,
         "version": REPORT_VERSION,
@@ -50,6 +73,8 @@ def json_report(run: RunInfo, executions: list[Execution]) -> dict:
         ],
         "graphs": graph_stats(executions),
         "fallbacks": summary.fallbacks,
+        "recompiles": [recompile_json(r) for r in analysis.recompiles],
+        "findings": [f.to_json() for f in analysis.findings],
         "summary": {
             "executions": summary.executions,
             "graphs": summary.graphs,
@@ -77,8 +102,10 @@ def _run_state(run: RunInfo) -> str:
     return f"exited {run.exit_status}"
 
 
-def text_report(run: RunInfo, executions: list[Execution], trace_path: Path | None = None) -> str:
-    summary: Summary = summarize(executions, run.steps)
+def text_report(run: RunInfo, executions: list[Execution], ir_text: dict[str, str],
+                trace_path: Path | None = None) -> str:
+    analysis: Analysis = analyze(run, executions, ir_text)
+    summary = analysis.summary
     lines = [f"lazyviz: {' '.join(run.argv)} ({run.backend}, capture {run.capture}) {_run_state(run)}"]
     per_step = summary.executions / summary.steps if summary.steps else float(summary.executions)
     lines.append(
@@ -102,6 +129,21 @@ def text_report(run: RunInfo, executions: list[Execution], trace_path: Path | No
                 f"    {site.total_ms:9.1f} ms  {_short_site(site.site)} "
                 f"({site.executions}x, {site.mean_ms:.2f} ms each)"
             )
+    if analysis.findings:
+        lines.append("  findings:")
+        for finding in analysis.findings:
+            where = f" [{_short_site(finding.frame.site)}]" if finding.frame else ""
+            lines.append(f"    {finding.severity}: {finding.message}{where}")
+            if finding.fix:
+                lines.append(f"      fix: {finding.fix}")
+    recompiles = [r for r in analysis.recompiles if not r.warmup]
+    if recompiles:
+        lines.append("  recompiles after warm-up:")
+        for recompile in recompiles:
+            lines.append(f"    execution {recompile.execution} (step {recompile.step}) vs execution "
+                         f"{recompile.closest_execution}: {recompile.headline()}")
+            for change in [c for c in recompile.changes if c.origin][:5]:
+                lines.append(f"      {change.describe()}")
     if trace_path is not None:
         lines.append(f"  trace: {trace_path}")
     return "\n".join(lines) + "\n"

@@ -118,6 +118,10 @@ class Trace:
         )
         return [Graph(*row) for row in rows]
 
+    def ir_texts(self) -> dict[str, str]:
+        """graph id -> IR text, for the analysis ("" where captured light)."""
+        return dict(self._db.execute("SELECT id, ir_text FROM graphs"))
+
     def follow(
         self, poll_s: float = 0.25, should_stop: Callable[[], bool] = lambda: False
     ) -> Iterator[list[Execution]]:

@@ -1,0 +1,173 @@
+"""Align two IR graphs and say what differs, classified, origins first.
+
+Nodes are matched by structure (op and operands, recursively, ignoring shapes and
+attribute values), then the rest by op in order. A matched node whose difference is
+not explained by a differing operand is an *origin*: the place the change came in.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, replace
+
+from lazyviz.analysis.ir import IRGraph, Node
+
+# Change kinds, in the order a user should read them.
+KINDS = ("input_shape", "dtype", "attribute", "op_added", "op_removed", "structure", "shape")
+
+
+@dataclass(frozen=True)
+class Change:
+    kind: str
+    node: str  # the node's id in the new graph ("" for a removed node)
+    op: str
+    before: str
+    after: str
+    origin: bool  # True where the change came in; False where it was carried by operands
+    old_node: str = ""
+
+    def describe(self) -> str:
+        where = self.node or self.old_node
+        if self.kind in ("op_added", "op_removed"):
+            return f"{self.kind.replace('_', ' ')}: {self.op} ({where})"
+        return f"{self.kind.replace('_', ' ')}: {self.op} {where}: {self.before} -> {self.after}"
+
+
+@dataclass(frozen=True)
+class GraphDiff:
+    changes: tuple[Change, ...]  # origins first, then in topological order
+    matched: int  # nodes aligned between the two graphs
+
+    @property
+    def origins(self) -> tuple[Change, ...]:
+        return tuple(c for c in self.changes if c.origin)
+
+    @property
+    def first(self) -> Change | None:
+        return self.origins[0] if self.origins else (self.changes[0] if self.changes else None)
+
+    @property
+    def changed_nodes(self) -> set[str]:
+        return {c.node for c in self.changes if c.node}
+
+
+def _structure_keys(graph: IRGraph) -> dict[str, int]:
+    """A hash per node of its op and its operands' structure: same key, same computation
+    up to shapes and attribute values."""
+    keys: dict[str, int] = {}
+    for node in graph.nodes:
+        operand_keys = tuple(
+            (keys.get(node.operand_node(o), 0), o.partition(".")[2]) for o in node.operands
+        )
+        keys[node.id] = hash((node.op, tuple(sorted(node.attrs)), operand_keys))
+    return keys
+
+
+def align(old: IRGraph, new: IRGraph) -> dict[str, str]:
+    """new node id -> old node id, for the nodes that correspond."""
+    old_keys, new_keys = _structure_keys(old), _structure_keys(new)
+    pool: dict[int, list[str]] = {}
+    for node in old.nodes:
+        pool.setdefault(old_keys[node.id], []).append(node.id)
+    mapping: dict[str, str] = {}
+    for node in new.nodes:
+        candidates = pool.get(new_keys[node.id])
+        if candidates:
+            mapping[node.id] = candidates.pop(0)
+    # The rest (downstream of an added or removed op): same op, in order.
+    used = set(mapping.values())
+    rest_old = [n for n in old.nodes if n.id not in used]
+    rest_new = [n for n in new.nodes if n.id not in mapping]
+    matcher = difflib.SequenceMatcher(a=[n.op for n in rest_old], b=[n.op for n in rest_new], autojunk=False)
+    for block in matcher.get_matching_blocks():
+        for offset in range(block.size):
+            mapping[rest_new[block.b + offset].id] = rest_old[block.a + offset].id
+    return mapping
+
+
+def diff_graphs(old: IRGraph, new: IRGraph) -> GraphDiff:
+    mapping = align(old, new)
+    changed: set[str] = set()  # new ids that differ in any way
+    changes: list[Change] = []
+    for node in new.nodes:
+        old_id = mapping.get(node.id)
+        if old_id is None:
+            changed.add(node.id)
+            changes.append(Change("op_added", node.id, node.op, "", node.type_text, True))
+            continue
+        before = old.by_id[old_id]
+        operands_changed = any(new.by_id[node.operand_node(o)].id in changed for o in node.operands) or \
+            _rewired(node, before, mapping)
+        node_changes = _compare(before, node, operands_changed)
+        if node_changes or operands_changed:
+            changed.add(node.id)
+        changes.extend(node_changes)
+    mapped_old = set(mapping.values())
+    for node in old.nodes:
+        if node.id not in mapped_old:
+            changes.append(Change("op_removed", "", node.op, node.type_text, "", True, old_node=node.id))
+    changes = _carry_shape_constants(changes)
+    changes.sort(key=lambda c: (not c.origin, KINDS.index(c.kind) if c.origin else 0))
+    return GraphDiff(tuple(changes), len(mapping))
+
+
+def _carry_shape_constants(changes: list[Change]) -> list[Change]:
+    """A size attribute that only repeats an input's new dimensions (expand size=16 1 ->
+    24 1 after a batch change) follows that input: it is not an origin of its own."""
+    dims: dict[str, str] = {}
+    for change in changes:
+        if change.kind == "input_shape" and change.origin:
+            for old_dim, new_dim in zip(re.findall(r"\d+", change.before), re.findall(r"\d+", change.after)):
+                if old_dim != new_dim:
+                    dims[old_dim] = new_dim
+    if not dims:
+        return changes
+
+    def follows_inputs(change: Change) -> bool:
+        swapped = re.sub(r"\d+", lambda m: dims.get(m.group(0), m.group(0)), change.before)
+        return swapped == change.after
+
+    return [
+        replace(change, origin=False)
+        if change.origin and change.kind in ("attribute", "shape") and follows_inputs(change) else change
+        for change in changes
+    ]
+
+
+def _rewired(node: Node, before: Node, mapping: dict[str, str]) -> bool:
+    """Operands that now point at nodes not matched to the old operands."""
+    if len(node.operands) != len(before.operands):
+        return True
+    for new_operand, old_operand in zip(node.operands, before.operands):
+        new_id, _, new_out = new_operand.partition(".")
+        old_id, _, old_out = old_operand.partition(".")
+        if mapping.get(new_id) != old_id or new_out != old_out:
+            return True
+    return False
+
+
+def _compare(before: Node, after: Node, operands_changed: bool) -> list[Change]:
+    """What differs on one matched node. Without a changed operand, it is an origin."""
+    origin = not operands_changed
+    changes = []
+    if before.op != after.op:
+        changes.append(Change("structure", after.id, after.op, before.op, after.op, True, before.id))
+    if _rewired_shape(before, after) and not (before.op != after.op):
+        dtypes_differ = [a.dtype for a in before.outputs] != [b.dtype for b in after.outputs]
+        kind = "dtype" if dtypes_differ else ("input_shape" if after.is_input else "shape")
+        changes.append(Change(kind, after.id, after.op, before.type_text, after.type_text,
+                              origin or after.is_input, before.id))
+    for name in sorted(set(before.attrs) | set(after.attrs)):
+        if before.attrs.get(name) != after.attrs.get(name):
+            changes.append(Change(
+                "attribute", after.id, f"{after.op}.{name}", before.attrs.get(name, "-"),
+                after.attrs.get(name, "-"), origin, before.id,
+            ))
+    if not origin and before.operands != after.operands and not changes and len(before.operands) != len(after.operands):
+        changes.append(Change("structure", after.id, after.op, ", ".join(before.operands),
+                              ", ".join(after.operands), False, before.id))
+    return changes
+
+
+def _rewired_shape(before: Node, after: Node) -> bool:
+    return before.outputs != after.outputs

@@ -1,0 +1,209 @@
+"""Findings: what a user should fix, with where and how. Pure functions of trace data."""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from lazyviz.analysis.ir import parse_ir, IRParseError
+from lazyviz.analysis.recompiles import Recompile
+from lazyviz.trace.model import Execution, Frame
+
+SEVERITIES = ("error", "warning", "info")
+
+SYNC_FIXES = {
+    "item": "log every N steps, or read the value after the step with "
+            "torch._lazy.add_step_closure (it runs after mark_step, without an extra execution)",
+    "tolist": "convert every N steps, or in a step closure (torch._lazy.add_step_closure)",
+    "print": "print every N steps, or from a step closure (torch._lazy.add_step_closure)",
+    "cpu": "copy to the host every N steps, or after mark_step() when the values are ready anyway",
+    "bool": "keep the decision on the device (torch.where) instead of `if tensor:`; "
+            "data-dependent control flow forces an execution each time",
+    "other": "an execution outside mark_step (torch.equal, a data-dependent op, an explicit sync); "
+             "move it out of the step or make it device-side",
+}
+
+FALLBACK_FIXES = {
+    "aten::mse_loss": "write the loss as ((output - target) ** 2).mean(), which lowers",
+    "aten::mse_loss_backward": "goes away with the forward: ((output - target) ** 2).mean()",
+    "aten::lerp.Scalar": "Adam/AdamW update their moments with lerp_, which has no lowering on this "
+                         "backend; no optimizer option avoids it here (foreach and capturable do not "
+                         "apply to the lazy device); an update written as "
+                         "exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1) stays in the graph",
+    "aten::isneginf": "part of scaled_dot_product_attention's fallback path; a manual "
+                      "softmax(q @ k.T * scale) @ v attention lowers",
+    "aten::all.dim": "part of scaled_dot_product_attention's fallback path; a manual attention lowers",
+    "aten::where.self_out": "part of scaled_dot_product_attention's fallback path",
+}
+
+MIN_REPEATS = 4  # a block seen this many times in a row in one graph is a loop, unrolled
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str  # recompile, dynamic_shape, extra_sync, fallback, missing_mark_step
+    severity: str
+    message: str
+    frame: Frame | None
+    executions: tuple[int, ...]
+    fix: str = ""
+    details: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "kind": self.kind, "severity": self.severity, "message": self.message,
+            "site": self.frame.to_json() if self.frame else None,
+            "executions": list(self.executions), "fix": self.fix, "details": self.details,
+        }
+
+
+def find_all(
+    executions: list[Execution], steps: int, recompiles: list[Recompile], ir_text: Mapping[str, str]
+) -> list[Finding]:
+    findings = (
+        recompile_findings(recompiles)
+        + extra_sync_findings(executions, steps)
+        + fallback_findings(executions, steps)
+        + growth_findings(executions, ir_text)
+    )
+    return sorted(findings, key=lambda f: SEVERITIES.index(f.severity))
+
+
+def recompile_findings(recompiles: list[Recompile]) -> list[Finding]:
+    """One finding per recompile after warm-up, except that input shapes changing again
+    and again at one site make a single dynamic-shape finding with their history."""
+    after_warmup = [r for r in recompiles if not r.warmup]
+    shape_only: dict[str, list[Recompile]] = defaultdict(list)
+    findings = []
+    for recompile in after_warmup:
+        origins = recompile.diff.origins if recompile.diff else ()
+        if origins and all(c.kind == "input_shape" for c in origins):
+            shape_only[recompile.frame.site if recompile.frame else "?"].append(recompile)
+            continue
+        findings.append(Finding(
+            "recompile", "warning",
+            f"step {recompile.step} recompiled: {recompile.headline()}",
+            recompile.frame, (recompile.execution,),
+            fix="keep values that change between steps out of op attributes (pass them as tensors)",
+            details={"closest_graph": recompile.closest, "closest_execution": recompile.closest_execution},
+        ))
+    for site, group in shape_only.items():
+        history = [{"step": r.step, "execution": r.execution,
+                    "changes": [f"{c.node} {c.before} -> {c.after}" for c in r.diff.origins]}
+                   for r in group]
+        first = group[0].diff.origins[0]
+        if len(group) == 1:
+            message = f"step {group[0].step} recompiled: input shape {first.before} -> {first.after}"
+        else:
+            message = (f"input shapes change at {len(group)} steps, each a recompile "
+                       f"(first {first.before} -> {first.after})")
+        findings.append(Finding(
+            "dynamic_shape" if len(group) > 1 else "recompile", "warning", message, group[0].frame,
+            tuple(r.execution for r in group),
+            fix="pad or bucket batches to a few fixed shapes (or drop_last=True in the DataLoader)",
+            details={"history": history},
+        ))
+    return findings
+
+
+def extra_sync_findings(executions: list[Execution], steps: int) -> list[Finding]:
+    if steps == 0:
+        return []  # no mark_step at all: nothing is "extra"; growth_findings says why
+    groups: dict[tuple[str, str], list[Execution]] = defaultdict(list)
+    for execution in executions:
+        if execution.cause not in ("mark_step", "fallback"):
+            groups[(execution.cause, execution.site)].append(execution)
+    findings = []
+    for (cause, _), group in groups.items():
+        steps_with = len({e.step for e in group})
+        per_step = len(group) / steps_with
+        ms_per_step = sum(e.sync_ms for e in group) / max(steps, 1)
+        what = group[0].detail or cause
+        findings.append(Finding(
+            "extra_sync", "warning" if steps_with >= max(2, steps // 2) else "info",
+            f"{what} forces {per_step:g} extra execution{'s' if per_step != 1 else ''} per step "
+            f"in {steps_with} of {max(steps, steps_with)} steps ({ms_per_step:.2f} ms per step)",
+            group[0].frame, tuple(e.index for e in group), SYNC_FIXES.get(cause, ""),
+            {"cause": cause, "count": len(group), "steps": steps_with, "ms_per_step": round(ms_per_step, 3)},
+        ))
+    return findings
+
+
+def fallback_findings(executions: list[Execution], steps: int) -> list[Finding]:
+    calls: Counter[str] = Counter()
+    forced: dict[str, list[Execution]] = defaultdict(list)
+    for execution in executions:
+        calls.update(execution.fallback_ops)
+        if execution.cause == "fallback" and execution.detail:
+            forced[execution.detail].append(execution)
+    findings = []
+    for op, count in calls.most_common():
+        group = forced.get(op, [])
+        sites = Counter(e.frame for e in group if e.frame)
+        frame = sites.most_common(1)[0][0] if sites else None
+        per_step = len(group) / max(steps, 1)
+        findings.append(Finding(
+            "fallback", "warning" if group else "info",
+            f"{op} falls back to the CPU: {count} call{'s' if count != 1 else ''}, "
+            f"forcing {len(group)} execution{'s' if len(group) != 1 else ''} ({per_step:.3g} per step)",
+            frame, tuple(e.index for e in group), FALLBACK_FIXES.get(op, "no lazy lowering for this op: "
+                                                                         "avoid it in the step or accept the sync"),
+            {"op": op, "calls": count, "executions_forced": len(group), "per_step": round(per_step, 3)},
+        ))
+    return findings
+
+
+def repeated_block(ops: list[str], max_period: int = 64) -> tuple[list[str], int, int] | None:
+    """The block of ops repeated most times in a row, as (block, repeats, start), covering
+    the most ops; None when nothing repeats MIN_REPEATS times."""
+    best: tuple[int, list[str], int, int] | None = None
+    n = len(ops)
+    for period in range(1, min(max_period, n // MIN_REPEATS) + 1):
+        run = 0
+        for i in range(n - period):
+            if ops[i] == ops[i + period]:
+                run += 1
+                repeats = run // period + 1
+                covered = repeats * period
+                if repeats >= MIN_REPEATS and (best is None or covered > best[0]):
+                    start = i + period - covered + 1
+                    best = (covered, ops[start:start + period], repeats, start)
+            else:
+                run = 0
+    if best is None:
+        return None
+    return best[1], best[2], best[3]
+
+
+def growth_findings(executions: list[Execution], ir_text: Mapping[str, str]) -> list[Finding]:
+    """A graph that repeats one block of ops many times over: a loop ran without
+    mark_step() and its iterations piled up into one graph."""
+    findings = []
+    for graph_id in dict.fromkeys(e.graph for e in executions):
+        text = ir_text.get(graph_id, "")
+        if not text:
+            continue
+        try:
+            graph = parse_ir(text)
+        except IRParseError:
+            continue
+        ops = [node.op for node in graph.nodes if not node.is_input]
+        found = repeated_block(ops)
+        if found is None:
+            continue
+        block, repeats, _ = found
+        if len(block) * repeats < max(16, len(ops) // 2):
+            continue  # a small repeated motif inside a normal graph
+        runs = [e for e in executions if e.graph == graph_id]
+        first = runs[0]
+        findings.append(Finding(
+            "missing_mark_step", "warning",
+            f"graph {graph_id} ({len(graph)} nodes) repeats [{', '.join(block)}] {repeats} times: "
+            f"a loop ran {repeats} iterations without mark_step() and they piled up into one graph, "
+            f"run by {first.detail or first.cause}",
+            first.frame, tuple(e.index for e in runs),
+            "call torch._lazy.mark_step() at the end of each iteration of the loop that builds it "
+            f"(the loop runs before line {first.frame.line if first.frame else '?'})",
+            {"graph": graph_id, "pattern": block, "repeats": repeats, "nodes": len(graph)},
+        ))
+    return findings

@@ -1,0 +1,118 @@
+"""A parser from torch's lazy IR text (`DumpUtil::ToText`) to a graph model.
+
+    IR {
+      %8 = [Float[128,64]] aten::view_copy(%7), size=128 64, NodeType=...
+      %66 = [Float[8,16,64], Float[8,16,1]] aten::native_layer_norm(%65, %24), num_outputs=3, ...
+      %70 = [Float[8,16,64]] aten::add(%66.0, %69), ROOT=1, NodeType=...
+    }
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+INPUT_OPS = frozenset({"lazy_tensors::device_data", "prim::Constant", "xla::device_data"})
+
+_NODE = re.compile(r"^\s*(%\d+) = \[(.*?)\] ([\w:.]+)\((.*?)\)(?:, (.*))?\s*$")
+_TENSOR = re.compile(r"([\w]+)\[([^\]]*)\]")
+_OPERAND = re.compile(r"^%\d+(\.\d+)?$")
+# Attributes are "name=value" joined by ", ", but values may hold spaces ("size=128 64").
+_ATTR_SPLIT = re.compile(r", (?=[A-Za-z_][\w.]*=)")
+
+
+class IRParseError(ValueError):
+    """The text is not IR as torch prints it; says which line and why."""
+
+
+@dataclass(frozen=True)
+class TensorType:
+    dtype: str
+    shape: tuple[str, ...]  # strings: a dynamic size may print as "?" or a symbol
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{','.join(self.shape)}]"
+
+
+@dataclass(frozen=True)
+class Node:
+    id: str  # "%13"
+    op: str  # "aten::addmm"
+    outputs: tuple[TensorType, ...]
+    operands: tuple[str, ...]  # "%12", or "%22.1" for output 1 of a multi-output node
+    attrs: dict[str, str] = field(default_factory=dict)  # without NodeType and ROOT
+    root: int | None = None  # the ROOT=N mark: this node is the graph's output N
+    line: int = 0
+
+    @property
+    def is_input(self) -> bool:
+        return self.op in INPUT_OPS or (not self.operands and "device_data" in self.op)
+
+    @property
+    def type_text(self) -> str:
+        return ", ".join(map(str, self.outputs))
+
+    def operand_node(self, operand: str) -> str:
+        return operand.split(".", 1)[0]
+
+
+@dataclass(frozen=True)
+class IRGraph:
+    nodes: tuple[Node, ...]  # in topological order, as printed
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_id", {node.id: node for node in self.nodes})
+
+    by_id: dict[str, Node] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def users(self) -> dict[str, list[str]]:
+        users: dict[str, list[str]] = {node.id: [] for node in self.nodes}
+        for node in self.nodes:
+            for operand in node.operands:
+                users.setdefault(node.operand_node(operand), []).append(node.id)
+        return users
+
+
+def parse_ir(text: str) -> IRGraph:
+    """Parse IR text; blank and brace lines are skipped, anything else must be a node."""
+    nodes: list[Node] = []
+    seen: set[str] = set()
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line in ("IR {", "}", "{") or line.startswith("##"):
+            continue
+        match = _NODE.match(line)
+        if match is None:
+            raise IRParseError(f"line {number}: not an IR node: {_clip(line)}")
+        node_id, types, op, operand_text, attr_text = match.groups()
+        outputs = tuple(TensorType(dtype, tuple(s.strip() for s in dims.split(",") if s.strip()))
+                        for dtype, dims in _TENSOR.findall(types))
+        if types.strip() and not outputs:
+            raise IRParseError(f"line {number}: cannot read output types [{_clip(types)}]")
+        operands = tuple(o.strip() for o in operand_text.split(",") if o.strip())
+        for operand in operands:
+            if not _OPERAND.match(operand):
+                raise IRParseError(f"line {number}: bad operand {_clip(operand)!r}")
+            if operand.split(".", 1)[0] not in seen:
+                raise IRParseError(f"line {number}: {operand} is used before it is defined")
+        attrs: dict[str, str] = {}
+        root = None
+        for item in _ATTR_SPLIT.split(attr_text) if attr_text else []:
+            name, sep, value = item.partition("=")
+            if not sep:
+                raise IRParseError(f"line {number}: bad attribute {_clip(item)!r}")
+            if name == "ROOT":
+                root = int(value) if value.strip().lstrip("-").isdigit() else None
+            elif name != "NodeType":
+                attrs[name] = value
+        if node_id in seen:
+            raise IRParseError(f"line {number}: {node_id} is defined twice")
+        seen.add(node_id)
+        nodes.append(Node(node_id, op, outputs, operands, attrs, root, number))
+    return IRGraph(tuple(nodes))
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,106 @@
+"""Explain every cache miss that is not the first graph of its site: the closest graph
+compiled before (same site first, then any), and what differs, origins first."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+
+from lazyviz.analysis.diff import Change, GraphDiff, diff_graphs
+from lazyviz.analysis.ir import IRGraph, IRParseError, parse_ir
+from lazyviz.trace.model import Execution, Frame
+
+# Misses in the first steps are warm-up: step 0 also runs initialisation, step 1 is the
+# first steady-state step (optimizer state now exists).
+WARMUP_STEPS = 2
+
+
+@dataclass(frozen=True)
+class Recompile:
+    execution: int
+    step: int
+    graph: str
+    closest: str | None  # the graph compared against; None when nothing was compiled before
+    closest_execution: int | None
+    same_site: bool
+    frame: Frame | None
+    warmup: bool
+    diff: GraphDiff | None  # None when the IR was not captured or did not parse
+    note: str = ""
+
+    @property
+    def changes(self) -> tuple[Change, ...]:
+        return self.diff.changes if self.diff else ()
+
+    def headline(self) -> str:
+        if self.diff is None:
+            return self.note or "no IR to compare"
+        first = self.diff.first
+        if first is None:
+            return f"same IR as {self.closest} (recompiled, e.g. evicted from the cache)"
+        more = len(self.diff.origins) - 1
+        return first.describe() + (f" (+{more} more)" if more > 0 else "")
+
+
+def explain_recompiles(
+    executions: list[Execution], ir_text: Mapping[str, str], warmup_steps: int = WARMUP_STEPS
+) -> list[Recompile]:
+    """ir_text: graph id -> IR text (empty when captured light)."""
+    parse = _parser(ir_text)
+    compiled: list[Execution] = []  # earlier misses, one per distinct graph
+    seen_sites: set[str] = set()
+    explained: list[Recompile] = []
+    for execution in executions:
+        if not execution.is_miss:
+            continue
+        site = execution.site
+        if site in seen_sites:
+            explained.append(_explain(execution, compiled, parse, execution.step < warmup_steps))
+        seen_sites.add(site)
+        if all(e.graph != execution.graph for e in compiled):
+            compiled.append(execution)
+    return explained
+
+
+def _parser(ir_text: Mapping[str, str]):
+    @lru_cache(maxsize=None)
+    def parse(graph_id: str) -> IRGraph | None:
+        text = ir_text.get(graph_id, "")
+        if not text:
+            return None
+        try:
+            return parse_ir(text)
+        except IRParseError:
+            return None
+
+    return parse
+
+
+def _explain(execution: Execution, compiled: list[Execution], parse, warmup: bool) -> Recompile:
+    same_site = [e for e in compiled if e.site == execution.site and e.graph != execution.graph]
+    candidates = same_site or [e for e in compiled if e.graph != execution.graph]
+    new = parse(execution.graph)
+    base = dict(execution=execution.index, step=execution.step, graph=execution.graph,
+                frame=execution.frame, warmup=warmup)
+    if not candidates:
+        return Recompile(closest=None, closest_execution=None, same_site=False, diff=None,
+                         note="nothing compiled before to compare with", **base)
+    if new is None:
+        latest = candidates[-1]
+        return Recompile(closest=latest.graph, closest_execution=latest.index, same_site=bool(same_site),
+                         diff=None, note="no IR captured (run with --capture full)", **base)
+    best: tuple[tuple[int, int, int], Execution, GraphDiff] | None = None
+    for order, candidate in enumerate(reversed(candidates)):  # most recent first on ties
+        old = parse(candidate.graph)
+        if old is None:
+            continue
+        diff = diff_graphs(old, new)
+        score = (len(diff.origins), len(diff.changes), order)
+        if best is None or score < best[0]:
+            best = (score, candidate, diff)
+    if best is None:
+        return Recompile(closest=None, closest_execution=None, same_site=False, diff=None,
+                         note="no IR of earlier graphs to compare with", **base)
+    _, closest, diff = best
+    return Recompile(closest=closest.graph, closest_execution=closest.index, same_site=bool(same_site),
+                     diff=diff, **base)

@@ -1,0 +1,73 @@
+"""The trace file on its own: written and read back without torch."""
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import lazyviz.trace
+from lazyviz.trace.writer import TraceWriter
+
+
+def row(index: int, step: int = 0, cause: str = "mark_step", cache: str = "hit") -> tuple:
+    return (index, step, cause, None, "/x/train.py", 10 + index, "main", None, "g1", 5, cache,
+            1.5, 0.5, 0.0, 1.5, float(index), {"aten::sin": 1} if cause == "fallback" else {}, {"MarkStep": 1})
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    writer = TraceWriter(tmp_path / "t.trace")
+    writer.set_run(argv=["train.py", "--x"], backend="ts", capture="full", versions={"torch": "2.13.0"})
+    writer.add_execution(row(0, cache="miss"), graph=("g1", 5, "IR {}", "graph()", 0),
+                         stack=(1, [("/x/train.py", 10, "<module>")]))
+    writer.add_execution(row(1, step=1, cause="fallback"))
+    writer.set_run(exit_status=0, error=None, traceback=None, steps=2, elapsed_s=1.0)
+    writer.close()
+    with lazyviz.trace.open(tmp_path / "t.trace") as trace:
+        first, second = trace.executions()
+        assert (first.cache, first.frame.line, second.fallback_ops) == ("miss", 10, {"aten::sin": 1})
+        assert trace.graph("g1").backend_text == "graph()" and trace.graph("nope") is None
+        assert trace.stack(1)[0].function == "<module>"
+        run = trace.run
+        assert run.argv == ["train.py", "--x"] and run.finished and run.steps == 2
+        with pytest.raises(lazyviz.trace.TraceError, match="no execution 7"):
+            trace.execution(7)
+
+
+def test_unfinished_trace_reads_what_was_written(tmp_path: Path) -> None:
+    writer = TraceWriter(tmp_path / "t.trace")
+    writer.set_run(argv=["a.py"])
+    writer.add_execution(row(0))
+    writer.flush()
+    with lazyviz.trace.open(tmp_path / "t.trace") as trace:  # while the writer is still open
+        assert trace.count() == 1 and not trace.run.finished
+    writer.close()
+
+
+def test_follow_yields_rows_as_they_commit(tmp_path: Path) -> None:
+    writer = TraceWriter(tmp_path / "t.trace")
+    writer.set_run(argv=["a.py"])
+    writer.flush()
+
+    def produce() -> None:
+        for index in range(4):
+            writer.add_execution(row(index))
+            time.sleep(0.1)
+        writer.set_run(exit_status=0)
+        writer.close()
+
+    threading.Thread(target=produce).start()
+    with lazyviz.trace.open(tmp_path / "t.trace") as trace:
+        batches = list(trace.follow(poll_s=0.02))
+    assert [e.index for batch in batches for e in batch] == [0, 1, 2, 3] and len(batches) >= 2
+
+
+def test_not_a_trace(tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE t (x)")
+    for path in (other, tmp_path / "missing.trace"):
+        with pytest.raises(lazyviz.trace.TraceError):
+            lazyviz.trace.open(path)
