@@ -169,7 +169,80 @@ class ReportCommand:
         return 0
 
 
-COMMANDS = [RunCommand(), ReportCommand()]
+class ExportCommand:
+    """Write one execution's graph: SVG or DOT drawing, IR text or backend code."""
+
+    name = "export"
+    FORMATS = {".svg": "svg", ".dot": "dot", ".gv": "dot", ".ir": "ir", ".ts": "backend"}
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("trace", metavar="TRACE")
+        parser.add_argument("--execution", type=int, required=True, metavar="N", help="execution index")
+        parser.add_argument("--format", choices=("svg", "dot", "ir", "backend"),
+                            help="default: from -o's extension, else svg")
+        parser.add_argument("-o", "--output", help="file to write (default: standard output)")
+        parser.add_argument("--diff", action="store_true",
+                            help="highlight the nodes that changed since the closest earlier graph")
+        parser.add_argument("--around", metavar="NODE", help="draw only the neighbourhood of this node (e.g. %%12)")
+        parser.add_argument("--depth", type=int, default=2, help="edges around --around (default 2)")
+        parser.add_argument("--max-nodes", type=int, default=300,
+                            help="collapse larger graphs down to about this many boxes (default 300)")
+
+    def run(self, options: argparse.Namespace) -> int:
+        from lazyviz.trace import TraceError
+
+        trace = _open_trace(options.trace)
+        fmt = options.format or self.FORMATS.get(Path(options.output or "").suffix.lower(), "svg")
+        try:
+            execution = trace.execution(options.execution)
+        except TraceError as error:
+            raise CliError(str(error)) from None
+        graph = trace.graph(execution.graph)
+        if graph is None:
+            raise CliError(f"graph {execution.graph} of execution {execution.index} is not in the trace")
+        if fmt == "backend":
+            _write_output(graph.backend_text, options.output)
+            return 0
+        if not graph.ir_text:
+            raise CliError(f"{options.trace} has no IR text (recorded with --capture light)")
+        if fmt == "ir":
+            _write_output(graph.ir_text, options.output)
+            return 0
+        _write_output(self._drawing(trace, execution, graph.ir_text, fmt, options), options.output)
+        return 0
+
+    @staticmethod
+    def _drawing(trace, execution, ir_text: str, fmt: str, options: argparse.Namespace) -> str:
+        from lazyviz.analysis.ir import IRParseError, parse_ir
+        from lazyviz.analysis.recompiles import explain_execution
+        from lazyviz.export.graphviz import ExportError, neighbourhood, render_svg, to_dot
+
+        try:
+            ir = parse_ir(ir_text)
+        except IRParseError as error:
+            raise CliError(f"cannot read the IR of graph {execution.graph}: {error}") from None
+        title = (f"execution {execution.index}, step {execution.step}: {execution.detail or execution.cause} "
+                 f"at {execution.site}\ngraph {execution.graph}, {execution.nodes} nodes, cache {execution.cache}")
+        if execution.fallback_ops:
+            title += "\nfallbacks: " + ", ".join(execution.fallback_ops)
+        highlight: set[str] = set()
+        if options.diff:
+            explained = explain_execution(trace.executions(), trace.ir_texts(), execution.index)
+            if explained is not None and explained.diff is not None:
+                highlight = explained.diff.changed_nodes
+                title += (f"\nred: {len(highlight)} nodes changed since execution "
+                          f"{explained.closest_execution} ({explained.headline()})")
+            else:
+                title += "\n(no earlier graph to compare with)"
+        try:
+            keep = neighbourhood(ir, options.around, options.depth) if options.around else None
+            dot_text = to_dot(ir, title, highlight, keep, options.max_nodes)
+            return render_svg(dot_text) if fmt == "svg" else dot_text
+        except ExportError as error:
+            raise CliError(str(error)) from None
+
+
+COMMANDS = [RunCommand(), ReportCommand(), ExportCommand()]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -104,3 +104,22 @@ def _explain(execution: Execution, compiled: list[Execution], parse, warmup: boo
     _, closest, diff = best
     return Recompile(closest=closest.graph, closest_execution=closest.index, same_site=bool(same_site),
                      diff=diff, **base)
+
+
+def explain_execution(
+    executions: list[Execution], ir_text: Mapping[str, str], index: int, warmup_steps: int = WARMUP_STEPS
+) -> Recompile | None:
+    """Explain any execution's graph against the closest graph compiled before it (the UI's
+    Diff tab and `export --diff`); None for the first graph of the run."""
+    target = next((e for e in executions if e.index == index), None)
+    if target is None:
+        return None
+    compiled: list[Execution] = []
+    for execution in executions:
+        if execution.index >= index:
+            break
+        if execution.is_miss and all(e.graph != execution.graph for e in compiled):
+            compiled.append(execution)
+    if not any(e.graph != target.graph for e in compiled):
+        return None
+    return _explain(target, compiled, _parser(ir_text), target.step < warmup_steps)

@@ -1,0 +1,120 @@
+"""Explanations and drawings of the samples' real traces."""
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import lazyviz.trace
+from conftest import SAMPLES, cli, line_of
+from lazyviz.analysis.ir import parse_ir
+from lazyviz.export.graphviz import render_svg, to_dot
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def report(path: Path) -> dict:
+    result = cli("report", path, "--format", "json")
+    assert result.status == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_batch_size_change_is_explained_as_a_batch_shape_change(sample_trace) -> None:
+    found = report(sample_trace("batch_size_change"))
+    late = [r for r in found["recompiles"] if not r["warmup"]]
+    assert len(late) == 1
+    recompile = late[0]
+    assert recompile["step"] == 4 and recompile["closest_execution"] == 1 and recompile["same_site"]
+    origins = [c for c in recompile["changes"] if c["origin"]]
+    assert {(c["kind"], c["before"], c["after"]) for c in origins} == {
+        ("input_shape", "Float[16,32]", "Float[24,32]"), ("input_shape", "Float[16,1]", "Float[24,1]")}
+    assert origins[0]["source"]["line"] == line_of(SAMPLES / "batch_size_change.py", "torch._lazy.mark_step()")
+    assert [f["kind"] for f in found["findings"]] == ["recompile"]
+
+
+def test_clean_run_has_no_findings(sample_trace) -> None:
+    found = report(sample_trace("clean_mlp"))
+    assert found["findings"] == [] and all(r["warmup"] for r in found["recompiles"])
+
+
+def test_item_sample_has_one_extra_sync_finding(sample_trace) -> None:
+    findings = report(sample_trace("item_in_loop"))["findings"]
+    assert len(findings) == 1
+    finding = findings[0]
+    assert finding["kind"] == "extra_sync" and finding["details"]["count"] == 5
+    assert finding["site"]["line"] == line_of(SAMPLES / "item_in_loop.py", "loss.item()")
+    assert "add_step_closure" in finding["fix"]
+
+
+def test_fallback_sample_names_both_ops_and_lines(sample_trace) -> None:
+    findings = {f["details"]["op"]: f for f in report(sample_trace("fallback_mse"))["findings"]
+                if f["kind"] == "fallback"}
+    script = SAMPLES / "fallback_mse.py"
+    assert findings["aten::mse_loss"]["site"]["line"] == line_of(script, "F.mse_loss(")
+    assert findings["aten::mse_loss_backward"]["site"]["line"] == line_of(script, "loss.backward()")
+    assert findings["aten::mse_loss"]["details"]["per_step"] == 1
+
+
+def test_missing_mark_step_names_the_pattern(sample_trace) -> None:
+    growth = [f for f in report(sample_trace("missing_mark_step"))["findings"] if f["kind"] == "missing_mark_step"]
+    assert len(growth) == 1
+    assert growth[0]["details"]["pattern"] == ["aten::mm", "aten::tanh", "aten::mul", "aten::add"]
+    assert growth[0]["details"]["repeats"] == 12
+
+
+def test_adamw_lerp_fallback_has_its_fix(sample_trace) -> None:
+    findings = {f["details"]["op"]: f for f in report(sample_trace("transformer_adamw"))["findings"]
+                if f["kind"] == "fallback"}
+    lerp = findings["aten::lerp.Scalar"]
+    assert lerp["site"]["line"] == line_of(SAMPLES / "transformer_adamw.py", "optimizer.step()")
+    assert "lerp_" in lerp["fix"] and lerp["details"]["per_step"] > 10
+
+
+def svg_nodes(text: str) -> list[ET.Element]:
+    return [g for g in ET.fromstring(text).iter(f"{SVG}g") if g.get("class") == "node"]
+
+
+def test_export_svg_draws_every_node(sample_trace, tmp_path: Path) -> None:
+    path = sample_trace("batch_size_change")
+    out = tmp_path / "g.svg"
+    result = cli("export", path, "--execution", "4", "--diff", "-o", out)
+    assert result.status == 0, result.stderr
+    with lazyviz.trace.open(path) as trace:
+        nodes = trace.execution(4).nodes
+    drawn = svg_nodes(out.read_text())
+    assert len(drawn) == nodes
+    red = [g for g in drawn if any(shape.get("fill") == "#ffb3b3" for shape in g)]
+    assert len(red) > 2  # the two inputs and what their shapes flow into
+
+
+def test_export_formats(sample_trace, tmp_path: Path) -> None:
+    path = sample_trace("clean_mlp")
+    ir = cli("export", path, "--execution", "1", "--format", "ir")
+    assert ir.status == 0 and ir.stdout.startswith("IR {")
+    backend = cli("export", path, "--execution", "1", "--format", "backend")
+    assert backend.status == 0 and "graph(" in backend.stdout
+    dot = cli("export", path, "--execution", "1", "-o", tmp_path / "g.dot")
+    assert dot.status == 0 and (tmp_path / "g.dot").read_text().startswith("digraph")
+    around = cli("export", path, "--execution", "1", "--around", "%5", "--depth", "1")
+    assert around.status == 0 and "neighbourhood" in around.stdout
+    assert len(svg_nodes(around.stdout)) < 10
+    missing = cli("export", path, "--execution", "1", "--around", "%9999")
+    assert missing.status == 2 and missing.stderr.count("\n") == 1
+
+
+def test_large_graph_is_collapsed_and_says_so(sample_trace) -> None:
+    path = sample_trace("missing_mark_step")
+    result = cli("export", path, "--execution", "0", "--max-nodes", "20")
+    assert result.status == 0
+    assert "repeated 12 times" in result.stdout
+    assert len(svg_nodes(result.stdout)) < 30
+
+
+def test_labels_are_escaped() -> None:
+    graph = parse_ir("%0 = [Float[2]] lazy_tensors::device_data()\n%1 = [Float[2]] aten::relu(%0), ROOT=0")
+    hostile = 'execution at /tmp/<script>alert("x")</script> & \'q\'.py:3'
+    svg = render_svg(to_dot(graph, hostile))
+    root = ET.fromstring(svg)  # still well-formed XML
+    texts = " ".join(t.text or "" for t in root.iter(f"{SVG}text"))
+    assert '<script>alert("x")</script> & \'q\'' in texts
+    assert "<script>" not in svg  # escaped in the markup
