@@ -83,8 +83,33 @@ class RunCommand:
         if options.module:
             command.append("--module")
         command += ["--", options.target, *options.args]
-        status = self._run_plain(command)
-        return self._finish(trace_path, status)
+        if options.no_tui or not (sys.stdout.isatty() and sys.stdin.isatty()):
+            return self._finish(trace_path, self._run_plain(command))
+        return self._run_with_ui(command, trace_path)
+
+    @staticmethod
+    def _run_with_ui(command: list[str], trace_path: Path) -> int:
+        """The script runs in its own session with its output going to a file beside the
+        trace (shown in the Output tab), so nothing it prints lands over the UI."""
+        from tui.app import build_app
+
+        output_path = Path(f"{trace_path}.out")
+        with output_path.open("wb") as output:
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            build_app(trace_path, process, output_path).run()
+        finally:
+            stopped = process.poll() is None
+            if stopped:
+                _stop(process)
+        status = _exit_status_of(process.wait())
+        if stopped:
+            print(f"lazyviz: stopped the script when the UI quit (status {status}); "
+                  f"the trace keeps what it recorded: {trace_path}", file=sys.stderr)
+        else:
+            print(f"lazyviz: script exited {status}; trace: {trace_path}; output: {output_path}", file=sys.stderr)
+        return status
 
     @staticmethod
     def _check_script(script: str) -> None:
@@ -144,6 +169,34 @@ class RunCommand:
             return status or 3
         sys.stderr.write(text_report(run, executions, trace.ir_texts(), trace_path))
         return status
+
+
+def _stop(process: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """Ctrl-C first, so the script ends as it would by hand and its trace is closed
+    properly; then SIGKILL if it will not stop."""
+    try:
+        os.killpg(process.pid, signal.SIGINT)
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+class ViewCommand:
+    """Open the UI on a saved trace, or on one still being written."""
+
+    name = "view"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("trace", metavar="TRACE")
+
+    def run(self, options: argparse.Namespace) -> int:
+        _open_trace(options.trace).close()  # one clear line if it is not a trace
+        from tui.app import build_app
+
+        build_app(Path(options.trace)).run()
+        return 0
 
 
 class ReportCommand:
@@ -242,7 +295,7 @@ class ExportCommand:
             raise CliError(str(error)) from None
 
 
-COMMANDS = [RunCommand(), ReportCommand(), ExportCommand()]
+COMMANDS = [RunCommand(), ViewCommand(), ReportCommand(), ExportCommand()]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,90 @@
+"""Text for the detail tabs of one execution: pure functions, tested without a UI."""
+from __future__ import annotations
+
+import linecache
+import os
+
+from lazyviz.analysis.ir import IRParseError, parse_ir
+from lazyviz.analysis.recompiles import Recompile
+from lazyviz.trace.model import Execution, Frame
+
+
+def stack_text(stack: list[Frame], user: Frame | None, context: int = 3) -> str:
+    """The Python stack, outermost first, the user frame marked, and the source around it."""
+    if not stack:
+        return "no stack recorded (capture light)" if user is None else f"> {user.site} in {user.function}"
+    lines = []
+    for frame in stack:
+        marker = "> " if user is not None and frame == user else "  "
+        lines.append(f"{marker}{frame.function} ({frame.file}:{frame.line})")
+    if user is not None and os.path.isfile(user.file):
+        lines += ["", f"{user.file}:"]
+        for number in range(max(1, user.line - context), user.line + context + 1):
+            source = linecache.getline(user.file, number).rstrip("\n")
+            if source or number <= user.line:
+                lines.append(f"{number:6d} {'>' if number == user.line else '|'} {source}")
+    return "\n".join(lines)
+
+
+def counters_text(execution: Execution) -> str:
+    lines = [f"counters that moved since the previous execution (execution {execution.index}):"]
+    if not execution.counters:
+        lines.append("  none recorded (capture light)" if not execution.fallback_ops else "")
+    for name, delta in sorted(execution.counters.items()):
+        lines.append(f"  {name:<40} +{delta}")
+    if execution.fallback_ops:
+        lines += ["", "fallback ops:"] + [f"  {op:<40} x{n}" for op, n in execution.fallback_ops.items()]
+    lines += ["", f"sync {execution.sync_ms:.3f} ms = compile {execution.compile_ms:.3f} + execute "
+              f"{execution.execute_ms:.3f}; python tracing before it {execution.trace_ms:.3f} ms"]
+    return "\n".join(lines)
+
+
+def diff_text(execution: Execution, recompile: Recompile | None, old_ir: str, new_ir: str) -> str:
+    """The new graph's IR with each line marked against the closest earlier graph:
+    '!' where a change came in, '~' carried from operands, '+' added, '-' removed."""
+    if recompile is None:
+        return "# nothing compiled before this graph to compare with"
+    header = [f"# execution {execution.index} (graph {execution.graph}) vs execution "
+              f"{recompile.closest_execution} (graph {recompile.closest}, "
+              f"{'same site' if recompile.same_site else 'another site'})"]
+    if execution.graph == recompile.closest:
+        return "\n".join(header + ["# same graph: nothing changed"])
+    if recompile.diff is None:
+        return "\n".join(header + [f"# {recompile.note or 'no IR to compare'}"])
+    header.append(f"# {recompile.headline()}")
+    for change in recompile.diff.origins:
+        header.append(f"#   {change.describe()}")
+    try:
+        new_graph, old_graph = parse_ir(new_ir), parse_ir(old_ir)
+    except IRParseError as error:
+        return "\n".join(header + [f"# cannot read the IR: {error}"])
+    marks: dict[str, str] = {}
+    for change in recompile.diff.changes:
+        if change.node:
+            mark = "+" if change.kind == "op_added" else ("!" if change.origin else "~")
+            if marks.get(change.node) != "!":
+                marks[change.node] = mark
+    raw_lines = new_ir.splitlines()
+    body = [f"{marks.get(node.id, ' ')} {raw_lines[node.line - 1].strip()}" for node in new_graph.nodes]
+    removed = [c.old_node for c in recompile.diff.changes if c.kind == "op_removed"]
+    old_lines = old_ir.splitlines()
+    body += [f"- {old_lines[old_graph.by_id[node_id].line - 1].strip()}" for node_id in removed
+             if node_id in old_graph.by_id]
+    return "\n".join(header + [""] + body)
+
+
+def graphs_with(term: str, ir_texts: dict[str, str]) -> set[str]:
+    """Graph ids whose IR mentions the term (an op name, a shape)."""
+    term = term.strip().lower()
+    return {graph for graph, text in ir_texts.items() if term and term in text.lower()}
+
+
+def matches(execution: Execution, term: str, graphs: set[str]) -> bool:
+    """Does the search term name this execution's site, graph, cause, detail, or an op
+    in its IR (graphs: from graphs_with)?"""
+    term = term.strip().lower()
+    if not term:
+        return False
+    site = execution.frame.site.lower() if execution.frame else ""
+    return (term in site or execution.graph.startswith(term) or term == execution.cause
+            or term in (execution.detail or "").lower() or execution.graph in graphs)

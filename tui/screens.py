@@ -1,0 +1,32 @@
+"""The help screen."""
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+KEYS = """[b]lazyviz keys[/b]
+
+  up/down, pgup/pgdn, home/end   move in the executions table (mouse works too)
+  enter        focus the details of the selected execution (tab/shift+tab move between panes)
+  /            search: op name (aten::mm), site (train.py:31) or graph id; enter again finds the next
+  n / N        next / previous cache miss
+  f            follow the newest execution on/off
+  s            save the selected execution's graph as SVG beside the trace
+  1..8         show a tab: IR, Backend, Diff, Stack, Counters, Findings, Timing, Output
+  ?            this help
+  q            quit (a running script is stopped; the trace is kept)
+
+Rows: [red]miss[/red] = compiled, [green]hit[/green] = cache hit; causes other than mark_step
+stand out in [yellow]yellow[/yellow] (fallbacks in [magenta]magenta[/magenta]).
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="help"):
+            yield Static(KEYS)

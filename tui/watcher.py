@@ -1,0 +1,108 @@
+"""Reads a (possibly growing) trace off the UI thread and hands the app batches: new
+executions, the run's state, new graphs' IR, new script output, and the analysis of
+everything so far. Sleep-polls, since select/poll on a regular file always says
+ready; bursts of rows go out as one update."""
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lazyviz.analysis import Analysis, analyze
+from lazyviz.trace import Execution, RunInfo, Trace, TraceError
+
+ANALYZE_EVERY_S = 1.0
+
+
+@dataclass
+class TraceUpdate:
+    executions: list[Execution] = field(default_factory=list)  # new since the last update
+    run: RunInfo | None = None
+    ir_texts: dict[str, str] = field(default_factory=dict)  # new graphs
+    output: str = ""
+    process_status: int | None = None
+    analysis: Analysis | None = None
+    error: str | None = None
+    done: bool = False  # nothing more will come
+
+    @property
+    def empty(self) -> bool:
+        return not (self.executions or self.ir_texts or self.output or self.analysis or self.error or self.done)
+
+
+class TraceWatcher:
+    def __init__(self, path: Path, process: subprocess.Popen | None = None, output: Path | None = None,
+                 poll_s: float = 0.25) -> None:
+        self.path = path
+        self.process = process
+        self.output = output
+        self.poll_s = poll_s
+        self.trace: Trace | None = None
+        self.executions: list[Execution] = []
+        self.ir_texts: dict[str, str] = {}
+        self._output_offset = 0
+        self._last_run: RunInfo | None = None
+        self._last_status: int | None = None
+        self._analyzed_at = 0.0
+        self._analyzed_count = -1
+
+    def run(self, emit: Callable[[TraceUpdate], None], cancelled: Callable[[], bool]) -> None:
+        while not cancelled():
+            update = self.poll()
+            if not update.empty or update.run != self._last_run or update.process_status != self._last_status:
+                self._last_run, self._last_status = update.run, update.process_status
+                emit(update)
+            if update.done:
+                return
+            if not update.executions:
+                time.sleep(self.poll_s)
+
+    def _open(self) -> str | None:
+        try:
+            self.trace = Trace(self.path)
+            self.trace.run  # the schema may still be being written
+            return None
+        except (TraceError, Exception) as error:  # noqa: BLE001 - retried while the script starts
+            self.trace = None
+            return str(error)
+
+    def poll(self) -> TraceUpdate:
+        update = TraceUpdate(output=self._read_output())
+        update.process_status = self.process.poll() if self.process is not None else None
+        if self.trace is None:
+            error = self._open()
+            if self.trace is None:
+                live = self.process is not None and update.process_status is None
+                if not live:
+                    update.error, update.done = error, True
+                return update
+        trace = self.trace
+        update.executions = trace.executions(len(self.executions))
+        self.executions += update.executions
+        new_graphs = {e.graph for e in update.executions} - self.ir_texts.keys()
+        if new_graphs:
+            update.ir_texts = {g: t for g, t in trace.ir_texts().items() if g not in self.ir_texts}
+            self.ir_texts.update(update.ir_texts)
+        update.run = trace.run
+        now = time.monotonic()
+        finished = update.run.finished or (self.process is not None and update.process_status is not None)
+        caught_up = not update.executions or finished
+        if len(self.executions) != self._analyzed_count and (caught_up or now - self._analyzed_at > ANALYZE_EVERY_S):
+            update.analysis = analyze(update.run, self.executions, self.ir_texts)
+            self._analyzed_at, self._analyzed_count = now, len(self.executions)
+        if finished and not update.executions and trace.count() == len(self.executions):
+            if self.process is None or update.process_status is not None:
+                update.output += self._read_output()
+                update.done = True
+        return update
+
+    def _read_output(self) -> str:
+        if self.output is None or not self.output.exists():
+            return ""
+        with self.output.open("rb") as handle:
+            handle.seek(self._output_offset)
+            data = handle.read()
+        self._output_offset += len(data)
+        return data.decode("utf-8", "replace")

@@ -1,0 +1,90 @@
+"""A read-only, highlighted text view that renders only the lines on screen, so a
+5,000-node IR scrolls as fast as a 5-line one."""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+_IR_RULES = [
+    (re.compile(r"%\d+(\.\d+)?"), Style(color="cyan")),
+    (re.compile(r"\[[A-Za-z]+\[[^\]]*\](, [A-Za-z]+\[[^\]]*\])*\]"), Style(color="green")),
+    (re.compile(r"\b[a-z_]+::[\w.]+"), Style(color="bright_white", bold=True)),
+    (re.compile(r"\b[A-Za-z_]\w*(?==)"), Style(color="magenta")),
+    (re.compile(r"ROOT=\d+"), Style(color="yellow", bold=True)),
+    (re.compile(r"NodeType=\S+"), Style(color="grey42")),
+]
+_TORCHSCRIPT_RULES = [
+    (re.compile(r"%[\w.]+"), Style(color="cyan")),
+    (re.compile(r"\b(aten|prim)::\w+"), Style(color="bright_white", bold=True)),
+    (re.compile(r"\b(Float|Double|Long|Int|Bool|Tensor)\([^)]*\)|\b(Tensor|int|float|bool)\b"), Style(color="green")),
+    (re.compile(r"#.*$"), Style(color="grey50", italic=True)),
+]
+_STACK_RULES = [
+    (re.compile(r"^> .*"), Style(color="yellow", bold=True)),
+    (re.compile(r"^ *\d+ \|.*"), Style(color="grey62")),
+    (re.compile(r"^ *\d+ >.*"), Style(color="bright_white", bold=True)),
+]
+_DIFF_RULES = [
+    (re.compile(r"^! .*"), Style(color="red", bold=True)),
+    (re.compile(r"^\+ .*"), Style(color="green")),
+    (re.compile(r"^- .*"), Style(color="red")),
+    (re.compile(r"^~ .*"), Style(color="yellow")),
+    (re.compile(r"^#.*"), Style(color="bright_white", bold=True)),
+]
+RULES = {"ir": _IR_RULES, "torchscript": _TORCHSCRIPT_RULES, "stack": _STACK_RULES, "diff": _DIFF_RULES,
+         "plain": []}
+
+
+class CodeView(ScrollView, can_focus=True):
+    DEFAULT_CSS = """
+    CodeView { background: $surface; }
+    """
+
+    def __init__(self, language: str = "plain", placeholder: str = "", **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.language = language
+        self.placeholder = placeholder
+        self.lines: list[str] = [placeholder] if placeholder else []
+        self._width = max((len(line) for line in self.lines), default=0)
+        self._highlight = lru_cache(maxsize=2048)(self._highlight_line)
+
+    def set_text(self, text: str, language: str | None = None) -> None:
+        if language is not None:
+            self.language = language
+        self.lines = text.splitlines() or [""]
+        self._width = max(len(line) for line in self.lines)
+        self._highlight.cache_clear()
+        self.virtual_size = Size(self._width + 1, len(self.lines))
+        self.scroll_home(animate=False)
+        self.refresh()
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+    def on_mount(self) -> None:
+        self.virtual_size = Size(self._width + 1, len(self.lines))
+
+    def _highlight_line(self, index: int) -> list[Segment]:
+        text = Text(self.lines[index].expandtabs(4), no_wrap=True)
+        for pattern, style in RULES.get(self.language, []):
+            for match in pattern.finditer(text.plain):
+                text.stylize(style, match.start(), match.end())
+        return list(text.render(self.app.console))
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        index = scroll_y + y
+        width = self.size.width
+        base = self.rich_style
+        if index >= len(self.lines):
+            return Strip.blank(width, base)
+        strip = Strip(self._highlight(index)).crop(scroll_x, scroll_x + width)
+        return strip.extend_cell_length(width, base).apply_style(base)

@@ -1,0 +1,35 @@
+"""What the trace so far says to fix: findings from lazyviz.analysis, worst first."""
+from __future__ import annotations
+
+import os
+
+from rich.text import Text
+from textual.widgets import Static
+
+from lazyviz.analysis.findings import Finding
+
+SEVERITY_STYLES = {"error": "bold red", "warning": "bold yellow", "info": "cyan"}
+
+
+class FindingsView(Static):
+    DEFAULT_CSS = """
+    FindingsView { padding: 0 1; }
+    """
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__("no findings yet", **kwargs)
+
+    def show(self, findings: list[Finding]) -> None:
+        if not findings:
+            self.update(Text("no findings: one execution per step, no fallbacks, no recompiles", "green"))
+            return
+        text = Text()
+        for finding in findings:
+            text.append(f"{finding.severity:<8}", SEVERITY_STYLES.get(finding.severity, ""))
+            text.append(f"{finding.kind}  ", "bold")
+            if finding.frame:
+                text.append(f"{os.path.basename(finding.frame.file)}:{finding.frame.line}", "cyan")
+            text.append(f"\n  {finding.message}\n")
+            if finding.fix:
+                text.append(f"  fix: {finding.fix}\n", "green")
+        self.update(text)
