@@ -47,6 +47,7 @@ class TraceWatcher:
         self._last_status: int | None = None
         self._analyzed_at = 0.0
         self._analyzed_count = -1
+        self._analyzed_finished = False
 
     def run(self, emit: Callable[[TraceUpdate], None], cancelled: Callable[[], bool]) -> None:
         while not cancelled():
@@ -89,9 +90,11 @@ class TraceWatcher:
         now = time.monotonic()
         finished = update.run.finished or (self.process is not None and update.process_status is not None)
         caught_up = not update.executions or finished
-        if len(self.executions) != self._analyzed_count and (caught_up or now - self._analyzed_at > ANALYZE_EVERY_S):
+        fresh = len(self.executions) != self._analyzed_count or finished != self._analyzed_finished
+        if fresh and (caught_up or now - self._analyzed_at > ANALYZE_EVERY_S):
             update.analysis = analyze(update.run, self.executions, self.ir_texts)
             self._analyzed_at, self._analyzed_count = now, len(self.executions)
+            self._analyzed_finished = finished
         if finished and not update.executions and trace.count() == len(self.executions):
             if self.process is None or update.process_status is not None:
                 update.output += self._read_output()

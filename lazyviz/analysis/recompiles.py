@@ -37,7 +37,9 @@ class Recompile:
             return self.note or "no IR to compare"
         first = self.diff.first
         if first is None:
-            return f"same IR as {self.closest} (recompiled, e.g. evicted from the cache)"
+            return (f"same IR as graph {self.closest}, but its inputs share buffers differently "
+                    "(a Python number now equal or no longer equal to another input): torch hashes that "
+                    "into the cache key")
         more = len(self.diff.origins) - 1
         return first.describe() + (f" (+{more} more)" if more > 0 else "")
 

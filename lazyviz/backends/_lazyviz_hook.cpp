@@ -151,11 +151,19 @@ class RecordingBackend : public BackendImplInterface {
     return roots;
   }
 
-  // The same IR gives the same id in every run: node hashes cover op, shapes and
-  // attributes, never addresses or data values.
-  static std::string GraphId(c10::ArrayRef<const Node*> post_order) {
+  // The same graph gives the same id in every run: node hashes cover op, shapes and
+  // attributes, never addresses or data values. Like the executor's cache key, the id
+  // also covers which inputs share one buffer (a Python 1 that aliases another 1).
+  std::string GraphId(c10::ArrayRef<const Node*> post_order) const {
     hash_t hash(static_cast<uint64_t>(post_order.size()));
     for (const Node* node : Roots(post_order)) hash = HashCombine(hash, node->hash());
+    std::unordered_map<BackendData::Handle, int64_t> first_use;
+    for (const Node* node : post_order) {
+      BackendDataPtr data = inner_->GetComputationDataFromNode(node);
+      if (!data) continue;
+      auto found = first_use.emplace(data->GetHandle(), static_cast<int64_t>(first_use.size()));
+      hash = HashCombine(hash, Hash(found.first->second));
+    }
     char buf[17];
     std::snprintf(buf, sizeof(buf), "%016llx",
                   static_cast<unsigned long long>(c10::Uint128Low64(hash) ^ c10::Uint128High64(hash)));

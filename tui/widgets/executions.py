@@ -32,8 +32,11 @@ def short_site(execution: Execution) -> str:
     return f"{os.path.basename(execution.frame.file)}:{execution.frame.line}"
 
 
+SCROLLBAR = 2  # the table keeps its scrollbar gutter, so rows and header line up
+
+
 def header_text(width: int) -> str:
-    return _join([title for title, _, _ in COLUMNS], width)
+    return _join([title for title, _, _ in COLUMNS], width - SCROLLBAR)
 
 
 def _widths(width: int) -> list[int]:
@@ -59,7 +62,7 @@ class ExecutionList(ScrollView, can_focus=True):
         Binding("end", "jump(-1)", "Last", show=False),
     ]
     DEFAULT_CSS = """
-    ExecutionList { background: $surface; }
+    ExecutionList { background: $surface; scrollbar-gutter: stable; }
     """
 
     cursor: reactive[int] = reactive(-1, always_update=True)
@@ -99,13 +102,17 @@ class ExecutionList(ScrollView, can_focus=True):
         """Keep the cursor row on screen and tell the app which execution it is."""
         if not self.rows or cursor < 0:
             return
-        height = max(1, self.scrollable_content_region.height)
-        if cursor < self.scroll_y:
-            self.scroll_to(y=cursor, animate=False, immediate=True)
-        elif cursor >= self.scroll_y + height:
-            self.scroll_to(y=cursor - height + 1, animate=False, immediate=True)
+        # After the refresh, so the scroll range already covers rows just added.
+        self.call_after_refresh(self._scroll_to_cursor)
         self.refresh()
         self.post_message(self.Selected(self.rows[cursor]))
+
+    def _scroll_to_cursor(self) -> None:
+        height = max(1, self.scrollable_content_region.height)
+        if self.cursor < self.scroll_y:
+            self.scroll_to(y=self.cursor, animate=False, immediate=True)
+        elif self.cursor >= self.scroll_y + height:
+            self.scroll_to(y=self.cursor - height + 1, animate=False, immediate=True)
 
     def select(self, index: int) -> None:
         if 0 <= index < len(self.rows):
@@ -132,7 +139,7 @@ class ExecutionList(ScrollView, can_focus=True):
     # -- drawing ---------------------------------------------------------------------
     def render_line(self, y: int) -> Strip:
         index = int(self.scroll_y) + y
-        width = self.size.width
+        width = self.scrollable_content_region.width
         base = self.rich_style
         if index >= len(self.rows):
             return Strip.blank(width, base)

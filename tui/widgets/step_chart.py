@@ -25,7 +25,7 @@ def step_times(executions: list[Execution]) -> list[tuple[int, float, float, boo
 
 class StepChart(Static):
     DEFAULT_CSS = """
-    StepChart { padding: 0 1; }
+    StepChart { padding: 0 1; height: 1fr; }
     """
 
     def __init__(self, **kwargs: object) -> None:
@@ -52,6 +52,9 @@ class StepChart(Static):
         for start in range(0, len(steps), per_column):
             group = steps[start:start + per_column]
             columns.append((max(t + s for _, t, s, _ in group), any(m for *_, m in group)))
+        # Few steps: widen each bar (up to 4 cells) so the chart is readable.
+        repeat = max(1, min(4, width // max(1, len(columns))))
+        columns = [column for column in columns for _ in range(repeat)]
         top = max(total for total, _ in columns) or 1.0
         rows = []
         for level in range(height, 0, -1):
@@ -67,7 +70,7 @@ class StepChart(Static):
         sync_ms = sum(s for _, _, s, _ in steps)
         share = sync_ms / (trace_ms + sync_ms) * 100 if trace_ms + sync_ms else 0
         legend = Text.assemble(
-            (f"{len(steps)} steps", "bold"), f" ({per_column} per column) · median {statistics.median(totals):.1f} ms"
+            (f"{len(steps)} steps", "bold"), f"{f' ({per_column} per column)' if per_column > 1 else ''} · median {statistics.median(totals):.1f} ms"
             f" · max {top:.1f} ms (step {slowest[0]}) · ", ("■ compiled", "red"), " ", ("■ cached", "cyan"),
             f"\nsync (lower+compile+run) {sync_ms:.0f} ms = {share:.0f}% · python tracing {trace_ms:.0f} ms",
         )

@@ -1,0 +1,158 @@
+"""The terminal UI driven with Textual's Pilot on real traces of the samples."""
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, SCRIPTS
+from tui.app import build_app
+from tui.widgets.code_view import CodeView
+from tui.widgets.executions import ExecutionList
+
+SIZE = (100, 32)
+
+
+async def wait_for(pilot, condition: Callable[[], bool], seconds: float = 30) -> None:
+    for _ in range(int(seconds / 0.05)):
+        if condition():
+            await pilot.pause()
+            return
+        await pilot.pause(0.05)
+    raise AssertionError("the UI never got there")
+
+
+def view(app, view_id: str) -> str:
+    return app.query_one(f"#{view_id}", CodeView).text
+
+
+async def test_table_rows_causes_and_sites(sample_trace) -> None:
+    app = build_app(sample_trace("item_in_loop"))
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(ExecutionList)
+        await wait_for(pilot, lambda: len(table.rows) == 10 and app.analysis is not None)
+        assert [e.cause for e in table.rows[:2]] == ["item", "mark_step"]
+        line = table.render_line(0).text
+        assert "item" in line and "item_in_loop.py:31" in line and "miss" in line
+        assert table.cursor == 9  # follows the tail
+
+
+async def test_selecting_a_row_shows_ir_and_backend(sample_trace) -> None:
+    app = build_app(sample_trace("clean_mlp"))
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(ExecutionList)
+        await wait_for(pilot, lambda: len(table.rows) == 6)
+        await pilot.press("home", "down")
+        graph = table.rows[1].graph
+        await wait_for(pilot, lambda: graph in view(app, "ir-view"))
+        assert "aten::addmm" in view(app, "ir-view")
+        assert "graph(" in view(app, "backend-view")
+        assert "mark_step" in view(app, "stack-view") and "> main" in view(app, "stack-view")
+        assert not table.follow  # moving away from the tail stops following
+        await pilot.press("f")
+        assert table.follow and table.cursor == 5
+
+
+async def test_diff_of_the_recompile_shows_the_changed_shapes(sample_trace) -> None:
+    app = build_app(sample_trace("batch_size_change"))
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(ExecutionList)
+        await wait_for(pilot, lambda: len(table.rows) == 8)
+        await pilot.press("home", "n")
+        assert table.cursor == 1
+        await pilot.press("n")
+        assert table.cursor == 4  # the first step with the new batch size
+        await pilot.press("3")
+        await wait_for(pilot, lambda: "vs execution 1" in view(app, "diff-view"))
+        diff = view(app, "diff-view")
+        assert "input shape" in diff and "Float[16,32] -> Float[24,32]" in diff
+        assert any(line.startswith("! ") and "Float[24,32]" in line for line in diff.splitlines())
+        await pilot.press("N")
+        assert table.cursor == 1
+
+
+async def test_search_finds_an_op(sample_trace) -> None:
+    app = build_app(sample_trace("transformer_adamw"))
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(ExecutionList)
+        await wait_for(pilot, lambda: len(table.rows) > 30)
+        await pilot.press("home", "slash")
+        await pilot.press(*"aten::_softmax", "enter")
+        found = table.rows[table.cursor]
+        assert table.cursor > 0 and "aten::_softmax" in app.ir_texts[found.graph]
+
+
+async def test_findings_and_timing_tabs(sample_trace) -> None:
+    app = build_app(sample_trace("fallback_mse"))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.analysis is not None and app.run_info and app.run_info.finished)
+        await pilot.press("6")
+        findings = str(app.query_one("#findings-view").render())
+        assert "aten::mse_loss falls back" in findings and "fallback_mse.py:30" in findings
+        await pilot.press("7")
+        assert "4 steps" in str(app.query_one("#timing-view").render())
+
+
+async def test_follows_a_trace_another_process_writes(tmp_path: Path) -> None:
+    path = tmp_path / "grow.trace"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "lazyviz", "run", "--no-tui", "-o", str(path), str(SCRIPTS / "slow_steps.py"), "6", "0.3"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        assert process.stdout.readline() == "step 0\n"
+        app = build_app(path, poll_s=0.05)
+        async with app.run_test(size=SIZE) as pilot:
+            table = app.query_one(ExecutionList)
+            await wait_for(pilot, lambda: len(table.rows) >= 1)
+            seen_early = len(table.rows)
+            await wait_for(pilot, lambda: len(table.rows) == 6 and app.run_info.finished)
+            assert seen_early < 6
+            assert "exited 0" in str(app.query_one("#header").render())
+    finally:
+        process.wait(60)
+
+
+def _normalised_copy(trace: Path, folder: Path) -> Path:
+    """The same trace with timings and paths that do not depend on the machine."""
+    copy = folder / trace.name
+    shutil.copy(trace, copy)
+    with sqlite3.connect(copy) as db:
+        db.execute("UPDATE executions SET sync_ms = 1.5 + idx % 3, trace_ms = 2.25 + idx % 5, "
+                   "compile_ms = 0, execute_ms = 1.5, start_ms = idx * 10")
+        db.execute("UPDATE executions SET file = replace(file, ?, '/repo')", (str(ROOT),))
+        db.execute("UPDATE run SET value = '1.0' WHERE key = 'elapsed_s'")
+        db.execute("UPDATE run SET value = replace(value, ?, '/repo') WHERE key = 'argv'", (str(ROOT),))
+    return copy
+
+
+@pytest.mark.parametrize("sample, keys", [
+    ("batch_size_change", ["home", "n", "n", "3"]),
+    ("item_in_loop", ["6"]),
+    ("transformer_adamw", ["7"]),
+])
+def test_snapshots(snap_compare, sample_trace, tmp_path: Path, sample: str, keys: list[str]) -> None:
+    app = build_app(_normalised_copy(sample_trace(sample), tmp_path), poll_s=0.05)
+
+    async def settle(pilot) -> None:
+        table = app.query_one(ExecutionList)
+        await wait_for(pilot, lambda: app.run_info is not None and app.run_info.finished and table.rows
+                       and app.analysis is not None)
+        await pilot.press(*keys)
+        await wait_for(pilot, lambda: "execution" in view(app, "ir-view"))
+        await pilot.pause(0.3)
+
+    assert snap_compare(app, terminal_size=(100, 30), run_before=settle)
+
+
+async def test_small_terminal_still_shows_rows_and_details(sample_trace) -> None:
+    app = build_app(sample_trace("item_in_loop"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.query_one(ExecutionList)
+        await wait_for(pilot, lambda: len(table.rows) == 10)
+        assert table.size.height >= 3 and app.query_one("#ir-view").size.height >= 3
