@@ -17,8 +17,8 @@ from textual.strip import Strip
 from lazyviz.trace.model import Execution
 
 # (title, width or 0 for the flexible column, align)
-COLUMNS = [("#", 6, ">"), ("step", 5, ">"), ("cause", 9, "<"), ("site", 0, "<"), ("graph", 8, "<"),
-           ("nodes", 6, ">"), ("cache", 5, "<"), ("sync ms", 8, ">"), ("trace ms", 9, ">")]
+COLUMNS = [("#", 5, ">"), ("step", 4, ">"), ("cause", 9, "<"), ("site", 0, "<"), ("graph", 8, "<"),
+           ("nodes", 5, ">"), ("cache", 5, "<"), ("sync ms", 7, ">"), ("trace ms", 8, ">")]
 
 CAUSE_STYLES = {"mark_step": Style(color="grey70"), "fallback": Style(color="magenta", bold=True)}
 OTHER_CAUSE = Style(color="yellow", bold=True)
@@ -46,8 +46,10 @@ def _widths(width: int) -> list[int]:
 
 def _join(cells: list[str], width: int) -> str:
     parts = []
-    for (_, _, align), cell_width, cell in zip(COLUMNS, _widths(width), cells):
-        cell = cell if len(cell) <= cell_width else cell[: cell_width - 1] + "…"
+    for (title, _, align), cell_width, cell in zip(COLUMNS, _widths(width), cells):
+        if len(cell) > cell_width:
+            # A site keeps its end (file name and line); other cells keep their start.
+            cell = "…" + cell[-cell_width + 1:] if title == "site" else cell[: cell_width - 1] + "…"
         parts.append(f"{cell:{align}{cell_width}}")
     return " ".join(parts)
 

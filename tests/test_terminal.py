@@ -1,0 +1,86 @@
+"""`lazyviz run` in a real terminal (tmux), as a user sees it."""
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from conftest import SCRIPTS
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (apt-get install tmux)")
+
+
+class Terminal:
+    def __init__(self, command: str, cwd: Path) -> None:
+        self.socket = f"lazyviz-test-{uuid.uuid4().hex[:8]}"
+        self.tmux = ["tmux", "-L", self.socket]
+        # A shell first, then the command: the program starts in a terminal of its final size.
+        subprocess.run([*self.tmux, "-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", "100", "-y", "30",
+                        "-c", str(cwd), "bash --norc --noprofile"], check=True)
+        self.keys(command, "Enter")
+
+    def screen(self) -> str:
+        result = subprocess.run([*self.tmux, "capture-pane", "-p", "-t", "t"], capture_output=True, text=True)
+        return result.stdout
+
+    def wait_for(self, condition: Callable[[str], bool], seconds: float = 90) -> str:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            screen = self.screen()
+            if condition(screen):
+                return screen
+            time.sleep(0.2)
+        raise AssertionError(f"never saw it; the screen was:\n{self.screen()}")
+
+    def keys(self, *keys: str) -> None:
+        subprocess.run([*self.tmux, "send-keys", "-t", "t", *keys], check=True)
+
+    def close(self) -> None:
+        subprocess.run([*self.tmux, "kill-server"], capture_output=True)
+
+
+def test_live_run_shows_rows_while_the_script_runs(tmp_path: Path) -> None:
+    trace = tmp_path / "live.trace"
+    command = (f"{shlex.quote(sys.executable)} -m lazyviz run -o {shlex.quote(str(trace))} "
+               f"{shlex.quote(str(SCRIPTS / 'slow_steps.py'))} 10 0.4; echo EXIT=$?")
+    terminal = Terminal(command, tmp_path)
+    try:
+        running = terminal.wait_for(lambda s: "running" in s and "slow_steps.py:13" in s)
+        rows_while_running = running.count("slow_steps.py:13")
+        finished = terminal.wait_for(lambda s: "exited 0" in s)
+        assert finished.count("slow_steps.py:13") == 10 > rows_while_running
+        terminal.keys("8")  # the Output tab: the script's own prints, not over the UI
+        terminal.wait_for(lambda s: "step 9" in s)
+        terminal.keys("q")
+        after = terminal.wait_for(lambda s: re.search(r"^EXIT=\d+$", s, re.MULTILINE) is not None)
+        assert re.search(r"^EXIT=0$", after, re.MULTILINE)
+        assert (Path(f"{trace}.out")).read_text().startswith("step 0\n")
+    finally:
+        terminal.close()
+
+
+def test_quitting_stops_the_script_and_keeps_the_trace(tmp_path: Path) -> None:
+    trace = tmp_path / "stopped.trace"
+    command = (f"{shlex.quote(sys.executable)} -m lazyviz run -o {shlex.quote(str(trace))} "
+               f"{shlex.quote(str(SCRIPTS / 'slow_steps.py'))} 200 0.2; echo EXIT=$?")
+    terminal = Terminal(command, tmp_path)
+    try:
+        terminal.wait_for(lambda s: s.count("slow_steps.py:13") >= 3 and "running" in s)
+        terminal.keys("q")
+        after = terminal.wait_for(lambda s: re.search(r"^EXIT=\d+$", s, re.MULTILINE) is not None)
+        assert "stopped the script" in after and re.search(r"^EXIT=130$", after, re.MULTILINE)
+        import lazyviz.trace
+
+        with lazyviz.trace.open(trace) as opened:
+            assert opened.count() >= 3 and opened.run.finished
+            assert opened.run.error.startswith("KeyboardInterrupt")
+    finally:
+        terminal.close()
