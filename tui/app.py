@@ -103,7 +103,7 @@ class LazyvizApp(App[None]):
         self.query_one("#columns", Static).update(header_text(self.size.width))
 
     # -- feeding -------------------------------------------------------------------------
-    @work(thread=True, exclusive=True, group="watch", exit_on_error=False)
+    @work(thread=True, exclusive=True, group="watch", exit_on_error=False, description="watch the trace")
     def watch_trace(self) -> None:
         worker = get_current_worker()
         self.watcher.run(lambda update: self.post_message(TraceUpdated(update)), lambda: worker.is_cancelled)
@@ -138,16 +138,22 @@ class LazyvizApp(App[None]):
     # -- the selected execution ---------------------------------------------------------
     @on(ExecutionList.Selected)
     def show_execution(self, message: ExecutionList.Selected) -> None:
-        self.load_details(message.execution, list(self.executions), dict(self.ir_texts))
+        self.load_details(message.execution)
 
     @on(ExecutionList.FollowChanged)
     def follow_changed(self) -> None:
         self.refresh_header()
 
-    @work(thread=True, exclusive=True, group="details", exit_on_error=False)
-    def load_details(self, execution: Execution, executions: list[Execution], ir_texts: dict[str, str]) -> None:
+    # A description, so Textual does not repr() the arguments of every call.
+    @work(thread=True, exclusive=True, group="details", exit_on_error=False, description="load details")
+    def load_details(self, execution: Execution) -> None:
         """Read and format the tabs' text off the UI thread; a newer selection cancels this."""
         worker = get_current_worker()
+        time.sleep(0.03)  # held keys move the cursor faster than this: load only where it stops
+        if worker.is_cancelled:
+            return
+        # Snapshots: the UI thread only ever appends to these.
+        executions, ir_texts = self.executions[:], dict(self.ir_texts)
         try:
             with Trace(self.trace_path) as trace:
                 graph = trace.graph(execution.graph)
@@ -225,7 +231,7 @@ class LazyvizApp(App[None]):
         if 0 <= table.cursor < len(table.rows):
             self.save_svg(table.rows[table.cursor])
 
-    @work(thread=True, group="svg", exit_on_error=False)
+    @work(thread=True, group="svg", exit_on_error=False, description="save SVG")
     def save_svg(self, execution: Execution) -> None:
         from lazyviz.analysis.ir import IRParseError, parse_ir
         from lazyviz.export.graphviz import ExportError, render_svg, to_dot

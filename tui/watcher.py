@@ -14,6 +14,7 @@ from lazyviz.analysis import Analysis, analyze
 from lazyviz.trace import Execution, RunInfo, Trace, TraceError
 
 ANALYZE_EVERY_S = 1.0
+BATCH = 2000  # rows per update: a big trace shows its first rows at once
 
 
 @dataclass
@@ -26,6 +27,7 @@ class TraceUpdate:
     analysis: Analysis | None = None
     error: str | None = None
     done: bool = False  # nothing more will come
+    more: bool = False  # a full batch: more rows are waiting already
 
     @property
     def empty(self) -> bool:
@@ -45,7 +47,7 @@ class TraceWatcher:
         self._output_offset = 0
         self._last_run: RunInfo | None = None
         self._last_status: int | None = None
-        self._analyzed_at = 0.0
+        self._analyzed_at = time.monotonic()
         self._analyzed_count = -1
         self._analyzed_finished = False
 
@@ -57,7 +59,9 @@ class TraceWatcher:
                 emit(update)
             if update.done:
                 return
-            if not update.executions:
+            # Also after a batch, so the UI gets the GIL to show it; but not while a big
+            # trace is still being read in.
+            if not update.more:
                 time.sleep(self.poll_s)
 
     def _open(self) -> str | None:
@@ -80,7 +84,7 @@ class TraceWatcher:
                     update.error, update.done = error, True
                 return update
         trace = self.trace
-        update.executions = trace.executions(len(self.executions))
+        update.executions = trace.executions(len(self.executions), len(self.executions) + BATCH)
         self.executions += update.executions
         new_graphs = {e.graph for e in update.executions} - self.ir_texts.keys()
         if new_graphs:
@@ -89,12 +93,15 @@ class TraceWatcher:
         update.run = trace.run
         now = time.monotonic()
         finished = update.run.finished or (self.process is not None and update.process_status is not None)
-        caught_up = not update.executions or finished
+        # Rows first: after a big batch the analysis waits for the next poll; while rows
+        # keep streaming in, it runs about once a second.
+        due = not update.executions or (len(update.executions) < BATCH and now - self._analyzed_at > ANALYZE_EVERY_S)
         fresh = len(self.executions) != self._analyzed_count or finished != self._analyzed_finished
-        if fresh and (caught_up or now - self._analyzed_at > ANALYZE_EVERY_S):
+        if fresh and due:
             update.analysis = analyze(update.run, self.executions, self.ir_texts)
             self._analyzed_at, self._analyzed_count = now, len(self.executions)
             self._analyzed_finished = finished
+        update.more = len(update.executions) == BATCH
         if finished and not update.executions and trace.count() == len(self.executions):
             if self.process is None or update.process_status is not None:
                 update.output += self._read_output()

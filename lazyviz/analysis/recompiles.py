@@ -13,6 +13,7 @@ from lazyviz.trace.model import Execution, Frame
 # Misses in the first steps are warm-up: step 0 also runs initialisation, step 1 is the
 # first steady-state step (optimizer state now exists).
 WARMUP_STEPS = 2
+MAX_CANDIDATES = 8
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,6 @@ def explain_recompiles(
     executions: list[Execution], ir_text: Mapping[str, str], warmup_steps: int = WARMUP_STEPS
 ) -> list[Recompile]:
     """ir_text: graph id -> IR text (empty when captured light)."""
-    parse = _parser(ir_text)
     compiled: list[Execution] = []  # earlier misses, one per distinct graph
     seen_sites: set[str] = set()
     explained: list[Recompile] = []
@@ -57,31 +57,41 @@ def explain_recompiles(
             continue
         site = execution.site
         if site in seen_sites:
-            explained.append(_explain(execution, compiled, parse, execution.step < warmup_steps))
+            explained.append(_explain(execution, compiled, ir_text, execution.step < warmup_steps))
         seen_sites.add(site)
         if all(e.graph != execution.graph for e in compiled):
             compiled.append(execution)
     return explained
 
 
+@lru_cache(maxsize=256)
+def _parse_text(text: str) -> IRGraph | None:
+    """Parsed once per distinct IR text, across calls (the UI asks again on every selection)."""
+    try:
+        return parse_ir(text)
+    except IRParseError:
+        return None
+
+
+@lru_cache(maxsize=1024)
+def _diff_texts(old: str, new: str) -> GraphDiff | None:
+    old_graph, new_graph = _parse_text(old), _parse_text(new)
+    return diff_graphs(old_graph, new_graph) if old_graph and new_graph else None
+
+
 def _parser(ir_text: Mapping[str, str]):
-    @lru_cache(maxsize=None)
     def parse(graph_id: str) -> IRGraph | None:
         text = ir_text.get(graph_id, "")
-        if not text:
-            return None
-        try:
-            return parse_ir(text)
-        except IRParseError:
-            return None
+        return _parse_text(text) if text else None
 
     return parse
 
 
-def _explain(execution: Execution, compiled: list[Execution], parse, warmup: bool) -> Recompile:
+def _explain(execution: Execution, compiled: list[Execution], ir_text: Mapping[str, str],
+             warmup: bool) -> Recompile:
     same_site = [e for e in compiled if e.site == execution.site and e.graph != execution.graph]
     candidates = same_site or [e for e in compiled if e.graph != execution.graph]
-    new = parse(execution.graph)
+    new = _parser(ir_text)(execution.graph)
     base = dict(execution=execution.index, step=execution.step, graph=execution.graph,
                 frame=execution.frame, warmup=warmup)
     if not candidates:
@@ -92,11 +102,11 @@ def _explain(execution: Execution, compiled: list[Execution], parse, warmup: boo
         return Recompile(closest=latest.graph, closest_execution=latest.index, same_site=bool(same_site),
                          diff=None, note="no IR captured (run with --capture full)", **base)
     best: tuple[tuple[int, int, int], Execution, GraphDiff] | None = None
-    for order, candidate in enumerate(reversed(candidates)):  # most recent first on ties
-        old = parse(candidate.graph)
-        if old is None:
+    # The most recent few: a site that compiled dozens of graphs compares in bounded time.
+    for order, candidate in enumerate(reversed(candidates[-MAX_CANDIDATES:])):  # most recent first on ties
+        diff = _diff_texts(ir_text.get(candidate.graph, ""), ir_text.get(execution.graph, ""))
+        if diff is None:
             continue
-        diff = diff_graphs(old, new)
         score = (len(diff.origins), len(diff.changes), order)
         if best is None or score < best[0]:
             best = (score, candidate, diff)
@@ -124,4 +134,4 @@ def explain_execution(
             compiled.append(execution)
     if not any(e.graph != target.graph for e in compiled):
         return None
-    return _explain(target, compiled, _parser(ir_text), target.step < warmup_steps)
+    return _explain(target, compiled, ir_text, target.step < warmup_steps)

@@ -17,6 +17,10 @@ class TraceError(Exception):
     """The file is not a trace lazyviz can read; the message is one line for the user."""
 
 
+def _json_dict(text: str) -> dict:
+    return json.loads(text) if text != "{}" else {}  # most rows: skip the parser
+
+
 def _execution(row: tuple) -> Execution:
     (idx, step, cause, detail, file, line, function, stack_id, graph, nodes, cache, sync_ms, trace_ms,
      compile_ms, execute_ms, start_ms, fallback_ops, counters) = row
@@ -25,7 +29,7 @@ def _execution(row: tuple) -> Execution:
         frame=Frame(file, line, function) if file is not None else None,
         stack_id=stack_id, graph=graph, nodes=nodes, cache=cache,
         sync_ms=sync_ms, trace_ms=trace_ms, compile_ms=compile_ms, execute_ms=execute_ms,
-        start_ms=start_ms, fallback_ops=json.loads(fallback_ops), counters=json.loads(counters),
+        start_ms=start_ms, fallback_ops=_json_dict(fallback_ops), counters=_json_dict(counters),
     )
 
 
