@@ -226,13 +226,13 @@ class ExportCommand:
     """Write one execution's graph: SVG or DOT drawing, IR text or backend code."""
 
     name = "export"
-    FORMATS = {".svg": "svg", ".dot": "dot", ".gv": "dot", ".ir": "ir", ".ts": "backend"}
+    FORMATS = {".svg": "svg", ".dot": "dot", ".gv": "dot", ".ir": "ir", ".ts": "backend", ".json": "chrome"}
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("trace", metavar="TRACE")
-        parser.add_argument("--execution", type=int, required=True, metavar="N", help="execution index")
-        parser.add_argument("--format", choices=("svg", "dot", "ir", "backend"),
-                            help="default: from -o's extension, else svg")
+        parser.add_argument("--execution", type=int, metavar="N", help="execution index (all formats but chrome)")
+        parser.add_argument("--format", choices=("svg", "dot", "ir", "backend", "chrome"),
+                            help="default: from -o's extension, else svg; chrome: a timeline for Perfetto")
         parser.add_argument("-o", "--output", help="file to write (default: standard output)")
         parser.add_argument("--diff", action="store_true",
                             help="highlight the nodes that changed since the closest earlier graph")
@@ -246,6 +246,13 @@ class ExportCommand:
 
         trace = _open_trace(options.trace)
         fmt = options.format or self.FORMATS.get(Path(options.output or "").suffix.lower(), "svg")
+        if fmt == "chrome":
+            from lazyviz.export.chrome import chrome_trace
+
+            _write_output(json.dumps(chrome_trace(trace.run, trace.executions())) + "\n", options.output)
+            return 0
+        if options.execution is None:
+            raise CliError(f"--format {fmt} draws one execution: give --execution N")
         try:
             execution = trace.execution(options.execution)
         except TraceError as error:
@@ -295,7 +302,99 @@ class ExportCommand:
             raise CliError(str(error)) from None
 
 
-COMMANDS = [RunCommand(), ViewCommand(), ReportCommand(), ExportCommand()]
+class CheckCommand:
+    """Exit 1 with one line per breach when a run breaks its budget or its baseline."""
+
+    name = "check"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("trace", metavar="TRACE")
+        parser.add_argument("--warmup-steps", type=int, default=2, help="steps that may compile (default 2)")
+        parser.add_argument("--max-misses-after", type=int, metavar="N",
+                            help="cache misses allowed after warm-up (default 0)")
+        parser.add_argument("--max-executions-per-step", type=int, metavar="K",
+                            help="executions allowed per step after warm-up (default 1)")
+        fallbacks = parser.add_mutually_exclusive_group()
+        fallbacks.add_argument("--no-fallbacks", action="store_true", help="no op may fall back (the default)")
+        fallbacks.add_argument("--allow-fallback", action="append", metavar="OP", default=[],
+                               help="this op may fall back (repeat for more; e.g. aten::lerp.Scalar)")
+        fallbacks.add_argument("--any-fallbacks", action="store_true", help="do not check fallbacks")
+        parser.add_argument("--baseline", metavar="FILE", help="also fail on graphs, syncs or fallbacks it lacks")
+        parser.add_argument("--write-baseline", metavar="FILE", help="record this run's graph set and exit 0")
+
+    def run(self, options: argparse.Namespace) -> int:
+        from lazyviz.analysis.budget import Budget, baseline_of, check_baseline, check_budget
+        from lazyviz.analysis.recompiles import explain_recompiles
+
+        trace = _open_trace(options.trace)
+        run, executions = trace.run, trace.executions()
+        if not executions:
+            raise CliError(f"{options.trace} holds no executions")
+        if options.write_baseline:
+            baseline = baseline_of(run, executions, options.warmup_steps)
+            _write_output(json.dumps(baseline, indent=2) + "\n", options.write_baseline)
+            print(f"lazyviz: wrote the baseline of {len(baseline['sites'])} sync sites to {options.write_baseline}")
+            return 0
+        baseline = self._read_baseline(options.baseline) if options.baseline else None
+        # With a baseline, only the thresholds given explicitly apply on top of it.
+        strict = baseline is None
+        if options.any_fallbacks or (not strict and not options.no_fallbacks and not options.allow_fallback):
+            allowed = None
+        else:
+            allowed = frozenset(options.allow_fallback)
+        budget = Budget(
+            warmup_steps=options.warmup_steps,
+            max_misses_after=options.max_misses_after if options.max_misses_after is not None else (0 if strict else None),
+            max_executions_per_step=(options.max_executions_per_step if options.max_executions_per_step is not None
+                                     else (1 if strict else None)),
+            allowed_fallbacks=allowed,
+        )
+        recompiles = explain_recompiles(executions, trace.ir_texts(), options.warmup_steps)
+        breaches = check_budget(run, executions, recompiles, budget)
+        if baseline is not None:
+            breaches += check_baseline(run, executions, baseline)
+        for breach in breaches:
+            print(f"lazyviz check: {breach}")
+        if not breaches:
+            print(f"lazyviz check: ok ({len(executions)} executions, {run.steps} steps)")
+        return 1 if breaches else 0
+
+    @staticmethod
+    def _read_baseline(path: str) -> dict:
+        from lazyviz.analysis.budget import BASELINE_FORMAT, BASELINE_VERSION
+
+        try:
+            baseline = json.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as error:
+            raise CliError(f"cannot read baseline {path}: {error.strerror}") from None
+        except ValueError:
+            raise CliError(f"{path} is not a lazyviz baseline (not JSON)") from None
+        if not isinstance(baseline, dict) or baseline.get("format") != BASELINE_FORMAT:
+            raise CliError(f"{path} is not a lazyviz baseline")
+        if baseline.get("version", 0) > BASELINE_VERSION:
+            raise CliError(f"{path} is a newer baseline version than this lazyviz reads; upgrade lazyviz")
+        return baseline
+
+
+class DiffCommand:
+    """Two traces of the same program side by side."""
+
+    name = "diff"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("a", metavar="A")
+        parser.add_argument("b", metavar="B")
+
+    def run(self, options: argparse.Namespace) -> int:
+        from lazyviz.analysis.compare import compare_runs, diff_text
+
+        a, b = _open_trace(options.a), _open_trace(options.b)
+        diff = compare_runs(a.run, a.executions(), a.ir_texts(), b.run, b.executions(), b.ir_texts())
+        sys.stdout.write(diff_text(diff, options.a, options.b))
+        return 0
+
+
+COMMANDS = [RunCommand(), ViewCommand(), ReportCommand(), ExportCommand(), CheckCommand(), DiffCommand()]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,7 +14,9 @@ import torch._lazy.ts_backend
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--change-at", type=int, help="the first step with batch 24 (default: half way)")
     args = parser.parse_args()
+    change_at = args.steps // 2 if args.change_at is None else args.change_at
 
     torch._lazy.ts_backend.init()
     torch.manual_seed(0)
@@ -22,7 +24,7 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 
     for step in range(args.steps):
-        batch = 16 if step < args.steps // 2 else 24
+        batch = 16 if step < change_at else 24
         inputs = torch.randn(batch, 32).to("lazy")
         targets = torch.randn(batch, 1).to("lazy")
         optimizer.zero_grad()

@@ -1,0 +1,127 @@
+"""`lazyviz check`: does a run keep its budget, or its baseline? Pure functions: trace
+data in, breaches (one line each) out."""
+from __future__ import annotations
+
+import os
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+from lazyviz.analysis.recompiles import Recompile
+from lazyviz.trace.model import Execution, RunInfo
+
+BASELINE_FORMAT = "lazyviz-baseline"
+BASELINE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Budget:
+    warmup_steps: int = 2
+    max_misses_after: int | None = 0
+    max_executions_per_step: int | None = 1
+    allowed_fallbacks: frozenset[str] | None = frozenset()  # None: any op may fall back
+
+
+def site_key(execution: Execution, cwd: str) -> str:
+    """A site as a baseline names it: relative to the run's directory, with its cause."""
+    if execution.frame is None:
+        return f"? {execution.cause}"
+    file = execution.frame.file
+    if cwd and file.startswith(cwd.rstrip(os.sep) + os.sep):
+        file = os.path.relpath(file, cwd)
+    return f"{file}:{execution.frame.line} {execution.cause}"
+
+
+def steady_steps(executions: list[Execution], run: RunInfo, warmup_steps: int) -> dict[int, list[Execution]]:
+    """Executions per step after warm-up, for the steps that completed (a final partial
+    step of a run that ended without mark_step is left out)."""
+    steps: dict[int, list[Execution]] = defaultdict(list)
+    last = run.steps if run.steps is not None else max((e.step for e in executions), default=0)
+    for execution in executions:
+        if warmup_steps <= execution.step < last:
+            steps[execution.step].append(execution)
+    return steps
+
+
+def check_budget(run: RunInfo, executions: list[Execution], recompiles: list[Recompile], budget: Budget) -> list[str]:
+    breaches = []
+    late = [r for r in recompiles if r.step >= budget.warmup_steps]
+    late_misses = [e for e in executions if e.is_miss and e.step >= budget.warmup_steps]
+    if budget.max_misses_after is not None and len(late_misses) > budget.max_misses_after:
+        first = late[0] if late else None
+        where = f" at {late_misses[0].site}" if late_misses[0].frame else ""
+        why = f": {first.headline()}" if first else ""
+        breaches.append(f"cache misses after warm-up: {len(late_misses)} (budget {budget.max_misses_after}); "
+                        f"first in step {late_misses[0].step}{where}{why}")
+    if budget.max_executions_per_step is not None:
+        over = {step: group for step, group in steady_steps(executions, run, budget.warmup_steps).items()
+                if len(group) > budget.max_executions_per_step}
+        if over:
+            worst = max(len(group) for group in over.values())
+            extra = Counter((e.detail or e.cause, e.site) for group in over.values() for e in group
+                            if e.cause != "mark_step")
+            culprits = ", ".join(f"{what} at {site} x{n}" for (what, site), n in extra.most_common(3))
+            breaches.append(f"executions per step: up to {worst} in {len(over)} steps "
+                            f"(budget {budget.max_executions_per_step}); {culprits or 'mark_step only'}")
+    if budget.allowed_fallbacks is not None:
+        calls: Counter[str] = Counter()
+        sites: dict[str, str] = {}
+        for execution in executions:
+            calls.update(execution.fallback_ops)
+            if execution.cause == "fallback" and execution.detail:
+                sites.setdefault(execution.detail, execution.site)
+        for op, count in calls.most_common():
+            if op not in budget.allowed_fallbacks:
+                where = f" at {sites[op]}" if op in sites else ""
+                breaches.append(f"fallback: {op} x{count}{where} (allow it with --allow-fallback {op})")
+    return breaches
+
+
+def baseline_of(run: RunInfo, executions: list[Execution], warmup_steps: int) -> dict:
+    """The run's graph set, per site: a small, stable, diff-friendly record to commit."""
+    sites: dict[str, dict] = {}
+    for execution in executions:
+        entry = sites.setdefault(site_key(execution, run.cwd), {"graphs": {}, "executions_per_step": 0})
+        entry["graphs"][execution.graph] = execution.nodes
+    for group in steady_steps(executions, run, warmup_steps).values():
+        per_site = Counter(site_key(e, run.cwd) for e in group)
+        for site, count in per_site.items():
+            sites[site]["executions_per_step"] = max(sites[site]["executions_per_step"], count)
+    per_step = [len(g) for g in steady_steps(executions, run, warmup_steps).values()]
+    fallbacks: set[str] = set()
+    for execution in executions:
+        fallbacks.update(execution.fallback_ops)
+    return {
+        "format": BASELINE_FORMAT,
+        "version": BASELINE_VERSION,
+        "warmup_steps": warmup_steps,
+        "executions_per_step": max(per_step, default=0),
+        "fallbacks": sorted(fallbacks),
+        "sites": {site: {"graphs": dict(sorted(entry["graphs"].items())),
+                         "executions_per_step": entry["executions_per_step"]}
+                  for site, entry in sorted(sites.items())},
+    }
+
+
+def check_baseline(run: RunInfo, executions: list[Execution], baseline: dict) -> list[str]:
+    current = baseline_of(run, executions, baseline.get("warmup_steps", 2))
+    breaches = []
+    old_sites: dict = baseline.get("sites", {})
+    for site, entry in current["sites"].items():
+        before = old_sites.get(site)
+        if before is None:
+            breaches.append(f"new sync site {site}: {len(entry['graphs'])} graphs, not in the baseline")
+            continue
+        new_graphs = [g for g in entry["graphs"] if g not in before.get("graphs", {})]
+        if new_graphs:
+            sizes = ", ".join(f"{g} ({entry['graphs'][g]} nodes)" for g in new_graphs[:3])
+            breaches.append(f"{site}: compiles {len(new_graphs)} graph(s) the baseline does not have: {sizes}")
+        if entry["executions_per_step"] > before.get("executions_per_step", 0):
+            breaches.append(f"{site}: {entry['executions_per_step']} executions per step "
+                            f"(baseline {before.get('executions_per_step', 0)})")
+    if current["executions_per_step"] > baseline.get("executions_per_step", 0):
+        breaches.append(f"executions per step: {current['executions_per_step']} "
+                        f"(baseline {baseline.get('executions_per_step', 0)})")
+    new_fallbacks = sorted(set(current["fallbacks"]) - set(baseline.get("fallbacks", [])))
+    if new_fallbacks:
+        breaches.append(f"new fallbacks: {', '.join(new_fallbacks)}")
+    return breaches

@@ -1,0 +1,97 @@
+"""`lazyviz diff A B`: two runs of the same program side by side."""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from lazyviz.analysis.budget import site_key, steady_steps
+from lazyviz.analysis.recompiles import WARMUP_STEPS, _diff_texts
+from lazyviz.trace.model import Execution, RunInfo
+
+
+@dataclass(frozen=True)
+class RunStats:
+    executions_per_step: float
+    misses: int
+    step_ms: float  # median over steps after warm-up: python tracing + sync
+
+
+@dataclass(frozen=True)
+class ChangedGraph:
+    site: str
+    old: str
+    new: str
+    headline: str
+
+
+@dataclass(frozen=True)
+class RunDiff:
+    a: RunStats
+    b: RunStats
+    only_a: list[tuple[str, str]]  # (site, graph)
+    only_b: list[tuple[str, str]]
+    changed: list[ChangedGraph]
+
+    @property
+    def same_graphs(self) -> bool:
+        return not (self.only_a or self.only_b)
+
+
+def run_stats(run: RunInfo, executions: list[Execution]) -> RunStats:
+    steps = steady_steps(executions, run, WARMUP_STEPS)
+    per_step = [len(g) for g in steps.values()]
+    times = [sum(e.trace_ms + e.sync_ms for e in g) for g in steps.values()]
+    return RunStats(
+        executions_per_step=statistics.median(per_step) if per_step else 0.0,
+        misses=sum(1 for e in executions if e.is_miss),
+        step_ms=statistics.median(times) if times else 0.0,
+    )
+
+
+def _graphs_by_site(run: RunInfo, executions: list[Execution]) -> dict[str, list[str]]:
+    sites: dict[str, list[str]] = {}
+    for e in executions:
+        graphs = sites.setdefault(site_key(e, run.cwd), [])
+        if e.graph not in graphs:
+            graphs.append(e.graph)
+    return sites
+
+
+def compare_runs(run_a: RunInfo, executions_a: list[Execution], ir_a: Mapping[str, str],
+                 run_b: RunInfo, executions_b: list[Execution], ir_b: Mapping[str, str]) -> RunDiff:
+    sites_a, sites_b = _graphs_by_site(run_a, executions_a), _graphs_by_site(run_b, executions_b)
+    all_a = {g for graphs in sites_a.values() for g in graphs}
+    all_b = {g for graphs in sites_b.values() for g in graphs}
+    only_a = [(site, g) for site, graphs in sites_a.items() for g in graphs if g not in all_b]
+    only_b = [(site, g) for site, graphs in sites_b.items() for g in graphs if g not in all_a]
+    changed = []
+    for site, graph in only_b:
+        candidates = [g for g in sites_a.get(site, []) if g not in all_b]
+        for old in candidates[-1:]:
+            diff = _diff_texts(ir_a.get(old, ""), ir_b.get(graph, ""))
+            first = diff.first if diff else None
+            changed.append(ChangedGraph(site, old, graph, first.describe() if first else "no IR to compare"))
+    return RunDiff(run_stats(run_a, executions_a), run_stats(run_b, executions_b), only_a, only_b, changed)
+
+
+def diff_text(diff: RunDiff, name_a: str, name_b: str) -> str:
+    def ratio(a: float, b: float) -> str:
+        return f"{b / a:.2f}x" if a else ("-" if not b else "new")
+
+    rows = [("executions per step (median)", diff.a.executions_per_step, diff.b.executions_per_step),
+            ("cache misses", diff.a.misses, diff.b.misses),
+            ("step time ms (median)", diff.a.step_ms, diff.b.step_ms)]
+    lines = [f"lazyviz diff: A = {name_a}", f"              B = {name_b}",
+             f"  {'':<30}{'A':>12}{'B':>12}{'B/A':>8}"]
+    for name, a, b in rows:
+        lines.append(f"  {name:<30}{a:>12.2f}{b:>12.2f}{ratio(a, b):>8}")
+    if diff.same_graphs:
+        lines.append("  graphs: the same set in both runs")
+    for site, graph in diff.only_a:
+        lines.append(f"  only in A: graph {graph} at {site}")
+    for site, graph in diff.only_b:
+        lines.append(f"  only in B: graph {graph} at {site}")
+    for change in diff.changed:
+        lines.append(f"  changed at {change.site}: {change.old} -> {change.new}: {change.headline}")
+    return "\n".join(lines) + "\n"
