@@ -51,8 +51,9 @@ def main() -> None:
     modes = ["untraced", "lazyviz light", "lazyviz full", "raw LTC dump"]
     times: dict[str, list[float]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory() as folder:
-        for _ in range(options.rounds):
-            for mode in modes:
+        for round_ in range(options.rounds):
+            # Rotate the order each round, so no mode always runs first or after another.
+            for mode in modes[round_ % len(modes):] + modes[:round_ % len(modes)]:
                 times[mode] += step_times(mode, options.warmup, options.steps, Path(folder))
         sizes = {name: os.path.getsize(Path(folder) / name) for name in ("light.trace", "full.trace", "ltc-dump.txt")}
 

@@ -71,9 +71,12 @@ class RunCommand:
             raise CliError(f"unknown backend {options.backend!r} (known: {', '.join(BACKENDS)})")
         if not options.module:
             self._check_script(options.target)
+        rank = os.environ.get("RANK", "0")
         trace_path = Path(options.output or default_trace_path(options.target)).resolve()
-        if trace_path.is_dir():
-            raise CliError(f"{options.output} is a directory; give a trace file name")
+        if options.output and (trace_path.is_dir() or options.output.endswith(os.sep)):
+            # One trace per rank in a folder: the torchrun case.
+            trace_path.mkdir(parents=True, exist_ok=True)
+            trace_path = trace_path / f"rank{rank}.trace"
         if not trace_path.parent.is_dir():
             raise CliError(f"cannot write {trace_path}: no such directory {trace_path.parent}")
         self._ensure_hook(options.backend)
@@ -83,6 +86,10 @@ class RunCommand:
         if options.module:
             command.append("--module")
         command += ["--", options.target, *options.args]
+        if rank != "0":
+            # Under torchrun, rank 0 talks to the terminal; the others write beside their traces.
+            with open(f"{trace_path}.out", "wb") as output:
+                return self._run_plain(command, output)
         if options.no_tui or not (sys.stdout.isatty() and sys.stdin.isatty()):
             return self._finish(trace_path, self._run_plain(command))
         return self._run_with_ui(command, trace_path)
@@ -139,12 +146,12 @@ class RunCommand:
             raise CliError(str(error)) from None
 
     @staticmethod
-    def _run_plain(command: list[str]) -> int:
+    def _run_plain(command: list[str], output: object = None) -> int:
         # Ctrl-C goes to the whole foreground group: the script handles it as it would
         # untraced, and we stay alive to report on the trace it leaves.
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
-            return _exit_status_of(subprocess.call(command))
+            return _exit_status_of(subprocess.call(command, stdout=output, stderr=output))
         finally:
             signal.signal(signal.SIGINT, previous)
 
@@ -192,10 +199,13 @@ class ViewCommand:
         parser.add_argument("trace", metavar="TRACE")
 
     def run(self, options: argparse.Namespace) -> int:
-        _open_trace(options.trace).close()  # one clear line if it is not a trace
+        path = Path(options.trace)
+        if path.is_dir():  # a multi-process run: rank 0's trace (no rank switcher yet)
+            path = next(iter(_open_ranks(options.trace).values())).path
+        _open_trace(str(path)).close()  # one clear line if it is not a trace
         from tui.app import build_app
 
-        build_app(Path(options.trace)).run()
+        build_app(path).run()
         return 0
 
 
@@ -206,20 +216,76 @@ class ReportCommand:
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("trace", metavar="TRACE")
-        parser.add_argument("--format", choices=("text", "json"), default="text")
+        parser.add_argument("--format", choices=("text", "json", "html"), default=None,
+                            help="default: from -o's extension (.json, .html), else text")
         parser.add_argument("-o", "--output", help="write to this file instead of standard output")
 
     def run(self, options: argparse.Namespace) -> int:
         from lazyviz.export.report import json_report, text_report
 
+        if Path(options.trace).is_dir():
+            return self._ranks(options)
         trace = _open_trace(options.trace)
         run, executions = trace.run, trace.executions()
-        if options.format == "json":
+        suffix = Path(options.output or "").suffix.lower()
+        options.format = options.format or {".json": "json", ".html": "html", ".htm": "html"}.get(suffix, "text")
+        if options.format == "html":
+            from lazyviz.export.html import html_report
+
+            text = html_report(run, executions, trace.graphs())
+        elif options.format == "json":
             text = json.dumps(json_report(run, executions, trace.ir_texts()), indent=1) + "\n"
         else:
             text = text_report(run, executions, trace.ir_texts(), trace.path)
         _write_output(text, options.output)
         return 0
+
+
+    @staticmethod
+    def _ranks(options: argparse.Namespace) -> int:
+        from lazyviz.analysis.ranks import find_divergence
+        from lazyviz.export.report import json_report, text_report
+
+        traces = _open_ranks(options.trace)
+        executions = {rank: trace.executions() for rank, trace in traces.items()}
+        ir_texts = {rank: trace.ir_texts() for rank, trace in traces.items()}
+        divergence = find_divergence(executions, ir_texts)
+        if options.format == "json" or (options.format is None and (options.output or "").endswith(".json")):
+            report = {
+                "format": "lazyviz-report", "version": 1,
+                "ranks": [{"rank": rank, "trace": str(trace.path),
+                           "report": json_report(trace.run, executions[rank], ir_texts[rank])}
+                          for rank, trace in traces.items()],
+                "divergence": [] if divergence is None else [{
+                    "kind": "divergence", "severity": "error", "step": divergence.step,
+                    "message": divergence.message(),
+                    "ranks": [{"ranks": ranks, "graphs": list(seq)} for seq, ranks in divergence.groups.items()],
+                    "graphs": {str(rank): graph for rank, graph in divergence.graphs.items()},
+                    "site": divergence.frame.to_json() if divergence.frame else None,
+                    "change": divergence.change, "divergent_steps": divergence.divergent_steps,
+                }],
+            }
+            _write_output(json.dumps(report, indent=1) + "\n", options.output)
+            return 0
+        parts = [f"lazyviz: {len(traces)} ranks in {options.trace}"]
+        if divergence is not None:
+            where = f" at {divergence.frame.site}" if divergence.frame else ""
+            parts.append(f"  error: {divergence.message()}{where}")
+        else:
+            parts.append("  ranks ran the same graphs at every common step")
+        for rank, trace in traces.items():
+            parts.append(f"\n[rank {rank}] " + text_report(trace.run, executions[rank], ir_texts[rank], trace.path))
+        _write_output("\n".join(parts) + "\n", options.output)
+        return 0
+
+
+def _open_ranks(folder: str):
+    from lazyviz.trace import TraceError, open_ranks
+
+    try:
+        return open_ranks(folder)
+    except TraceError as error:
+        raise CliError(str(error)) from None
 
 
 class ExportCommand:
@@ -321,11 +387,17 @@ class CheckCommand:
         fallbacks.add_argument("--any-fallbacks", action="store_true", help="do not check fallbacks")
         parser.add_argument("--baseline", metavar="FILE", help="also fail on graphs, syncs or fallbacks it lacks")
         parser.add_argument("--write-baseline", metavar="FILE", help="record this run's graph set and exit 0")
+        parser.add_argument("--same-graphs-across-ranks", action="store_true",
+                            help="with a folder of rank traces: fail when ranks ran different graphs")
 
     def run(self, options: argparse.Namespace) -> int:
         from lazyviz.analysis.budget import Budget, baseline_of, check_baseline, check_budget
         from lazyviz.analysis.recompiles import explain_recompiles
 
+        if Path(options.trace).is_dir():
+            return self._ranks(options)
+        if options.same_graphs_across_ranks:
+            raise CliError("--same-graphs-across-ranks needs the folder of rank traces (lazyviz run -o DIR/)")
         trace = _open_trace(options.trace)
         run, executions = trace.run, trace.executions()
         if not executions:
@@ -357,6 +429,24 @@ class CheckCommand:
             print(f"lazyviz check: {breach}")
         if not breaches:
             print(f"lazyviz check: ok ({len(executions)} executions, {run.steps} steps)")
+        return 1 if breaches else 0
+
+    @staticmethod
+    def _ranks(options: argparse.Namespace) -> int:
+        from lazyviz.analysis.ranks import find_divergence
+
+        traces = _open_ranks(options.trace)
+        breaches = []
+        if options.same_graphs_across_ranks:
+            divergence = find_divergence({r: t.executions() for r, t in traces.items()},
+                                         {r: t.ir_texts() for r, t in traces.items()})
+            if divergence is not None:
+                where = f" at {divergence.frame.site}" if divergence.frame else ""
+                breaches.append(divergence.message() + where)
+        for breach in breaches:
+            print(f"lazyviz check: {breach}")
+        if not breaches:
+            print(f"lazyviz check: ok ({len(traces)} ranks ran the same graphs)")
         return 1 if breaches else 0
 
     @staticmethod

@@ -13,6 +13,8 @@
 
 #include <chrono>
 #include <mutex>
+#include <tuple>
+#include <vector>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -132,10 +134,7 @@ class RecordingBackend : public BackendImplInterface {
 
   // Deltas count from here: what ran before lazyviz installed is not the script's.
   void ResetCounterBaseline() {
-    for (const std::string& name : GetCounterNames()) {
-      CounterData* counter = GetCounter(name);
-      if (counter != nullptr) last_counters_[name] = counter->Value();
-    }
+    for (auto& entry : Counters()) std::get<2>(entry) = std::get<1>(entry)->Value();
   }
 
  private:
@@ -185,11 +184,8 @@ class RecordingBackend : public BackendImplInterface {
       // Only the counters that moved since the previous execution: a handful out of
       // a hundred or more, so Python sees little per execution.
       py::dict deltas;
-      for (const std::string& name : GetCounterNames()) {
-        CounterData* counter = GetCounter(name);
-        if (counter == nullptr) continue;
+      for (auto& [name, counter, last] : Counters()) {
         int64_t value = counter->Value();
-        int64_t& last = last_counters_[name];
         if (value != last) {
           deltas[py::str(name)] = value - last;
           last = value;
@@ -202,6 +198,24 @@ class RecordingBackend : public BackendImplInterface {
     }
   }
 
+  // (name, counter, value at the previous execution). Counters are created lazily by
+  // the core but never removed, so the list is rebuilt only when new names appear.
+  std::vector<std::tuple<std::string, CounterData*, int64_t>>& Counters() const {
+    std::vector<std::string> names = GetCounterNames();
+    if (names.size() != counters_.size()) {
+      std::unordered_map<std::string, int64_t> previous;
+      for (auto& [name, counter, last] : counters_) previous[name] = last;
+      counters_.clear();
+      for (const std::string& name : names) {
+        CounterData* counter = GetCounter(name);
+        if (counter == nullptr) continue;
+        auto found = previous.find(name);
+        counters_.emplace_back(name, counter, found == previous.end() ? 0 : found->second);
+      }
+    }
+    return counters_;
+  }
+
   const BackendImplInterface* inner_;
   py::object on_execution_;
   bool capture_ir_;
@@ -211,7 +225,7 @@ class RecordingBackend : public BackendImplInterface {
   mutable double lowering_started_ms_ = 0;
   mutable CompiledGraph pending_;
   mutable std::unordered_map<const Computation*, CompiledGraph> compiled_;
-  mutable std::unordered_map<std::string, int64_t> last_counters_;
+  mutable std::vector<std::tuple<std::string, CounterData*, int64_t>> counters_;
 };
 
 RecordingBackend* g_backend = nullptr;

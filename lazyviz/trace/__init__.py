@@ -2,6 +2,6 @@
 from __future__ import annotations
 
 from lazyviz.trace.model import CAUSES, Execution, Frame, Graph, RunInfo
-from lazyviz.trace.reader import Trace, TraceError, open
+from lazyviz.trace.reader import Trace, TraceError, open, open_ranks
 
-__all__ = ["CAUSES", "Execution", "Frame", "Graph", "RunInfo", "Trace", "TraceError", "open"]
+__all__ = ["CAUSES", "Execution", "Frame", "Graph", "RunInfo", "Trace", "TraceError", "open", "open_ranks"]

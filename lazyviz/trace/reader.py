@@ -147,3 +147,17 @@ class Trace:
 
 def open(path: str | os.PathLike[str]) -> Trace:  # noqa: A001 - mirrors the builtin on purpose
     return Trace(path)
+
+
+def open_ranks(folder: str | os.PathLike[str]) -> dict[int, Trace]:
+    """The traces of a multi-process run (one per rank, as `lazyviz run -o DIR/` writes
+    them under torchrun), by rank."""
+    folder = Path(folder)
+    traces: dict[int, Trace] = {}
+    for path in sorted(folder.glob("rank*.trace")):
+        trace = Trace(path)
+        rank = trace.run.rank.get("rank")
+        traces[int(rank) if rank is not None else int(path.stem.removeprefix("rank") or 0)] = trace
+    if not traces:
+        raise TraceError(f"{folder}: no rank*.trace files in this folder")
+    return dict(sorted(traces.items()))

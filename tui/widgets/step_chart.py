@@ -7,6 +7,7 @@ import statistics
 from rich.text import Text
 from textual.widgets import Static
 
+from lazyviz.analysis.summary import chart_scale
 from lazyviz.trace.model import Execution
 
 BARS = " ▁▂▃▄▅▆▇█"
@@ -55,12 +56,12 @@ class StepChart(Static):
         # Few steps: widen each bar (up to 4 cells) so the chart is readable.
         repeat = max(1, min(4, width // max(1, len(columns))))
         columns = [column for column in columns for _ in range(repeat)]
-        top = max(total for total, _ in columns) or 1.0
+        top = chart_scale([t + s for _, t, s, _ in steps])
         rows = []
         for level in range(height, 0, -1):
             row = Text()
             for total, missed in columns:
-                filled = total / top * height - (level - 1)
+                filled = min(total, top) / top * height - (level - 1)
                 char = BARS[-1] if filled >= 1 else BARS[max(0, int(filled * 8))] if filled > 0 else " "
                 row.append(char, "red" if missed else "cyan")
             rows.append(row)
@@ -71,7 +72,7 @@ class StepChart(Static):
         share = sync_ms / (trace_ms + sync_ms) * 100 if trace_ms + sync_ms else 0
         legend = Text.assemble(
             (f"{len(steps)} steps", "bold"), f"{f' ({per_column} per column)' if per_column > 1 else ''} · median {statistics.median(totals):.1f} ms"
-            f" · max {top:.1f} ms (step {slowest[0]}) · ", ("■ compiled", "red"), " ", ("■ cached", "cyan"),
+            f" · max {slowest[1] + slowest[2]:.1f} ms (step {slowest[0]}) · ", ("■ compiled", "red"), " ", ("■ cached", "cyan"),
             f"\nsync (lower+compile+run) {sync_ms:.0f} ms = {share:.0f}% · python tracing {trace_ms:.0f} ms",
         )
         self.update(Text("\n").join([*rows, legend]))
