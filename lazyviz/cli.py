@@ -161,8 +161,8 @@ class RunCommand:
         from lazyviz.trace import TraceError, open as open_trace
 
         try:
-            trace = open_trace(trace_path)
-            run, executions = trace.run, trace.executions()
+            with open_trace(trace_path) as trace:
+                run, executions, ir_texts = trace.run, trace.executions(), trace.ir_texts()
         except TraceError:
             return status  # the tracer never started; it said why
         if not run.argv:
@@ -174,7 +174,7 @@ class RunCommand:
                 file=sys.stderr,
             )
             return status or 3
-        sys.stderr.write(text_report(run, executions, trace.ir_texts(), trace_path))
+        sys.stderr.write(text_report(run, executions, ir_texts, trace_path))
         return status
 
 

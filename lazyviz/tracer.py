@@ -61,7 +61,8 @@ class Tracer:
         for site in self.backend.sync_sites():
             original = getattr(site.owner, site.attribute, None)
             if original is not None:
-                owner = f"{site.owner.__name__}." if isinstance(site.owner, type) else ""
+                owner = f"{site.owner.__name__.rpartition('.')[2]}." if site.cause == "other" or isinstance(
+                    site.owner, type) else ""
                 detail = f"{owner}{site.attribute}()"
                 setattr(site.owner, site.attribute, self._wrap_sync_site(original, site.cause, detail))
 

@@ -119,11 +119,15 @@ def extra_sync_findings(executions: list[Execution], steps: int) -> list[Finding
         per_step = len(group) / steps_with
         ms_per_step = sum(e.sync_ms for e in group) / max(steps, 1)
         what = group[0].detail or cause
+        fix = SYNC_FIXES.get(cause, "")
+        if what.startswith("distributed."):
+            fix = ("a collective on a lazy tensor runs the pending graph first, once per call: flatten the "
+                   "gradients into one bucket (one collective per step) or reduce after mark_step()")
         findings.append(Finding(
             "extra_sync", "warning" if steps_with >= max(2, steps // 2) else "info",
             f"{what} forces {per_step:g} extra execution{'s' if per_step != 1 else ''} per step "
             f"in {steps_with} of {max(steps, steps_with)} steps ({ms_per_step:.2f} ms per step)",
-            group[0].frame, tuple(e.index for e in group), SYNC_FIXES.get(cause, ""),
+            group[0].frame, tuple(e.index for e in group), fix,
             {"cause": cause, "count": len(group), "steps": steps_with, "ms_per_step": round(ms_per_step, 3)},
         ))
     return findings

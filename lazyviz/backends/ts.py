@@ -116,7 +116,19 @@ class TorchScriptBackend(LazyBackend):
             SyncSite(tensor, "__float__", "item"),
             SyncSite(tensor, "__int__", "item"),
             SyncSite(tensor, "__index__", "item"),
+            *self._collective_sites(),
         ]
+
+    @staticmethod
+    def _collective_sites() -> list[SyncSite]:
+        """A collective on a lazy tensor runs its pending graph first: name it."""
+        import torch.distributed as dist
+
+        if not dist.is_available():
+            return []
+        names = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+                 "reduce_scatter_tensor", "reduce", "all_to_all", "all_to_all_single", "barrier")
+        return [SyncSite(dist, name, "other") for name in names if hasattr(dist, name)]
 
     def framework_paths(self) -> list[str]:
         import torch

@@ -1,0 +1,62 @@
+"""Multi-process runs under torchrun (gloo, 2 processes): one trace per rank, and the
+step where ranks ran different graphs."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import lazyviz.trace
+from conftest import SCRIPTS, cli
+
+SCRIPT = SCRIPTS / "ddp_train.py"
+
+
+def torchrun(folder: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "lazyviz", "run", "--no-tui", "-o", f"{folder}/", str(SCRIPT), *args],
+        capture_output=True, text=True, timeout=300,
+    )
+
+
+def test_clean_data_parallel_run(tmp_path: Path) -> None:
+    result = torchrun(tmp_path, "--steps", "4")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "rank 0 done" in result.stdout and "rank 1 done" not in result.stdout
+    assert (tmp_path / "rank1.trace.out").read_text().strip().endswith("rank 1 done")
+    traces = lazyviz.trace.open_ranks(tmp_path)
+    assert sorted(traces) == [0, 1]
+    assert traces[1].run.rank["world_size"] == "2" and traces[1].run.rank["rank"] == "1"
+    collectives = [e for e in traces[0].executions() if e.detail == "distributed.all_reduce()"]
+    assert len(collectives) == 4 * 4  # one per parameter per step: shown as such
+    report = json.loads(cli("report", tmp_path, "--format", "json").stdout)
+    assert [r["rank"] for r in report["ranks"]] == [0, 1] and report["divergence"] == []
+    assert cli("check", tmp_path, "--same-graphs-across-ranks").status == 0
+
+
+def test_divergent_batch_on_one_rank(tmp_path: Path) -> None:
+    result = torchrun(tmp_path, "--steps", "4", "--diverge-at", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(cli("report", tmp_path, "--format", "json").stdout)
+    (divergence,) = report["divergence"]
+    assert divergence["step"] == 2
+    assert sorted(r for group in divergence["ranks"] for r in group["ranks"]) == [0, 1]
+    assert "input shape" in divergence["change"] and "Float[16,8] -> Float[24,8]" in divergence["change"]
+    assert divergence["site"]["file"] == str(SCRIPT)
+    check = cli("check", tmp_path, "--same-graphs-across-ranks")
+    assert check.status == 1 and "ranks diverge at step 2" in check.stdout
+    text = cli("report", tmp_path)
+    assert "error: ranks diverge at step 2" in text.stdout
+
+
+def test_a_crashing_rank_leaves_every_trace_readable(tmp_path: Path) -> None:
+    result = torchrun(tmp_path, "--steps", "6", "--crash-at", "2")
+    assert result.returncode != 0
+    traces = lazyviz.trace.open_ranks(tmp_path)
+    crashed = traces[1].run
+    assert crashed.error == "RuntimeError: rank 1 gives up at step 2"
+    assert max(e.step for e in traces[1].executions()) == 1
+    assert traces[0].count() > 0  # the other rank's trace too, whatever stopped it
+    assert cli("report", tmp_path).status == 0
