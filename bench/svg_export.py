@@ -50,7 +50,12 @@ def main() -> None:
             try:
                 seconds, result = run_cli("export", trace, "--execution", "0", "-o", svg, *extra,
                                           timeout=options.raw_timeout)
-                shown = f"{seconds:10.2f}" if result.returncode == 0 else f"  failed: {result.stderr.strip()}"
+                if result.returncode == 0:
+                    shown = f"{seconds:10.2f}"
+                elif "took over" in result.stderr:  # lazyviz stops dot after 120 s
+                    shown = f"{'> ' + str(round(seconds)):>10} (dot stopped, unfinished)"
+                else:
+                    shown = f"  failed: {result.stderr.strip()}"
             except subprocess.TimeoutExpired:
                 shown = f"  > {options.raw_timeout:.0f} (stopped)"
             print(f"{name:<34}{shown}")

@@ -199,13 +199,14 @@ class ViewCommand:
         parser.add_argument("trace", metavar="TRACE")
 
     def run(self, options: argparse.Namespace) -> int:
-        path = Path(options.trace)
-        if path.is_dir():  # a multi-process run: rank 0's trace (no rank switcher yet)
-            path = next(iter(_open_ranks(options.trace).values())).path
+        path, ranks = Path(options.trace), None
+        if path.is_dir():  # a multi-process run: rank 0 first, [ and ] switch
+            ranks = {rank: trace.path for rank, trace in _open_ranks(options.trace).items()}
+            path = next(iter(ranks.values()))
         _open_trace(str(path)).close()  # one clear line if it is not a trace
         from tui.app import build_app
 
-        build_app(path).run()
+        build_app(path, ranks=ranks).run()
         return 0
 
 
@@ -425,11 +426,7 @@ class CheckCommand:
         breaches = check_budget(run, executions, recompiles, budget)
         if baseline is not None:
             breaches += check_baseline(run, executions, baseline)
-        for breach in breaches:
-            print(f"lazyviz check: {breach}")
-        if not breaches:
-            print(f"lazyviz check: ok ({len(executions)} executions, {run.steps} steps)")
-        return 1 if breaches else 0
+        return self._verdict(breaches, f"{len(executions)} executions, {run.steps} steps")
 
     @staticmethod
     def _ranks(options: argparse.Namespace) -> int:
@@ -443,10 +440,14 @@ class CheckCommand:
             if divergence is not None:
                 where = f" at {divergence.frame.site}" if divergence.frame else ""
                 breaches.append(divergence.message() + where)
+        return CheckCommand._verdict(breaches, f"{len(traces)} ranks ran the same graphs")
+
+    @staticmethod
+    def _verdict(breaches: list[str], ok: str) -> int:
         for breach in breaches:
             print(f"lazyviz check: {breach}")
         if not breaches:
-            print(f"lazyviz check: ok ({len(traces)} ranks ran the same graphs)")
+            print(f"lazyviz check: ok ({ok})")
         return 1 if breaches else 0
 
     @staticmethod

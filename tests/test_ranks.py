@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import lazyviz.trace
 from conftest import SCRIPTS, cli
 
@@ -36,9 +38,16 @@ def test_clean_data_parallel_run(tmp_path: Path) -> None:
     assert cli("check", tmp_path, "--same-graphs-across-ranks").status == 0
 
 
-def test_divergent_batch_on_one_rank(tmp_path: Path) -> None:
-    result = torchrun(tmp_path, "--steps", "4", "--diverge-at", "2")
+@pytest.fixture(scope="module")
+def divergent(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("divergent")
+    result = torchrun(folder, "--steps", "4", "--diverge-at", "2")
     assert result.returncode == 0, result.stderr[-3000:]
+    return folder
+
+
+def test_divergent_batch_on_one_rank(divergent: Path) -> None:
+    tmp_path = divergent
     report = json.loads(cli("report", tmp_path, "--format", "json").stdout)
     (divergence,) = report["divergence"]
     assert divergence["step"] == 2
@@ -60,3 +69,26 @@ def test_a_crashing_rank_leaves_every_trace_readable(tmp_path: Path) -> None:
     assert max(e.step for e in traces[1].executions()) == 1
     assert traces[0].count() > 0  # the other rank's trace too, whatever stopped it
     assert cli("report", tmp_path).status == 0
+
+
+async def test_ui_switches_ranks_and_marks_the_divergent_step(divergent: Path) -> None:
+    from test_tui import wait_for
+    from tui.app import build_app
+    from tui.widgets.executions import ExecutionList
+
+    ranks = {rank: trace.path for rank, trace in lazyviz.trace.open_ranks(divergent).items()}
+    app = build_app(ranks[0], ranks=ranks, poll_s=0.05)
+    async with app.run_test(size=(100, 30)) as pilot:
+        table = app.query_one(ExecutionList)
+        await wait_for(pilot, lambda: table.rows and app.run_info and app.run_info.finished)
+        assert "rank 0 of 2" in str(app.query_one("#header").render())
+        await pilot.press("9")
+        await wait_for(pilot, lambda: "ranks diverge" in app.query_one("#ranks-view").text)
+        marked = [line for line in app.query_one("#ranks-view").text.splitlines() if line.startswith("!")]
+        assert len(marked) == 1 and "step    2" in marked[0]
+        rank0_graphs = {e.graph for e in table.rows}
+        await pilot.press("right_square_bracket")
+        await wait_for(pilot, lambda: app.run_info is not None and app.run_info.rank.get("rank") == "1"
+                       and len(table.rows) == app.query_one(ExecutionList).rows.__len__() > 0)
+        assert "rank 1 of 2" in str(app.query_one("#header").render())
+        assert {e.graph for e in table.rows} - rank0_graphs  # rank 1 ran a graph rank 0 did not

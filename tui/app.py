@@ -13,6 +13,7 @@ from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
+from textual.css.query import NoMatches
 from textual.worker import get_current_worker
 
 from lazyviz.analysis import Analysis
@@ -29,13 +30,14 @@ from tui.widgets.output import OutputView
 from tui.widgets.search_bar import SearchBar
 from tui.widgets.step_chart import StepChart
 
-TABS = ["ir", "backend", "diff", "stack", "counters", "findings", "timing", "output"]
+TABS = ["ir", "backend", "diff", "stack", "counters", "findings", "timing", "output", "ranks"]
 
 
 class TraceUpdated(Message):
-    def __init__(self, update: TraceUpdate) -> None:
+    def __init__(self, update: TraceUpdate, watcher: TraceWatcher) -> None:
         super().__init__()
         self.update = update
+        self.watcher = watcher  # updates from a watcher replaced since (another rank) are dropped
 
 
 class LazyvizApp(App[None]):
@@ -49,16 +51,24 @@ class LazyvizApp(App[None]):
         Binding("N", "next_miss(-1)", "Prev miss"),
         Binding("f", "toggle_follow", "Follow"),
         Binding("s", "save_svg", "Save SVG"),
+        Binding("left_square_bracket", "switch_rank(-1)", "Prev rank", show=False),
+        Binding("right_square_bracket", "switch_rank(1)", "Next rank", show=False),
         Binding("enter", "focus_details", "Details", show=False),
         *[Binding(str(number), f"show_tab('{tab}')", tab, show=False) for number, tab in enumerate(TABS, 1)],
     ]
 
     def __init__(self, trace_path: Path, process: subprocess.Popen | None = None, output_path: Path | None = None,
-                 poll_s: float = 0.25) -> None:
+                 poll_s: float = 0.25, ranks: dict[int, Path] | None = None) -> None:
         super().__init__()
         self.trace_path = Path(trace_path)
         self.process = process
+        self.poll_s = poll_s
+        self.ranks = ranks or {}  # a multi-process run: rank -> trace; [ and ] switch
         self.watcher = TraceWatcher(self.trace_path, process, output_path, poll_s)
+        self._reset()
+
+    def _reset(self) -> None:
+        """Forget what was read: on start, and when switching to another rank's trace."""
         self.executions: list[Execution] = []
         self.ir_texts: dict[str, str] = {}
         self.run_info: RunInfo | None = None
@@ -90,6 +100,8 @@ class LazyvizApp(App[None]):
                 yield StepChart(id="timing-view")
             with TabPane("Output", id="output"):
                 yield OutputView(id="output-view")
+            with TabPane("Ranks", id="ranks"):
+                yield CodeView("diff", "one process: no other ranks", id="ranks-view")
         yield SearchBar(id="search")
         yield Footer()
 
@@ -98,6 +110,47 @@ class LazyvizApp(App[None]):
         self.refresh_header()
         self.set_interval(1.0, self.refresh_header)  # the elapsed clock; no data polling here
         self.watch_trace()
+        if self.ranks:
+            self.load_ranks()
+
+    # -- ranks of a multi-process run -----------------------------------------------------
+    def action_switch_rank(self, direction: int) -> None:
+        if len(self.ranks) < 2:
+            self.notify("one process: no other rank to show")
+            return
+        order = sorted(self.ranks)
+        current = next((r for r, p in self.ranks.items() if p == self.trace_path), order[0])
+        rank = order[(order.index(current) + direction) % len(order)]
+        self.workers.cancel_group(self, "watch")
+        self.trace_path = self.ranks[rank]
+        beside = Path(f"{self.trace_path}.out")
+        self.watcher = TraceWatcher(self.trace_path, None, beside if beside.exists() else None, self.poll_s)
+        self._reset()
+        table = self.query_one(ExecutionList)
+        table.rows, table.follow = [], True
+        table.refresh()
+        self.query_one(OutputView).clear()
+        self.notify(f"rank {rank}: {self.trace_path.name}")
+        self.watch_trace()
+
+    @work(thread=True, group="ranks", exit_on_error=False, description="all ranks")
+    def load_ranks(self) -> None:
+        from lazyviz.analysis.ranks import find_divergence, step_graphs
+
+        executions, ir_texts = {}, {}
+        for rank, path in self.ranks.items():
+            with Trace(path) as trace:
+                executions[rank], ir_texts[rank] = trace.executions(), trace.ir_texts()
+        per_rank = {rank: step_graphs(found) for rank, found in executions.items()}
+        divergence = find_divergence(executions, ir_texts)
+        lines = [f"# {len(self.ranks)} ranks; [ and ] show another rank's executions",
+                 f"# {divergence.message() if divergence else 'every rank ran the same graphs at every step'}", ""]
+        for step in sorted(set().union(*(steps.keys() for steps in per_rank.values()))):
+            sequences = {rank: steps.get(step, ()) for rank, steps in per_rank.items()}
+            mark = "!" if len(set(sequences.values())) > 1 else " "
+            cells = "  ".join(f"rank {rank}: {' '.join(g[:8] for g in seq) or '-'}" for rank, seq in sequences.items())
+            lines.append(f"{mark} step {step:4d}  {cells}")
+        self.call_from_thread(self._show_texts, {"ranks-view": "\n".join(lines)})
 
     def on_resize(self) -> None:
         self.query_one("#columns", Static).update(header_text(self.size.width))
@@ -106,9 +159,12 @@ class LazyvizApp(App[None]):
     @work(thread=True, exclusive=True, group="watch", exit_on_error=False, description="watch the trace")
     def watch_trace(self) -> None:
         worker = get_current_worker()
-        self.watcher.run(lambda update: self.post_message(TraceUpdated(update)), lambda: worker.is_cancelled)
+        watcher = self.watcher
+        watcher.run(lambda update: self.post_message(TraceUpdated(update, watcher)), lambda: worker.is_cancelled)
 
     def on_trace_updated(self, message: TraceUpdated) -> None:
+        if message.watcher is not self.watcher:
+            return
         update = message.update
         if update.run is not None:
             self.run_info = update.run
@@ -131,9 +187,10 @@ class LazyvizApp(App[None]):
         run = self.run_info
         live = self.process is not None and self.process_status is None
         elapsed = time.monotonic() - self.started if live or run is None or run.elapsed_s is None else run.elapsed_s
+        rank = next((f"rank {r} of {len(self.ranks)} · " for r, p in self.ranks.items() if p == self.trace_path), "")
         self.query_one(RunHeader).show(run, self.analysis.summary if self.analysis else None, elapsed,
                                        self.query_one(ExecutionList).follow, self.process_status,
-                                       str(self.trace_path))
+                                       str(self.trace_path), rank)
 
     # -- the selected execution ---------------------------------------------------------
     @on(ExecutionList.Selected)
@@ -180,8 +237,11 @@ class LazyvizApp(App[None]):
             self.call_from_thread(self._show_texts, texts)
 
     def _show_texts(self, texts: dict[str, str]) -> None:
-        for view_id, text in texts.items():
-            self.query_one(f"#{view_id}", CodeView).set_text(text)
+        try:
+            for view_id, text in texts.items():
+                self.query_one(f"#{view_id}", CodeView).set_text(text)
+        except NoMatches:  # the app is closing while a worker finished
+            pass
 
     # -- actions ------------------------------------------------------------------------
     def action_help(self) -> None:
@@ -251,9 +311,10 @@ class LazyvizApp(App[None]):
 
 
 def build_app(trace_path: Path, process: subprocess.Popen | None = None, output_path: Path | None = None,
-              poll_s: float = 0.25) -> LazyvizApp:
-    """The one factory for the CLI and the tests."""
+              poll_s: float = 0.25, ranks: dict[int, Path] | None = None) -> LazyvizApp:
+    """The one factory for the CLI and the tests. ranks: the traces of a multi-process
+    run, by rank (trace_path is the one shown first)."""
     if output_path is None:
         beside = Path(f"{trace_path}.out")
         output_path = beside if beside.exists() else None
-    return LazyvizApp(trace_path, process, output_path, poll_s)
+    return LazyvizApp(trace_path, process, output_path, poll_s, ranks)

@@ -15,7 +15,8 @@ KEYS = """[b]lazyviz keys[/b]
   n / N        next / previous cache miss
   f            follow the newest execution on/off
   s            save the selected execution's graph as SVG beside the trace
-  1..8         show a tab: IR, Backend, Diff, Stack, Counters, Findings, Timing, Output
+  1..9         show a tab: IR, Backend, Diff, Stack, Counters, Findings, Timing, Output, Ranks
+  [ / ]        a multi-process run (lazyviz view traces/): previous / next rank
   ?            this help
   q            quit (a running script is stopped; the trace is kept)
 

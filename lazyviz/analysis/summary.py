@@ -87,5 +87,5 @@ def graph_stats(executions: list[Execution]) -> list[dict]:
 def chart_scale(step_totals: list[float]) -> float:
     """The top of a per-step time chart. The first step also holds the script's start-up
     (imports, model building), so with enough steps it does not set the scale."""
-    body = step_totals[1:] if len(step_totals) >= 3 else step_totals
+    body = step_totals[1:] if len(step_totals) >= 5 else step_totals
     return max(body, default=0.0) or max(step_totals, default=0.0) or 1.0

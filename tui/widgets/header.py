@@ -29,9 +29,9 @@ class RunHeader(Static):
     """
 
     def show(self, run: RunInfo | None, summary: Summary | None, elapsed_s: float, follow: bool,
-             process_status: int | None = None, source: str = "") -> None:
+             process_status: int | None = None, source: str = "", rank: str = "") -> None:
         state, state_style = run_state(run, process_status)
-        first = Text.assemble(("lazyviz ", "bold"))
+        first = Text.assemble(("lazyviz ", "bold"), (rank, "bold magenta"))
         if run is not None:
             first.append(shlex.join(run.argv), "bold cyan")
             first.append(f"  {run.backend} · capture {run.capture} · ")
