@@ -3,7 +3,9 @@ the tracer and runs the user's script as `__main__`, as `python script.py` would
 from __future__ import annotations
 
 import argparse
+import ast
 import datetime
+import importlib.util
 import os
 import platform
 import runpy
@@ -11,6 +13,7 @@ import signal
 import sys
 import time
 import traceback
+import warnings
 
 from lazyviz.backends import BackendError, get_backend
 from lazyviz.tracer import Tracer
@@ -42,6 +45,23 @@ def _print_user_traceback(error: BaseException) -> str:
     return text
 
 
+def _imports_torch(target: str, module: bool) -> bool:
+    """Does the script's own source import torch (at any depth of its file)?"""
+    try:
+        if module:
+            spec = importlib.util.find_spec(target)
+            target = spec.origin if spec and spec.origin else ""
+        tree = ast.parse(open(target, "rb").read())
+    except (OSError, SyntaxError, ValueError, ImportError):
+        return True  # cannot tell: show them, as torch would
+    for node in ast.walk(tree):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        if any(name == "torch" or name.startswith("torch.") for name in names):
+            return True
+    return False
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="lazyviz._child")
     parser.add_argument("--trace", required=True)
@@ -56,8 +76,13 @@ def main(argv: list[str]) -> int:
     writer = TraceWriter(options.trace)
     try:
         backend = get_backend(options.backend)
-        tracer = Tracer(backend, writer, options.capture)
-        tracer.install()
+        # Importing torch here may warn (e.g. "Failed to initialize NumPy"). Untraced,
+        # the script sees that only if it imports torch itself: hold the warnings back
+        # and show them then (at its start), so its stderr stays its own.
+        with warnings.catch_warnings(record=True) as import_warnings:
+            warnings.simplefilter("default")
+            tracer = Tracer(backend, writer, options.capture)
+            tracer.install()
     except BackendError as error:
         print(f"lazyviz: {error}", file=sys.stderr)
         writer.close()
@@ -75,6 +100,9 @@ def main(argv: list[str]) -> int:
     )
 
     exit_status, error_line, error_text, interrupted = 0, None, None, False
+    if _imports_torch(options.target, options.module):
+        for caught in import_warnings:
+            warnings.showwarning(caught.message, caught.category, caught.filename, caught.lineno)
     try:
         if options.module:
             sys.argv = [options.target, *options.args]

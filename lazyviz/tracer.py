@@ -15,8 +15,6 @@ from types import FrameType
 from lazyviz.backends import CompiledGraph, LazyBackend
 from lazyviz.trace.writer import TraceWriter
 
-CAPTURE_MODES = ("full", "light")
-
 # Counters that name the sync itself rather than an op without a lowering.
 _SYNC_OPS = frozenset({"aten::_local_scalar_dense"})
 
@@ -61,10 +59,7 @@ class Tracer:
         for site in self.backend.sync_sites():
             original = getattr(site.owner, site.attribute, None)
             if original is not None:
-                owner = f"{site.owner.__name__.rpartition('.')[2]}." if site.cause == "other" or isinstance(
-                    site.owner, type) else ""
-                detail = f"{owner}{site.attribute}()"
-                setattr(site.owner, site.attribute, self._wrap_sync_site(original, site.cause, detail))
+                setattr(site.owner, site.attribute, self._wrap_sync_site(original, site.cause, site.label))
 
     def _wrap_sync_site(self, original: Callable, cause: str, detail: str) -> Callable:
         tracer = self

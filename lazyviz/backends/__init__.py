@@ -32,6 +32,7 @@ class SyncSite:
     owner: object
     attribute: str
     cause: str
+    label: str  # how a user names the call: "Tensor.item()", "mark_step()"
 
 
 # (computation key, graph on its first execution or None, execute ms,

@@ -103,19 +103,19 @@ class TorchScriptBackend(LazyBackend):
 
         tensor = torch.Tensor
         return [
-            SyncSite(torch._lazy, "mark_step", "mark_step"),
-            SyncSite(tensor, "item", "item"),
-            SyncSite(tensor, "__repr__", "print"),
-            SyncSite(tensor, "__format__", "print"),
-            SyncSite(tensor, "cpu", "cpu"),
-            SyncSite(tensor, "to", "cpu"),
-            SyncSite(tensor, "numpy", "cpu"),
-            SyncSite(tensor, "tolist", "tolist"),
-            SyncSite(tensor, "__bool__", "bool"),
+            SyncSite(torch._lazy, "mark_step", "mark_step", "mark_step()"),
+            SyncSite(tensor, "item", "item", "Tensor.item()"),
+            SyncSite(tensor, "__repr__", "print", "repr(tensor)"),
+            SyncSite(tensor, "__format__", "print", "format(tensor)"),
+            SyncSite(tensor, "cpu", "cpu", "Tensor.cpu()"),
+            SyncSite(tensor, "to", "cpu", "Tensor.to()"),
+            SyncSite(tensor, "numpy", "cpu", "Tensor.numpy()"),
+            SyncSite(tensor, "tolist", "tolist", "Tensor.tolist()"),
+            SyncSite(tensor, "__bool__", "bool", "bool(tensor)"),
             # float(t) and int(t) read a scalar just as .item() does.
-            SyncSite(tensor, "__float__", "item"),
-            SyncSite(tensor, "__int__", "item"),
-            SyncSite(tensor, "__index__", "item"),
+            SyncSite(tensor, "__float__", "item", "float(tensor)"),
+            SyncSite(tensor, "__int__", "item", "int(tensor)"),
+            SyncSite(tensor, "__index__", "item", "index(tensor)"),
             *self._collective_sites(),
         ]
 
@@ -128,7 +128,7 @@ class TorchScriptBackend(LazyBackend):
             return []
         names = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
                  "reduce_scatter_tensor", "reduce", "all_to_all", "all_to_all_single", "barrier")
-        return [SyncSite(dist, name, "other") for name in names if hasattr(dist, name)]
+        return [SyncSite(dist, name, "other", f"distributed.{name}()") for name in names if hasattr(dist, name)]
 
     def framework_paths(self) -> list[str]:
         import torch
