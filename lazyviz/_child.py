@@ -129,6 +129,8 @@ def main(argv: list[str]) -> int:
             steps=tracer.steps(), elapsed_s=round(time.perf_counter() - started, 3),
         )
         writer.close()
+        if writer.error:  # e.g. a full disk: the run went on, the trace stopped there
+            print(f"lazyviz: the trace stopped growing: {writer.error}", file=sys.stderr)
     if interrupted:  # die of SIGINT, as the interpreter does, so shells see it
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
