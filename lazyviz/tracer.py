@@ -34,11 +34,10 @@ class Tracer:
         self._cause_detail: str | None = None
         self._last_fallback_call: tuple[int, int] | None = None
         self._last_fallback_op: str | None = None
-        self._graph_of: dict[int, str] = {}  # computation key -> graph id
+        self._graph_of: dict[int, tuple[str, int]] = {}  # computation key -> (graph id, nodes)
         self._graphs_seen: set[str] = set()
         self._stack_ids: dict[tuple, int] = {}
         self._user_file: dict[str, bool] = {}
-        self._nodes: dict[str, int] = {}
         self._frame_entries: dict[tuple[int, int], tuple] = {}
         self._mark_steps = 0  # completed before the latest execution
         self._mark_steps_before = 0
@@ -112,8 +111,8 @@ class Tracer:
         else:
             self._last_fallback_call = None
         if graph is not None:
-            self._graph_of[key] = graph.graph_id
-        graph_id = self._graph_of.get(key, f"unknown-{key:x}")
+            self._graph_of[key] = (graph.graph_id, graph.nodes)
+        graph_id, nodes = self._graph_of.get(key, (f"unknown-{key:x}", 0))
         compile_ms = graph.compile_ms if graph else 0.0
         sync_ms = compile_ms + execute_ms
         start = end - sync_ms / 1000
@@ -140,7 +139,7 @@ class Tracer:
             *(user_frame or (None, None, None)),
             stack_id,
             graph_id,
-            graph.nodes if graph else self._nodes.get(graph_id, 0),
+            nodes,
             "miss" if graph is not None else "hit",
             sync_ms,
             trace_ms,
@@ -152,8 +151,6 @@ class Tracer:
         )
         self.writer.add_execution(row, new_graph, new_stack)
         self.executions += 1
-        if graph is not None:
-            self._nodes[graph_id] = graph.nodes
 
     def _stack(self, frame: FrameType | None, to_user_frame: bool) -> list[tuple[str, int, str]]:
         """Innermost first, without lazyviz's wrappers and the runner below the script;

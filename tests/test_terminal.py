@@ -50,20 +50,20 @@ class Terminal:
 def test_live_run_shows_rows_while_the_script_runs(tmp_path: Path) -> None:
     trace = tmp_path / "live.trace"
     command = (f"{shlex.quote(sys.executable)} -m lazyviz run -o {shlex.quote(str(trace))} "
-               f"{shlex.quote(str(SCRIPTS / 'slow_steps.py'))} 10 0.4; echo EXIT=$?")
+               f"{shlex.quote(str(SCRIPTS / 'slow_steps.py'))} 12 0.6; echo EXIT=$?")
     terminal = Terminal(command, tmp_path)
     try:
         running = terminal.wait_for(lambda s: "running" in s and "slow_steps.py:13" in s)
         rows_while_running = running.count("slow_steps.py:13")
         finished = terminal.wait_for(lambda s: "exited 0" in s)
-        assert finished.count("slow_steps.py:13") == 10 > rows_while_running
+        assert finished.count("slow_steps.py:13") == 12 > rows_while_running
         terminal.keys("8")  # the Output tab: the script's own prints, not over the UI
-        terminal.wait_for(lambda s: "step 9" in s)
+        terminal.wait_for(lambda s: "step 11" in s)
         terminal.keys("q")
         after = terminal.wait_for(lambda s: re.search(r"^EXIT=\d+$", s, re.MULTILINE) is not None)
         assert re.search(r"^EXIT=0$", after, re.MULTILINE)
         output = Path(f"{trace}.out").read_text()  # the script's own output, whole
-        assert "step 0\n" in output and output.endswith("step 9\n")
+        assert "step 0\n" in output and output.endswith("step 11\n")
     finally:
         terminal.close()
 

@@ -184,6 +184,12 @@ class LazyvizApp(App[None]):
         self.refresh_header()
 
     def refresh_header(self) -> None:
+        try:
+            self._refresh_header()
+        except NoMatches:  # a timer or message that arrives while the app closes
+            pass
+
+    def _refresh_header(self) -> None:
         run = self.run_info
         live = self.process is not None and self.process_status is None
         elapsed = time.monotonic() - self.started if live or run is None or run.elapsed_s is None else run.elapsed_s
