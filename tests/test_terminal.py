@@ -47,11 +47,16 @@ class Terminal:
         subprocess.run([*self.tmux, "kill-server"], capture_output=True)
 
 
+def run_slow_steps(trace: Path, steps: int, pause_s: float) -> Terminal:
+    """`lazyviz run` on the slow-steps script in a fresh terminal; the shell echoes EXIT=N."""
+    command = (f"{shlex.quote(sys.executable)} -m lazyviz run -o {shlex.quote(str(trace))} "
+               f"{shlex.quote(str(SCRIPTS / 'slow_steps.py'))} {steps} {pause_s}; echo EXIT=$?")
+    return Terminal(command, trace.parent)
+
+
 def test_live_run_shows_rows_while_the_script_runs(tmp_path: Path) -> None:
     trace = tmp_path / "live.trace"
-    command = (f"{shlex.quote(sys.executable)} -m lazyviz run -o {shlex.quote(str(trace))} "
-               f"{shlex.quote(str(SCRIPTS / 'slow_steps.py'))} 12 0.6; echo EXIT=$?")
-    terminal = Terminal(command, tmp_path)
+    terminal = run_slow_steps(trace, 12, 0.6)
     try:
         running = terminal.wait_for(lambda s: "running" in s and "slow_steps.py:13" in s)
         rows_while_running = running.count("slow_steps.py:13")
@@ -70,9 +75,7 @@ def test_live_run_shows_rows_while_the_script_runs(tmp_path: Path) -> None:
 
 def test_quitting_stops_the_script_and_keeps_the_trace(tmp_path: Path) -> None:
     trace = tmp_path / "stopped.trace"
-    command = (f"{shlex.quote(sys.executable)} -m lazyviz run -o {shlex.quote(str(trace))} "
-               f"{shlex.quote(str(SCRIPTS / 'slow_steps.py'))} 200 0.2; echo EXIT=$?")
-    terminal = Terminal(command, tmp_path)
+    terminal = run_slow_steps(trace, 200, 0.2)
     try:
         terminal.wait_for(lambda s: s.count("slow_steps.py:13") >= 3 and "running" in s)
         terminal.keys("q")

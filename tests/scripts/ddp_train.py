@@ -2,7 +2,6 @@
 all-reduced every step. With --diverge-at N, rank 1 gets a batch of 24 at step N while
 the others keep 16, so it compiles a graph they do not. With --crash-at N, rank 1 raises at step N."""
 import argparse
-import os
 
 import torch
 import torch._lazy
