@@ -107,6 +107,8 @@ class RunCommand:
         try:
             build_app(trace_path, process, output_path).run()
         finally:
+            if _run_finished(trace_path):
+                _wait_quietly(process)  # the script is done, only tearing down: don't interrupt it
             stopped = process.poll() is None
             if stopped:
                 _stop(process)
@@ -176,6 +178,23 @@ class RunCommand:
             return status or 3
         sys.stderr.write(text_report(run, executions, ir_texts, trace_path))
         return status
+
+
+def _run_finished(trace_path: Path) -> bool:
+    from lazyviz.trace import TraceError, open as open_trace
+
+    try:
+        with open_trace(trace_path) as trace:
+            return trace.run.finished
+    except TraceError:
+        return False
+
+
+def _wait_quietly(process: subprocess.Popen, grace_s: float = 30.0) -> None:
+    try:
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def _stop(process: subprocess.Popen, grace_s: float = 5.0) -> None:
