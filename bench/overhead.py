@@ -1,7 +1,11 @@
 """Tracing overhead on the transformer+AdamW sample: untraced, `--capture light`,
-`--capture full` and torch's raw LTC_SAVE_TENSORS_FILE dump, in one run, side by side.
+`--capture full` and the backend's raw dump, in one run, side by side.
 
     python bench/overhead.py [--steps 30] [--warmup 3] [--rounds 3]
+    PJRT_DEVICE=CPU .venv-xla/bin/python bench/overhead.py --backend xla
+
+On `ts` the raw dump is torch's LTC_SAVE_TENSORS_FILE; on `xla` it is what lazyviz's
+full capture turns on: XLA_SAVE_TENSORS_FILE with XLA_IR_DEBUG=1 and PT_XLA_DEBUG_LEVEL=2.
 
 Each mode runs in its own process (the backend initialises once per process), and the
 rounds interleave the modes so that machine noise hits them alike.
@@ -20,19 +24,24 @@ from pathlib import Path
 LOOP = Path(__file__).with_name("_training_loop.py")
 
 
-def step_times(mode: str, warmup: int, steps: int, folder: Path) -> list[float]:
-    loop = [str(LOOP), str(warmup), str(steps)]
+def step_times(mode: str, warmup: int, steps: int, folder: Path, backend: str) -> list[float]:
+    loop = [str(LOOP), str(warmup), str(steps), backend]
     env = dict(os.environ)
     if mode == "untraced":
         command = [sys.executable, *loop]
-    elif mode == "raw LTC dump":
-        dump = folder / "ltc-dump.txt"
-        dump.unlink(missing_ok=True)
-        env.update(LTC_SAVE_TENSORS_FILE=str(dump), LTC_SAVE_TENSORS_FMT="text")
+    elif mode == "raw dump":
+        dump = folder / "raw-dump.txt"
+        for old in folder.glob("raw-dump.txt*"):
+            old.unlink()
+        if backend == "xla":
+            env.update(XLA_SAVE_TENSORS_FILE=str(dump), XLA_SAVE_TENSORS_FMT="text", XLA_IR_DEBUG="1",
+                       PT_XLA_DEBUG_LEVEL="2", PT_XLA_DEBUG_FILE=str(folder / "raw-debug.txt"))
+        else:
+            env.update(LTC_SAVE_TENSORS_FILE=str(dump), LTC_SAVE_TENSORS_FMT="text")
         command = [sys.executable, *loop]
     else:
         capture = mode.split()[-1]
-        command = [sys.executable, "-m", "lazyviz", "run", "--no-tui", "--capture", capture,
+        command = [sys.executable, "-m", "lazyviz", "run", "--no-tui", "--backend", backend, "--capture", capture,
                    "-o", str(folder / f"{capture}.trace"), *loop]
     result = subprocess.run(command, capture_output=True, text=True, env=env)
     if result.returncode != 0:
@@ -46,19 +55,22 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--backend", choices=("ts", "xla"), default="ts")
     options = parser.parse_args()
 
-    modes = ["untraced", "lazyviz light", "lazyviz full", "raw LTC dump"]
+    modes = ["untraced", "lazyviz light", "lazyviz full", "raw dump"]
     times: dict[str, list[float]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory() as folder:
         for round_ in range(options.rounds):
             # Rotate the order each round, so no mode always runs first or after another.
             for mode in modes[round_ % len(modes):] + modes[:round_ % len(modes)]:
-                times[mode] += step_times(mode, options.warmup, options.steps, Path(folder))
-        sizes = {name: os.path.getsize(Path(folder) / name) for name in ("light.trace", "full.trace", "ltc-dump.txt")}
+                times[mode] += step_times(mode, options.warmup, options.steps, Path(folder), options.backend)
+        sizes = {path.name: path.stat().st_size for pattern in ("*.trace", "raw-dump.txt*")
+                 for path in sorted(Path(folder).glob(pattern))}
 
     baseline = statistics.median(times["untraced"])
-    print(f"transformer+AdamW, {options.steps} steps x {options.rounds} rounds after {options.warmup} warm-up")
+    print(f"transformer+AdamW on {options.backend}, {options.steps} steps x {options.rounds} rounds "
+          f"after {options.warmup} warm-up")
     print(f"{'mode':<16}{'median step ms':>16}{'vs untraced':>14}")
     for mode in modes:
         median = statistics.median(times[mode])

@@ -3,9 +3,7 @@ the tracer and runs the user's script as `__main__`, as `python script.py` would
 from __future__ import annotations
 
 import argparse
-import ast
 import datetime
-import importlib.util
 import os
 import platform
 import runpy
@@ -15,6 +13,7 @@ import time
 import traceback
 import warnings
 
+from lazyviz._source import top_level_imports
 from lazyviz.backends import BackendError, get_backend
 from lazyviz.tracer import Tracer
 from lazyviz.trace.writer import TraceWriter
@@ -47,19 +46,8 @@ def _print_user_traceback(error: BaseException) -> str:
 
 def _imports_torch(target: str, module: bool) -> bool:
     """Does the script's own source import torch (at any depth of its file)?"""
-    try:
-        if module:
-            spec = importlib.util.find_spec(target)
-            target = spec.origin if spec and spec.origin else ""
-        tree = ast.parse(open(target, "rb").read())
-    except (OSError, SyntaxError, ValueError, ImportError):
-        return True  # cannot tell: show them, as torch would
-    for node in ast.walk(tree):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-            [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-        if any(name == "torch" or name.startswith("torch.") for name in names):
-            return True
-    return False
+    imported = top_level_imports(target, module)
+    return imported is None or bool(imported & {"torch", "torch_xla"})  # cannot tell: say yes
 
 
 def main(argv: list[str]) -> int:
@@ -75,7 +63,7 @@ def main(argv: list[str]) -> int:
     started = time.perf_counter()
     writer = TraceWriter(options.trace)
     try:
-        backend = get_backend(options.backend)
+        backend = get_backend(options.backend, capture_ir=options.capture == "full")
         # Importing torch here may warn (e.g. "Failed to initialize NumPy"). Untraced,
         # the script sees that only if it imports torch itself: hold the warnings back
         # and show them then (at its start), so its stderr stays its own.
@@ -91,6 +79,8 @@ def main(argv: list[str]) -> int:
         argv=[options.target, *options.args],
         module=options.module,
         backend=backend.name,
+        names=backend.names,
+        device=backend.device,
         capture=options.capture,
         versions={**backend.versions(), "python": platform.python_version()},
         start_time=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -54,7 +54,11 @@ class RunCommand:
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("-o", "--output", help="trace file to write (default: lazyviz-<script>.<pid>.trace)")
         parser.add_argument("--no-tui", action="store_true", help="no live UI: print a summary at the end")
-        parser.add_argument("--backend", default="ts", help="lazy backend (default: ts, torch's TorchScript backend)")
+        parser.add_argument(
+            "--backend", choices=("ts", "xla"),
+            help="lazy backend: ts (torch's TorchScript backend) or xla (PyTorch/XLA); "
+                 "default: xla when the script imports torch_xla, else ts",
+        )
         parser.add_argument(
             "--capture", choices=("full", "light"), default="full",
             help="full: IR, stacks and counters per execution; light: sites, timings, counters and backend text",
@@ -64,13 +68,14 @@ class RunCommand:
         parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
 
     def run(self, options: argparse.Namespace) -> int:
-        from lazyviz.backends import BACKENDS
+        from lazyviz._source import top_level_imports
         from lazyviz.tracer import default_trace_path
 
-        if options.backend not in BACKENDS:
-            raise CliError(f"unknown backend {options.backend!r} (known: {', '.join(BACKENDS)})")
         if not options.module:
             self._check_script(options.target)
+        if options.backend is None:
+            imported = top_level_imports(options.target, options.module) or set()
+            options.backend = "xla" if "torch_xla" in imported else "ts"
         rank = os.environ.get("RANK", "0")
         trace_path = Path(options.output or default_trace_path(options.target)).resolve()
         if options.output and (trace_path.is_dir() or options.output.endswith(os.sep)):
@@ -171,7 +176,7 @@ class RunCommand:
             return status
         if not executions:
             print(
-                f"lazyviz: {run.script} ran no lazy-tensor graph (nothing on device 'lazy'); "
+                f"lazyviz: {run.script} ran no lazy-tensor graph (nothing on device '{run.device}'); "
                 f"nothing to show in {trace_path}",
                 file=sys.stderr,
             )

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from lazyviz.backends import CompiledGraph, LazyBackend
+from lazyviz.backends import CompiledGraph, Frame, LazyBackend
 from lazyviz.trace.writer import TraceWriter
 
 # Counters that name the sync itself rather than an op without a lowering.
@@ -43,7 +43,7 @@ class Tracer:
         self._mark_steps_before = 0
         self._started = time.perf_counter()
         self._last_end = self._started
-        self._not_user = [_LAZYVIZ_DIR, *backend.framework_paths(), *self._stdlib_paths()]
+        self._not_user = [_LAZYVIZ_DIR, *self._stdlib_paths()]  # + the backend's, once initialised
 
     @staticmethod
     def _stdlib_paths() -> list[str]:
@@ -53,8 +53,9 @@ class Tracer:
     # -- set-up -----------------------------------------------------------------------
     def install(self) -> None:
         self.backend.init()
+        self._not_user += self.backend.framework_paths()
         self._mark_steps_before = self.backend.counters().get("MarkStep", 0)
-        self.backend.install_hook(self._on_execution, capture_ir=self.capture == "full")
+        self.backend.install_hook(self._on_execution, self._on_execute_time)
         for site in self.backend.sync_sites():
             original = getattr(site.owner, site.attribute, None)
             if original is not None:
@@ -63,14 +64,20 @@ class Tracer:
     def _wrap_sync_site(self, original: Callable, cause: str, detail: str) -> Callable:
         tracer = self
         flush = cause == "mark_step"
+        poll = self.backend.poll if self.backend.polls else None
 
         @functools.wraps(original)
         def sync_site(*args: object, **kwargs: object) -> object:
             if tracer._cause is not None:  # the outermost cause wins (print calls item)
                 return original(*args, **kwargs)
+            if poll is not None:  # executions from before this call are not its own
+                poll()
             tracer._cause, tracer._cause_detail = cause, detail
             try:
-                return original(*args, **kwargs)
+                result = original(*args, **kwargs)
+                if poll is not None:
+                    poll()
+                return result
             finally:
                 tracer._cause = None
                 if flush:  # a completed step is on disk before the script goes on
@@ -79,16 +86,25 @@ class Tracer:
         return sync_site
 
     def stop(self) -> None:
+        if self.backend.polls:
+            self.backend.poll(final=True)
         self.backend.set_hook_enabled(False)
 
     # -- per execution (hot path) --------------------------------------------------
     def _on_execution(
-        self, key: int, graph: CompiledGraph | None, execute_ms: float, counters: dict[str, int]
-    ) -> None:
-        """`counters`: the counters that moved since the previous execution."""
+        self, key: int, graph: CompiledGraph | None, execute_ms: float, counters: dict[str, int],
+        backend_stack: list[Frame] | None = None,
+    ) -> int:
+        """`counters`: the counters that moved since the previous execution;
+        `backend_stack`: where the backend saw it, when it reports after the fact."""
         end = time.perf_counter()
-        frame = sys._getframe(2)  # skip this hook and the backend adapter's
-        stack = self._stack(frame, to_user_frame=self.capture != "full")
+        if backend_stack is None:
+            frame = sys._getframe(2)  # skip this hook and the backend adapter's
+            stack = self._stack(frame, to_user_frame=self.capture != "full")
+            call = (id(frame), frame.f_lasti) if frame is not None else None
+        else:
+            stack = self._clean_stack(backend_stack)
+            call = stack[0][:2] if stack else None
         user_frame = self._user_frame(stack)
 
         self._mark_steps += counters.get("MarkStep", 0)
@@ -97,7 +113,6 @@ class Tracer:
 
         # One fallback op can force several executions (one per lazy input); only the
         # first sees the counter move, the rest come from the same call site.
-        call = (id(frame), frame.f_lasti) if frame is not None else None
         if self._cause is not None:
             cause, detail = self._cause, self._cause_detail
         elif fallback_ops:
@@ -151,6 +166,21 @@ class Tracer:
         )
         self.writer.add_execution(row, new_graph, new_stack)
         self.executions += 1
+        return self.executions - 1
+
+    def _on_execute_time(self, index: int, execute_ms: float) -> None:
+        self.writer.set_execute_ms(index, execute_ms)
+
+    def _clean_stack(self, frames: list[Frame]) -> list[Frame]:
+        """A backend's stack without lazyviz's frames and the runner below the script."""
+        stack = []
+        for frame in frames:
+            file = frame[0]
+            if file in _RUNNER_FILES:
+                break
+            if not file.startswith(_LAZYVIZ_DIR):
+                stack.append(frame)
+        return stack
 
     def _stack(self, frame: FrameType | None, to_user_frame: bool) -> list[tuple[str, int, str]]:
         """Innermost first, without lazyviz's wrappers and the runner below the script;

@@ -6,9 +6,14 @@ import re
 from conftest import ROOT
 
 
-def test_ci_runs_the_readme_test_command() -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Run the tests (fresh machine)")[1]
-    command = re.search(r"```\n(.+?)\n```", section, re.DOTALL).group(1).strip()
+def readme_command(heading: str) -> str:
+    section = (ROOT / "README.md").read_text().split(heading)[1]
+    return re.search(r"```\n(.+?)\n```", section, re.DOTALL).group(1).strip()
+
+
+def test_ci_runs_the_readme_test_commands() -> None:
     ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
-    assert command in ci_lines
+    assert readme_command("## Run the tests (fresh machine)") in ci_lines
+    xla = readme_command("## PyTorch/XLA tests")
+    assert xla in ci_lines and "scripts/xla-venv" in xla
+    assert ci_lines.index(xla) > ci_lines.index(readme_command("## Run the tests (fresh machine)"))

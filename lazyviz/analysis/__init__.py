@@ -21,4 +21,4 @@ def analyze(run: RunInfo, executions: list[Execution], ir_text: Mapping[str, str
     """Everything the report and the UI show about a run. ir_text: graph id -> IR text."""
     summary = summarize(executions, run.steps)
     recompiles = explain_recompiles(executions, ir_text)
-    return Analysis(summary, recompiles, find_all(executions, summary.steps, recompiles, ir_text))
+    return Analysis(summary, recompiles, find_all(executions, summary.steps, recompiles, ir_text, run.names))

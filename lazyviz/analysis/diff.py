@@ -25,12 +25,19 @@ class Change:
     after: str
     origin: bool  # True where the change came in; False where it was carried by operands
     old_node: str = ""
+    location: str = ""  # the source line that built the node, where the backend records it
 
     def describe(self) -> str:
         where = self.node or self.old_node
+        at = f", built at {self.source_line}" if self.location else ""
         if self.kind in ("op_added", "op_removed"):
-            return f"{self.kind.replace('_', ' ')}: {self.op} ({where})"
-        return f"{self.kind.replace('_', ' ')}: {self.op} {where}: {self.before} -> {self.after}"
+            return f"{self.kind.replace('_', ' ')}: {self.op} ({where}){at}"
+        return f"{self.kind.replace('_', ' ')}: {self.op} {where}: {self.before} -> {self.after}{at}"
+
+    @property
+    def source_line(self) -> str:
+        """"train.py:29" from XLA's "main@train.py:29"."""
+        return self.location.rpartition("@")[2]
 
 
 @dataclass(frozen=True)
@@ -93,7 +100,8 @@ def diff_graphs(old: IRGraph, new: IRGraph) -> GraphDiff:
         old_id = mapping.get(node.id)
         if old_id is None:
             changed.add(node.id)
-            changes.append(Change("op_added", node.id, node.op, "", node.type_text, True))
+            changes.append(Change("op_added", node.id, node.op, "", node.type_text, True,
+                                  location=node.location))
             continue
         before = old.by_id[old_id]
         operands_changed = any(new.by_id[node.operand_node(o)].id in changed for o in node.operands) or \
@@ -105,7 +113,8 @@ def diff_graphs(old: IRGraph, new: IRGraph) -> GraphDiff:
     mapped_old = set(mapping.values())
     for node in old.nodes:
         if node.id not in mapped_old:
-            changes.append(Change("op_removed", "", node.op, node.type_text, "", True, old_node=node.id))
+            changes.append(Change("op_removed", "", node.op, node.type_text, "", True, old_node=node.id,
+                                  location=node.location))
     changes = _carry_shape_constants(changes)
     changes.sort(key=lambda c: (not c.origin, KINDS.index(c.kind) if c.origin else 0))
     return GraphDiff(tuple(changes), len(mapping))
@@ -150,22 +159,23 @@ def _compare(before: Node, after: Node, operands_changed: bool) -> list[Change]:
     """What differs on one matched node. Without a changed operand, it is an origin."""
     origin = not operands_changed
     changes = []
+    location = after.location or before.location
     if before.op != after.op:
-        changes.append(Change("structure", after.id, after.op, before.op, after.op, True, before.id))
+        changes.append(Change("structure", after.id, after.op, before.op, after.op, True, before.id, location))
     if _rewired_shape(before, after) and not (before.op != after.op):
         dtypes_differ = [a.dtype for a in before.outputs] != [b.dtype for b in after.outputs]
         kind = "dtype" if dtypes_differ else ("input_shape" if after.is_input else "shape")
         changes.append(Change(kind, after.id, after.op, before.type_text, after.type_text,
-                              origin or after.is_input, before.id))
+                              origin or after.is_input, before.id, location))
     for name in sorted(set(before.attrs) | set(after.attrs)):
         if before.attrs.get(name) != after.attrs.get(name):
             changes.append(Change(
                 "attribute", after.id, f"{after.op}.{name}", before.attrs.get(name, "-"),
-                after.attrs.get(name, "-"), origin, before.id,
+                after.attrs.get(name, "-"), origin, before.id, location,
             ))
     if not origin and before.operands != after.operands and not changes and len(before.operands) != len(after.operands):
         changes.append(Change("structure", after.id, after.op, ", ".join(before.operands),
-                              ", ".join(after.operands), False, before.id))
+                              ", ".join(after.operands), False, before.id, location))
     return changes
 
 

@@ -6,17 +6,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from lazyviz.analysis.ir import parse_ir, IRParseError
+from lazyviz.analysis.diff import Change
 from lazyviz.analysis.recompiles import Recompile
-from lazyviz.trace.model import Execution, Frame
+from lazyviz.trace.model import TS_NAMES, Execution, Frame
 
 SEVERITIES = ("error", "warning", "info")
 
 SYNC_FIXES = {
     "item": "log every N steps, or read the value after the step with "
-            "torch._lazy.add_step_closure (it runs after mark_step, without an extra execution)",
-    "tolist": "convert every N steps, or in a step closure (torch._lazy.add_step_closure)",
-    "print": "print every N steps, or from a step closure (torch._lazy.add_step_closure)",
-    "cpu": "copy to the host every N steps, or after mark_step() when the values are ready anyway",
+            "{step_closure} (it runs after mark_step, without an extra execution)",
+    "tolist": "convert every N steps, or in a step closure ({step_closure})",
+    "print": "print every N steps, or from a step closure ({step_closure})",
+    "cpu": "copy to the host every N steps, or after {mark_step} when the values are ready anyway",
     "bool": "keep the decision on the device (torch.where) instead of `if tensor:`; "
             "data-dependent control flow forces an execution each time",
     "other": "an execution outside mark_step (torch.equal, a data-dependent op, an explicit sync); "
@@ -58,13 +59,15 @@ class Finding:
 
 
 def find_all(
-    executions: list[Execution], steps: int, recompiles: list[Recompile], ir_text: Mapping[str, str]
+    executions: list[Execution], steps: int, recompiles: list[Recompile], ir_text: Mapping[str, str],
+    names: Mapping[str, str] = TS_NAMES,
 ) -> list[Finding]:
+    """names: the backend's names for the calls fixes mention (RunInfo.names)."""
     findings = (
         recompile_findings(recompiles)
-        + extra_sync_findings(executions, steps)
+        + extra_sync_findings(executions, steps, names)
         + fallback_findings(executions, steps)
-        + growth_findings(executions, ir_text)
+        + growth_findings(executions, ir_text, names)
     )
     return sorted(findings, key=lambda f: SEVERITIES.index(f.severity))
 
@@ -84,7 +87,7 @@ def recompile_findings(recompiles: list[Recompile]) -> list[Finding]:
             "recompile", "warning",
             f"step {recompile.step} recompiled: {recompile.headline()}",
             recompile.frame, (recompile.execution,),
-            fix="keep values that change between steps out of op attributes (pass them as tensors)",
+            fix=_recompile_fix(origins),
             details={"closest_graph": recompile.closest, "closest_execution": recompile.closest_execution},
         ))
     for site, group in shape_only.items():
@@ -100,13 +103,26 @@ def recompile_findings(recompiles: list[Recompile]) -> list[Finding]:
         findings.append(Finding(
             "dynamic_shape" if len(group) > 1 else "recompile", "warning", message, group[0].frame,
             tuple(r.execution for r in group),
-            fix="pad or bucket batches to a few fixed shapes (or drop_last=True in the DataLoader)",
+            fix=_SHAPE_FIX,
             details={"history": history},
         ))
     return findings
 
 
-def extra_sync_findings(executions: list[Execution], steps: int) -> list[Finding]:
+_SHAPE_FIX = "pad or bucket batches to a few fixed shapes (or drop_last=True in the DataLoader)"
+
+
+def _recompile_fix(origins: tuple[Change, ...]) -> str:
+    kinds = {change.kind for change in origins}
+    if "input_shape" in kinds:
+        return _SHAPE_FIX
+    if "attribute" in kinds:
+        return "keep values that change between steps out of op attributes (pass them as tensors)"
+    return "the step's code took another path: compare the two graphs with lazyviz export --diff"
+
+
+def extra_sync_findings(executions: list[Execution], steps: int,
+                        names: Mapping[str, str] = TS_NAMES) -> list[Finding]:
     if steps == 0:
         return []  # no mark_step at all: nothing is "extra"; growth_findings says why
     groups: dict[tuple[str, str], list[Execution]] = defaultdict(list)
@@ -119,10 +135,10 @@ def extra_sync_findings(executions: list[Execution], steps: int) -> list[Finding
         per_step = len(group) / steps_with
         ms_per_step = sum(e.sync_ms for e in group) / max(steps, 1)
         what = group[0].detail or cause
-        fix = SYNC_FIXES.get(cause, "")
+        fix = SYNC_FIXES.get(cause, "").format(**names)
         if what.startswith("distributed."):
             fix = ("a collective on a lazy tensor runs the pending graph first, once per call: flatten the "
-                   "gradients into one bucket (one collective per step) or reduce after mark_step()")
+                   f"gradients into one bucket (one collective per step) or reduce after {names['mark_step']}")
         findings.append(Finding(
             "extra_sync", "warning" if steps_with >= max(2, steps // 2) else "info",
             f"{what} forces {per_step:g} extra execution{'s' if per_step != 1 else ''} per step "
@@ -179,7 +195,8 @@ def repeated_block(ops: list[str], max_period: int = 64) -> tuple[list[str], int
     return best[1], best[2], best[3]
 
 
-def growth_findings(executions: list[Execution], ir_text: Mapping[str, str]) -> list[Finding]:
+def growth_findings(executions: list[Execution], ir_text: Mapping[str, str],
+                    names: Mapping[str, str] = TS_NAMES) -> list[Finding]:
     """A graph that repeats one block of ops many times over: a loop ran without
     mark_step() and its iterations piled up into one graph."""
     findings = []
@@ -206,7 +223,7 @@ def growth_findings(executions: list[Execution], ir_text: Mapping[str, str]) -> 
             f"a loop ran {repeats} iterations without mark_step() and they piled up into one graph, "
             f"run by {first.detail or first.cause}",
             first.frame, tuple(e.index for e in runs),
-            "call torch._lazy.mark_step() at the end of each iteration of the loop that builds it "
+            f"call {names['mark_step']} at the end of each iteration of the loop that builds it "
             f"(the loop runs before line {first.frame.line if first.frame else '?'})",
             {"graph": graph_id, "pattern": block, "repeats": repeats, "nodes": len(graph)},
         ))

@@ -5,6 +5,10 @@
       %66 = [Float[8,16,64], Float[8,16,1]] aten::native_layer_norm(%65, %24), num_outputs=3, ...
       %70 = [Float[8,16,64]] aten::add(%66.0, %69), ROOT=1, NodeType=...
     }
+
+and PyTorch/XLA's dialect of it, with XLA_IR_DEBUG=1 source locations:
+
+      %13 = f32[16,1]{1,0} aten::sub(%12, %2, %1), scope=aten::sub.1, location=main@train.py:29, xla_shape=f32[16,1]{1,0}
 """
 from __future__ import annotations
 
@@ -13,11 +17,16 @@ from dataclasses import dataclass, field
 
 INPUT_OPS = frozenset({"lazy_tensors::device_data", "prim::Constant", "xla::device_data"})
 
-_NODE = re.compile(r"^\s*(%\d+) = \[(.*?)\] ([\w:.]+)\((.*?)\)(?:, (.*))?\s*$")
+# Output types: "[Float[2], Long[2]]" (TS), "f32[16,1]{1,0}" or "(f32[2]{0}, s64[2]{0})" (XLA).
+_NODE = re.compile(
+    r"^\s*(%\d+) = (\[.*?\]|\(.*?\)|\w+\[[^\]]*\](?:\{[^}]*\})?) ([\w:.]+)\((.*?)\)(?:, (.*))?\s*$"
+)
 _TENSOR = re.compile(r"([\w]+)\[([^\]]*)\]")
 _OPERAND = re.compile(r"^%\d+(\.\d+)?$")
 # Attributes are "name=value" joined by ", ", but values may hold spaces ("size=128 64").
 _ATTR_SPLIT = re.compile(r", (?=[A-Za-z_][\w.]*=)")
+# Debug attributes that say where or how a node was built, not what it computes.
+_DEBUG_ATTRS = frozenset({"NodeType", "xla_shape", "scope"})
 
 
 class IRParseError(ValueError):
@@ -42,6 +51,7 @@ class Node:
     attrs: dict[str, str] = field(default_factory=dict)  # without NodeType and ROOT
     root: int | None = None  # the ROOT=N mark: this node is the graph's output N
     line: int = 0
+    location: str = ""  # "fn@file.py:12" where the backend records it (XLA_IR_DEBUG=1)
 
     @property
     def is_input(self) -> bool:
@@ -87,6 +97,7 @@ def parse_ir(text: str) -> IRGraph:
         if match is None:
             raise IRParseError(f"line {number}: not an IR node: {_clip(line)}")
         node_id, types, op, operand_text, attr_text = match.groups()
+        types = types[1:-1] if types[0] in "[(" else types
         outputs = tuple(TensorType(dtype, tuple(s.strip() for s in dims.split(",") if s.strip()))
                         for dtype, dims in _TENSOR.findall(types))
         if types.strip() and not outputs:
@@ -98,19 +109,21 @@ def parse_ir(text: str) -> IRGraph:
             if operand.split(".", 1)[0] not in seen:
                 raise IRParseError(f"line {number}: {operand} is used before it is defined")
         attrs: dict[str, str] = {}
-        root = None
+        root, location = None, ""
         for item in _ATTR_SPLIT.split(attr_text) if attr_text else []:
             name, sep, value = item.partition("=")
             if not sep:
                 raise IRParseError(f"line {number}: bad attribute {_clip(item)!r}")
             if name == "ROOT":
                 root = int(value) if value.strip().lstrip("-").isdigit() else None
-            elif name != "NodeType":
+            elif name == "location":
+                location = value
+            elif name not in _DEBUG_ATTRS:
                 attrs[name] = value
         if node_id in seen:
             raise IRParseError(f"line {number}: {node_id} is defined twice")
         seen.add(node_id)
-        nodes.append(Node(node_id, op, outputs, operands, attrs, root, number))
+        nodes.append(Node(node_id, op, outputs, operands, attrs, root, number, location))
     return IRGraph(tuple(nodes))
 
 

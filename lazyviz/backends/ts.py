@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from lazyviz.backends import BackendError, CompiledGraph, ExecutionHook, LazyBackend, SyncSite
+from lazyviz.backends import BackendError, CompiledGraph, ExecuteTimeHook, ExecutionHook, LazyBackend, SyncSite
 
 HOOK_SOURCE = Path(__file__).with_name("_lazyviz_hook.cpp")
 
@@ -55,8 +55,10 @@ def load_hook(verbose: bool = False) -> ModuleType:
 class TorchScriptBackend(LazyBackend):
     name = "ts"
     device = "lazy"
+    names = {"mark_step": "torch._lazy.mark_step()", "step_closure": "torch._lazy.add_step_closure"}
 
-    def __init__(self) -> None:
+    def __init__(self, capture_ir: bool = True) -> None:
+        super().__init__(capture_ir)
         self._hook: ModuleType | None = None
 
     def init(self) -> None:
@@ -73,7 +75,8 @@ class TorchScriptBackend(LazyBackend):
         init.__doc__ = original_init.__doc__
         torch._lazy.ts_backend.init = init
 
-    def install_hook(self, on_execution: ExecutionHook, capture_ir: bool) -> None:
+    def install_hook(self, on_execution: ExecutionHook, on_execute_time: ExecuteTimeHook) -> None:
+        # Execute times are measured in the hook itself: on_execute_time is never needed.
         self._hook = load_hook()
 
         def on_raw_execution(key: int, graph: tuple | None, execute_ms: float, counters: dict) -> None:
@@ -86,7 +89,7 @@ class TorchScriptBackend(LazyBackend):
                 )
             on_execution(key, compiled, execute_ms, counters)
 
-        self._hook.install(on_raw_execution, capture_ir)
+        self._hook.install(on_raw_execution, self.capture_ir)
 
     def set_hook_enabled(self, enabled: bool) -> None:
         if self._hook is not None:
@@ -98,37 +101,12 @@ class TorchScriptBackend(LazyBackend):
         return {name: metrics.counter_value(name) or 0 for name in metrics.counter_names()}
 
     def sync_sites(self) -> list[SyncSite]:
-        import torch
         import torch._lazy
 
-        tensor = torch.Tensor
-        return [
-            SyncSite(torch._lazy, "mark_step", "mark_step", "mark_step()"),
-            SyncSite(tensor, "item", "item", "Tensor.item()"),
-            SyncSite(tensor, "__repr__", "print", "repr(tensor)"),
-            SyncSite(tensor, "__format__", "print", "format(tensor)"),
-            SyncSite(tensor, "cpu", "cpu", "Tensor.cpu()"),
-            SyncSite(tensor, "to", "cpu", "Tensor.to()"),
-            SyncSite(tensor, "numpy", "cpu", "Tensor.numpy()"),
-            SyncSite(tensor, "tolist", "tolist", "Tensor.tolist()"),
-            SyncSite(tensor, "__bool__", "bool", "bool(tensor)"),
-            # float(t) and int(t) read a scalar just as .item() does.
-            SyncSite(tensor, "__float__", "item", "float(tensor)"),
-            SyncSite(tensor, "__int__", "item", "int(tensor)"),
-            SyncSite(tensor, "__index__", "item", "index(tensor)"),
-            *self._collective_sites(),
-        ]
+        from lazyviz.backends._sites import collective_sites, tensor_sync_sites
 
-    @staticmethod
-    def _collective_sites() -> list[SyncSite]:
-        """A collective on a lazy tensor runs its pending graph first: name it."""
-        import torch.distributed as dist
-
-        if not dist.is_available():
-            return []
-        names = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-                 "reduce_scatter_tensor", "reduce", "all_to_all", "all_to_all_single", "barrier")
-        return [SyncSite(dist, name, "other", f"distributed.{name}()") for name in names if hasattr(dist, name)]
+        return [SyncSite(torch._lazy, "mark_step", "mark_step", "mark_step()"),
+                *tensor_sync_sites(), *collective_sites()]
 
     def framework_paths(self) -> list[str]:
         import torch

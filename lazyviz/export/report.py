@@ -27,7 +27,9 @@ def recompile_json(recompile: Recompile) -> dict:
         "changes": [
             {"kind": c.kind, "node": c.node or c.old_node, "op": c.op, "before": c.before,
              "after": c.after, "origin": c.origin,
-             "source": recompile.frame.to_json() if recompile.frame else None}
+             "source": recompile.frame.to_json() if recompile.frame else None,
+             # Where the backend records it (XLA_IR_DEBUG): the line that built the node.
+             "location": c.source_line}
             for c in recompile.changes
         ],
     }
@@ -45,6 +47,7 @@ def json_report(run: RunInfo, executions: list[Execution], ir_text: dict[str, st
             "backend": run.backend,
             "capture": run.capture,
             "torch": run.versions.get("torch"),
+            "versions": run.versions,
             "python": run.versions.get("python"),
             "start_time": run.start_time,
             "finished": run.finished,

@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 CAUSES = ("mark_step", "item", "print", "cpu", "tolist", "bool", "fallback", "other")
+# What traces from before backends named themselves get: torch's TorchScript backend.
+TS_NAMES = {"mark_step": "torch._lazy.mark_step()", "step_closure": "torch._lazy.add_step_closure"}
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,9 @@ class RunInfo:
     traceback: str | None
     steps: int | None  # mark_step() calls completed; known once the run finished
     elapsed_s: float | None
+    # The backend's own names for what fixes mention: "mark_step", "step_closure".
+    names: dict[str, str] = field(default_factory=lambda: dict(TS_NAMES))
+    device: str = "lazy"  # the backend's device type
 
     @property
     def script(self) -> str:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from lazyviz.trace.model import Execution, Frame, Graph, RunInfo
+from lazyviz.trace.model import TS_NAMES, Execution, Frame, Graph, RunInfo
 from lazyviz.trace.schema import EXECUTION_COLUMNS, FORMAT, SCHEMA_VERSION
 
 
@@ -82,6 +82,8 @@ class Trace:
             traceback=fields.get("traceback"),
             steps=fields.get("steps"),
             elapsed_s=fields.get("elapsed_s"),
+            names={**TS_NAMES, **fields.get("names", {})},
+            device=fields.get("device", "lazy"),
         )
 
     def count(self) -> int:

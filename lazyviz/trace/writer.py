@@ -51,6 +51,10 @@ class TraceWriter:
         when they are new. It is committed as one transaction."""
         self._queue.put(("execution", row, graph, stack))
 
+    def set_execute_ms(self, index: int, execute_ms: float) -> None:
+        """An execute time learnt after the execution was queued (asynchronous backends)."""
+        self._queue.put(("execute_ms", index, execute_ms))
+
     def flush(self) -> None:
         """Wait until everything queued so far is committed."""
         done = threading.Event()
@@ -82,6 +86,10 @@ class TraceWriter:
         try:
             if item[0] == "run":
                 db.executemany("INSERT OR REPLACE INTO run VALUES (?, ?)", item[1])
+            elif item[0] == "execute_ms":
+                _, index, execute_ms = item
+                db.execute("UPDATE executions SET execute_ms = ?, sync_ms = compile_ms + ? WHERE idx = ?",
+                           (execute_ms, execute_ms, index))
             else:
                 _, row, graph, stack = item
                 if graph is not None:

@@ -1,0 +1,335 @@
+"""PyTorch/XLA (`torch_xla`, device `xla`), read through XLA's own debug reports.
+
+torch_xla runs graphs through its own executor, not torch's backend registry, so
+the TorchScript hook cannot see them. Instead lazyviz turns on what XLA already
+writes and reads it at every sync site (checked on torch_xla 2.9):
+
+- `PT_XLA_DEBUG_LEVEL=2` with `PT_XLA_DEBUG_FILE`: one "Execution Analysis" per
+  execution and one "Compilation Analysis" per compile, each with the graph hash and
+  the Python frames that triggered it. Cheap: no IR is formatted.
+- full capture adds `XLA_SAVE_TENSORS_FILE` (IR text of every sync, with its graph
+  hash) and `XLA_IR_DEBUG=1`, so each IR node carries `location=fn@file:line`.
+- `CompileTime` and `ExecuteTime` metrics carry one sample per compile and per
+  execution. Execution is asynchronous: an execute time usually arrives at the next
+  poll and is filled in then.
+
+All of it must be set before torch_xla is imported, which `init()` does.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections import deque
+from pathlib import Path
+
+from lazyviz.backends import (
+    BackendError, CompiledGraph, ExecuteTimeHook, ExecutionHook, Frame, LazyBackend, SyncSite,
+)
+
+_FRAME = re.compile(r"^\s+(\S.*?) \((.+):(\d+)\)$")
+_NS_PER_MS = 1e6
+
+
+class _Report:
+    """One block of XLA's debug analysis."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind  # "Execution", "Compilation" or "Post Compilation"
+        self.lines: list[str] = []
+
+    def field(self, name: str) -> str:
+        prefix = f"{name}: "
+        return next((line.strip()[len(prefix):] for line in self.lines if line.strip().startswith(prefix)), "")
+
+    @property
+    def graph_hash(self) -> str:
+        return self.field("Graph Hash")
+
+    @property
+    def frames(self) -> list[Frame]:
+        """Innermost first, as XLA prints them."""
+        after = next((i for i, line in enumerate(self.lines) if line.startswith("Python Frame")), len(self.lines))
+        frames = []
+        for line in self.lines[after + 1:]:
+            match = _FRAME.match(line)
+            if match:
+                frames.append((match.group(2), int(match.group(3)), match.group(1)))
+        return frames
+
+
+class _Tail:
+    """Reads what a file gained since the last read; the file may not exist yet."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file = None
+        self._partial = ""
+
+    def read(self) -> str:
+        if self._file is None:
+            try:
+                self._file = open(self.path, encoding="utf-8", errors="replace")
+            except FileNotFoundError:
+                return ""
+        text = self._partial + self._file.read()
+        # Keep an unfinished last line for the next read.
+        cut = text.rfind("\n") + 1
+        self._partial = text[cut:]
+        return text[:cut]
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+class XlaBackend(LazyBackend):
+    name = "xla"
+    device = "xla"
+    polls = True
+    names = {"mark_step": "torch_xla.sync()", "step_closure": "xm.add_step_closure"}
+
+    def __init__(self, capture_ir: bool = True) -> None:
+        super().__init__(capture_ir)
+        self._folder = Path(tempfile.mkdtemp(prefix="lazyviz-xla-"))
+        self._on_execution: ExecutionHook | None = None
+        self._on_execute_time: ExecuteTimeHook | None = None
+        self._enabled = False
+        self._reports = _Tail(self._folder / "analysis.txt")
+        self._graphs: _Tail | None = None
+        self._report_kind = ""
+        self._report: _Report | None = None
+        self._pending: deque[_Report] = deque()  # execution reports not yet handed on
+        self._compiles: deque[_Report] = deque()  # compile reports awaiting their execution
+        self._ir: dict[str, str] = {}  # graph hash -> IR text, from the tensors dump
+        self._ir_buffer = ""
+        self._compile_ms: deque[float] = deque()
+        self._compile_samples = 0
+        self._execute_samples = 0
+        self._awaiting_execute: deque[int] = deque()  # executions without an execute time yet
+        self._counters: dict[str, int] = {}
+        self._held_mark_steps = 0
+        self._syncs = 0  # XLA's MarkStep counter: every step-ending sync, empty or not
+        self._steps = 0  # those that ran a graph
+
+    # -- set-up -------------------------------------------------------------------
+    def init(self) -> None:
+        if "torch_xla" in sys.modules:
+            raise BackendError("torch_xla was imported before lazyviz could set XLA's debug reports up")
+        os.environ["PT_XLA_DEBUG_LEVEL"] = "2"
+        os.environ["PT_XLA_DEBUG_FILE"] = str(self._folder / "analysis.txt")
+        if self.capture_ir:
+            os.environ["XLA_IR_DEBUG"] = "1"
+            os.environ["XLA_SAVE_TENSORS_FILE"] = str(self._folder / "graphs.txt")
+            os.environ["XLA_SAVE_TENSORS_FMT"] = "text"
+        try:
+            import torch_xla  # noqa: F401
+            import torch_xla.debug.metrics  # noqa: F401
+        except ImportError as error:
+            raise BackendError(
+                f"cannot import torch_xla ({error}); install torch and torch-xla of the same "
+                "version, e.g. pip install torch==2.9.0 torch-xla==2.9.0"
+            ) from None
+
+    def install_hook(self, on_execution: ExecutionHook, on_execute_time: ExecuteTimeHook) -> None:
+        self._on_execution, self._on_execute_time = on_execution, on_execute_time
+        self._syncs = self._steps = self.counters()["MarkStep"]
+        self._counters = self.counters()
+        self._compile_samples = self._metric("CompileTime")[0]
+        self._execute_samples = self._metric("ExecuteTime")[0]
+        self._enabled = True
+
+    def set_hook_enabled(self, enabled: bool) -> None:
+        self._enabled = enabled
+        if not enabled:
+            self._reports.close()
+            if self._graphs is not None:
+                self._graphs.close()
+            shutil.rmtree(self._folder, ignore_errors=True)
+
+    # -- polling ------------------------------------------------------------------
+    def poll(self, final: bool = False) -> None:
+        if not self._enabled:
+            return
+        if final:
+            import torch_xla.core.xla_model as xm
+
+            try:  # the last execute times; a broken runtime must not break the exit
+                xm.wait_device_ops()
+            except Exception:  # noqa: BLE001
+                pass
+        self._read_reports()
+        if self.capture_ir:
+            self._read_graphs()
+        self._count_steps()
+        if self._pending:
+            self._take_compile_times()
+            self._hand_on_pending()
+        if self._awaiting_execute:
+            self._take_execute_times()
+
+    def _count_steps(self) -> None:
+        """torch_xla.step() syncs on entry and on exit, and the entry sync usually has
+        nothing to run: only syncs that ran a graph end a step here."""
+        import torch_xla.debug.metrics as metrics
+
+        syncs = metrics.counter_value("MarkStep") or 0
+        if syncs != self._syncs and self._pending:
+            self._steps += syncs - self._syncs
+        self._syncs = syncs
+
+    def _hand_on_pending(self) -> None:
+        counters = self.counters()
+        moved = {name: value - self._counters.get(name, 0) for name, value in counters.items()
+                 if value != self._counters.get(name, 0)}
+        self._counters = counters
+        # MarkStep moves during its own sync; the tracer counts a step as ended from
+        # the next execution on, as torch's core reports it. The other counters go
+        # with the first execution of the batch.
+        moved_mark_steps = moved.pop("MarkStep", 0)
+        while self._pending:
+            if self._held_mark_steps:
+                moved["MarkStep"] = self._held_mark_steps
+            self._held_mark_steps = 0
+            self._hand_on(self._pending.popleft(), moved)
+            moved = {}
+        self._held_mark_steps += moved_mark_steps
+
+    def _hand_on(self, report: _Report, counters: dict[str, int]) -> None:
+        graph_hash = report.graph_hash
+        graph = None
+        if any(c.graph_hash == graph_hash for c in self._compiles):
+            # A compile that never ran (a cache warm-up) is dropped with its time.
+            while (compile_report := self._compiles.popleft()).graph_hash != graph_hash:
+                if self._compile_ms:
+                    self._compile_ms.popleft()
+            ir_text = self._ir.get(graph_hash, "")
+            graph = CompiledGraph(
+                graph_id=graph_hash[:16],
+                nodes=ir_text.count("\n  %"),  # 0: not known without the IR (light capture)
+                ir_text=ir_text,
+                backend_text="\n".join(compile_report.lines),
+                compile_ms=self._compile_ms.popleft() if self._compile_ms else 0.0,
+            )
+        assert self._on_execution is not None
+        # The execute time comes with XLA's ExecuteTime sample, usually by the next poll.
+        index = self._on_execution(int(graph_hash[:16] or "0", 16), graph, 0.0, counters, report.frames)
+        self._awaiting_execute.append(index)
+
+    def _read_reports(self) -> None:
+        for line in self._reports.read().splitlines():
+            kind, sep, body = line.partition(" Analysis: ")
+            if not sep:
+                continue
+            if body.startswith("===="):
+                continue
+            if body.startswith("----"):
+                if self._report is not None:
+                    self._finish(self._report)
+                self._report = None
+                continue
+            if self._report is None or self._report.kind != kind:
+                self._report = _Report(kind)
+            self._report.lines.append(body)
+
+    def _finish(self, report: _Report) -> None:
+        if report.kind == "Execution":
+            self._pending.append(report)
+        elif report.kind == "Compilation":
+            self._compiles.append(report)
+        elif report.kind == "Post Compilation" and self._compiles:
+            self._compiles[-1].lines += ["", *report.lines]
+
+    def _read_graphs(self) -> None:
+        if self._graphs is None:
+            # XLA appends the device ordinal to the name it was given.
+            found = sorted(self._folder.glob("graphs.txt*"))
+            if not found:
+                return
+            self._graphs = _Tail(found[0])
+        self._ir_buffer += self._graphs.read()
+        *entries, self._ir_buffer = self._ir_buffer.split("## END_GRAPH\n")
+        for entry in entries:
+            start = entry.find("## BEGIN_GRAPH\n")
+            hash_at = entry.rfind("Graph Hash: ")
+            if start < 0 or hash_at < 0:
+                continue
+            graph_hash = entry[hash_at + len("Graph Hash: "):].split()[0]
+            if graph_hash not in self._ir:
+                self._ir[graph_hash] = entry[start + len("## BEGIN_GRAPH\n"):hash_at].strip() + "\n"
+
+    def _metric(self, name: str) -> tuple[int, list[float]]:
+        """(samples ever taken, the values kept) of an XLA metric, values in ms."""
+        import torch_xla.debug.metrics as metrics
+
+        data = metrics.metric_data(name)
+        if not data:
+            return 0, []
+        count, _total, samples = data
+        return count, [value / _NS_PER_MS for _timestamp, value in samples]
+
+    def _take_compile_times(self) -> None:
+        count, values = self._metric("CompileTime")
+        new = count - self._compile_samples
+        if new > 0:
+            self._compile_ms.extend(values[-new:])
+            self._compile_samples = count
+
+    def _take_execute_times(self) -> None:
+        count, values = self._metric("ExecuteTime")
+        new = count - self._execute_samples
+        if new <= 0:
+            return
+        self._execute_samples = count
+        assert self._on_execute_time is not None
+        for execute_ms in values[-new:]:
+            if not self._awaiting_execute:
+                break
+            self._on_execute_time(self._awaiting_execute.popleft(), execute_ms)
+
+    # -- what the tracer asks ----------------------------------------------------------
+    def counters(self) -> dict[str, int]:
+        import torch_xla.debug.metrics as metrics
+
+        counters = {name: metrics.counter_value(name) or 0 for name in metrics.counter_names()}
+        counters["MarkStep"] = self._steps
+        return counters
+
+    def sync_sites(self) -> list[SyncSite]:
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+        import torch_xla.torch_xla as torch_xla_module
+
+        from lazyviz.backends._sites import collective_sites, tensor_sync_sites
+
+        # Step-ending syncs keep the cause "mark_step", as on torch's own backend.
+        # `torch_xla.step()` and the parallel loader call the module's own sync().
+        return [
+            SyncSite(xm, "optimizer_step", "mark_step", "xm.optimizer_step()"),
+            SyncSite(xm, "mark_step", "mark_step", "xm.mark_step()"),
+            SyncSite(torch_xla, "sync", "mark_step", "torch_xla.sync()"),
+            SyncSite(torch_xla_module, "sync", "mark_step", "torch_xla.sync()"),
+            SyncSite(torch_xla._XLAC, "_xla_step_marker", "mark_step", "mark_step()"),
+            # Not Tensor.to: it builds device_data nodes, and XLA_IR_DEBUG records the
+            # innermost Python frame as their location, which would be our wrapper.
+            *(site for site in tensor_sync_sites() if site.attribute != "to"),
+            *collective_sites(),
+        ]
+
+    def framework_paths(self) -> list[str]:
+        import torch
+        import torch_xla
+        import typing_extensions
+
+        # typing_extensions: torch_xla's @deprecated wrapper sits between the user and sync().
+        return [str(Path(torch.__file__).parent), str(Path(torch_xla.__file__).parent),
+                typing_extensions.__file__]
+
+    def versions(self) -> dict[str, str]:
+        import torch
+        import torch_xla
+
+        return {"torch": torch.__version__.split("+")[0], "torch_xla": torch_xla.__version__,
+                "pjrt_device": os.environ.get("PJRT_DEVICE", "")}

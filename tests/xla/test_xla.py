@@ -1,0 +1,146 @@
+"""lazyviz on PyTorch/XLA: the XLA samples run for real on PJRT_DEVICE=CPU.
+
+Runs in .venv-xla (scripts/xla-venv), where torch is torch_xla's own 2.9.0.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import SAMPLES, cli, line_of, python
+from lazyviz.trace import open as open_trace
+from tui.app import build_app
+from tui.widgets.executions import ExecutionList
+
+pytest.importorskip("torch_xla")
+os.environ.setdefault("PJRT_DEVICE", "CPU")  # as a user without an accelerator runs them
+
+XLA_SAMPLES = SAMPLES / "xla"
+
+
+@pytest.fixture(scope="module")
+def xla_trace(tmp_path_factory: pytest.TempPathFactory):
+    """xla_trace(name, *args, capture="full") -> the trace of one run, made once."""
+    made: dict[tuple, Path] = {}
+    folder = tmp_path_factory.mktemp("xla-traces")
+
+    def make(name: str, *args: str, capture: str = "full") -> Path:
+        key = (name, args, capture)
+        if key not in made:
+            path = folder / f"{name}-{len(made)}.trace"
+            # No --backend: the script imports torch_xla, so lazyviz picks xla itself.
+            result = cli("run", "--no-tui", "--capture", capture, "-o", path, XLA_SAMPLES / f"{name}.py", *args)
+            assert result.status == 0, result.stderr
+            made[key] = path
+        return made[key]
+
+    return make
+
+
+def report(path: Path) -> dict:
+    result = cli("report", "--format", "json", path)
+    assert result.status == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_recompile_is_explained_at_the_lines_that_built_the_changed_inputs(xla_trace) -> None:
+    script = XLA_SAMPLES / "batch_size_change.py"
+    path = xla_trace("batch_size_change", "--steps", "6", "--change-at", "3")
+    data = report(path)
+    assert data["run"]["backend"] == "xla" and "torch_xla" in data["run"]["versions"]
+    executions = data["executions"]
+    assert [e["cache"] for e in executions] == ["miss", "hit", "hit", "miss", "hit", "hit"]
+    assert {e["cause"] for e in executions} == {"mark_step"}
+    assert {e["frame"]["line"] for e in executions} == {line_of(script, "torch_xla.sync()")}
+    # XLA's CompileTime and ExecuteTime samples: compile time on misses only.
+    assert all(e["compile_ms"] > 0 for e in executions if e["cache"] == "miss")
+    assert all(e["compile_ms"] == 0 and e["execute_ms"] > 0 for e in executions if e["cache"] == "hit")
+
+    (recompile,) = [r for r in data["recompiles"] if not r["warmup"]]
+    assert recompile["step"] == 3 and recompile["closest_execution"] == 0
+    shapes = {c["before"] + " -> " + c["after"]: c.get("location", "") for c in recompile["changes"]
+              if c["kind"] == "input_shape"}
+    name = script.name
+    assert shapes["f32[16,32] -> f32[24,32]"].endswith(f"{name}:{line_of(script, 'inputs = torch.randn')}")
+    assert shapes["f32[16,1] -> f32[24,1]"].endswith(f"{name}:{line_of(script, 'targets = torch.randn')}")
+
+    with open_trace(path) as trace:
+        graph = trace.graph(executions[3]["graph"])
+    assert "xla::device_data" in graph.ir_text and "location=" in graph.ir_text
+    assert "Compilation Cause" in graph.backend_text  # what XLA said when it compiled it
+
+
+def test_item_in_the_loop_is_an_extra_sync_with_the_xla_fix(xla_trace) -> None:
+    script = XLA_SAMPLES / "item_in_loop.py"
+    path = xla_trace("item_in_loop", "--steps", "4")
+    data = report(path)
+    executions = data["executions"]
+    assert [(e["step"], e["cause"]) for e in executions] == [
+        (step, cause) for step in range(4) for cause in ("item", "mark_step")]
+    item_line, sync_line = line_of(script, "loss.item()"), line_of(script, "xm.mark_step()")
+    assert {e["frame"]["line"] for e in executions if e["cause"] == "item"} == {item_line}
+    assert {e["frame"]["line"] for e in executions if e["cause"] == "mark_step"} == {sync_line}
+    assert {e["detail"] for e in executions if e["cause"] == "mark_step"} == {"xm.mark_step()"}
+    assert [e["cache"] for e in executions][2:] == ["hit"] * 6
+    (finding,) = [f for f in data["findings"] if f["kind"] == "extra_sync"]
+    assert finding["site"]["line"] == item_line and "xm.add_step_closure" in finding["fix"]
+
+
+def test_traced_script_prints_and_exits_as_untraced(tmp_path: Path) -> None:
+    script = XLA_SAMPLES / "item_in_loop.py"
+    untraced = python(script, "--steps", "3")
+    traced = cli("run", "--no-tui", "-o", tmp_path / "t.trace", script, "--steps", "3")
+    assert traced.status == untraced.status == 0
+    assert traced.stdout == untraced.stdout and "step 2 loss" in traced.stdout
+
+
+def test_clean_loop_with_torch_xla_step_has_one_execution_per_step(xla_trace) -> None:
+    script = XLA_SAMPLES / "clean_mlp.py"
+    path = xla_trace("clean_mlp", "--steps", "5")
+    data = report(path)
+    executions = data["executions"]
+    # torch_xla.step() also syncs on entry, with nothing to run: that ends no step.
+    assert data["steps"] == 5 and [e["step"] for e in executions] == [0, 1, 2, 3, 4]
+    assert {e["frame"]["line"] for e in executions} == {line_of(script, "with torch_xla.step()")}
+    assert [e["cache"] for e in executions] == ["miss"] + ["hit"] * 4
+    assert data["findings"] == []
+    assert cli("check", path).status == 0
+
+
+def test_light_capture_keeps_sites_and_cache_without_ir(xla_trace) -> None:
+    path = xla_trace("item_in_loop", "--steps", "3", capture="light")
+    executions = report(path)["executions"]
+    assert [e["cause"] for e in executions] == ["item", "mark_step"] * 3
+    assert [e["cache"] for e in executions] == ["miss", "miss"] + ["hit"] * 4
+    with open_trace(path) as trace:
+        assert all(text == "" for text in trace.ir_texts().values())
+
+
+def test_check_and_exports_work_on_xla_traces(xla_trace, tmp_path: Path) -> None:
+    path = xla_trace("batch_size_change", "--steps", "6", "--change-at", "3")
+    check = cli("check", path)
+    script = XLA_SAMPLES / "batch_size_change.py"
+    assert check.status == 1 and "cache misses after warm-up: 1" in check.stdout
+    assert f"built at {script.name}:{line_of(script, 'targets = torch.randn')}" in check.stdout
+    svg = tmp_path / "recompile.svg"
+    export = cli("export", path, "--execution", "3", "--diff", "-o", svg)
+    assert export.status == 0, export.stderr
+    assert svg.read_text().lstrip().startswith(("<?xml", "<svg")) and "device_data" in svg.read_text()
+    baseline = tmp_path / "baseline.json"
+    assert cli("check", xla_trace("clean_mlp", "--steps", "5"), "--write-baseline", baseline).status == 0
+    assert "mark_step" in baseline.read_text()
+
+
+async def test_ui_shows_xla_executions(xla_trace) -> None:
+    app = build_app(xla_trace("item_in_loop", "--steps", "4"))
+    async with app.run_test(size=(100, 32)) as pilot:
+        table = app.query_one(ExecutionList)
+        for _ in range(600):
+            if len(table.rows) == 8 and app.analysis is not None:
+                break
+            await pilot.pause(0.05)
+        assert [e.cause for e in table.rows[:2]] == ["item", "mark_step"]
+        assert "item_in_loop.py" in table.render_line(0).text
