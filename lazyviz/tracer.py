@@ -59,16 +59,21 @@ class Tracer:
         for site in self.backend.sync_sites():
             original = getattr(site.owner, site.attribute, None)
             if original is not None:
-                setattr(site.owner, site.attribute, self._wrap_sync_site(original, site.cause, site.label))
+                wrapper = self._wrap_sync_site(original, site.cause, site.label, isinstance(site.owner, type))
+                setattr(site.owner, site.attribute, wrapper)
 
-    def _wrap_sync_site(self, original: Callable, cause: str, detail: str) -> Callable:
+    def _wrap_sync_site(self, original: Callable, cause: str, detail: str, is_method: bool = False) -> Callable:
         tracer = self
         flush = cause == "mark_step"
         poll = self.backend.poll if self.backend.polls else None
+        device = self.backend.device
 
         @functools.wraps(original)
         def sync_site(*args: object, **kwargs: object) -> object:
             if tracer._cause is not None:  # the outermost cause wins (print calls item)
+                return original(*args, **kwargs)
+            if poll is not None and is_method and getattr(getattr(args[0], "device", None), "type", device) != device:
+                # A CPU tensor's .item() (AdamW's step counts) syncs nothing: skip the polls.
                 return original(*args, **kwargs)
             if poll is not None:  # executions from before this call are not its own
                 poll()
