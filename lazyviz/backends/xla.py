@@ -99,7 +99,6 @@ class XlaBackend(LazyBackend):
         self._enabled = False
         self._reports = _Tail(self._folder / "analysis.txt")
         self._graphs: _Tail | None = None
-        self._report_kind = ""
         self._report: _Report | None = None
         self._pending: deque[_Report] = deque()  # execution reports not yet handed on
         self._compiles: deque[_Report] = deque()  # compile reports awaiting their execution
@@ -135,7 +134,10 @@ class XlaBackend(LazyBackend):
 
     def install_hook(self, on_execution: ExecutionHook, on_execute_time: ExecuteTimeHook) -> None:
         self._on_execution, self._on_execute_time = on_execution, on_execute_time
-        self._syncs = self._steps = self.counters()["MarkStep"]
+        import torch_xla.debug.metrics as metrics
+
+        # Syncs before tracing (none, normally) count as steps already taken.
+        self._syncs = self._steps = metrics.counter_value("MarkStep") or 0
         self._counters = self.counters()
         self._compile_samples = self._metric("CompileTime")[0]
         self._execute_samples = self._metric("ExecuteTime")[0]
