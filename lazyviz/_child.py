@@ -3,14 +3,18 @@ the tracer and runs the user's script as `__main__`, as `python script.py` would
 from __future__ import annotations
 
 import argparse
+import builtins
 import datetime
+import importlib.machinery
 import os
 import platform
 import runpy
 import signal
+import sqlite3
 import sys
 import time
 import traceback
+import types
 import warnings
 
 from lazyviz._source import top_level_imports
@@ -24,12 +28,14 @@ _RANK_VARIABLES = {"RANK": "rank", "LOCAL_RANK": "local_rank", "WORLD_SIZE": "wo
                    "TORCHELASTIC_RUN_ID": "run_id"}
 
 
-def _exit_status(exit: SystemExit) -> int:
-    """What the interpreter would exit with for this SystemExit."""
+def exit_status(exit: SystemExit) -> int:
+    """What the shell sees when the interpreter exits with this SystemExit: an int is
+    taken modulo 256 (sys.exit(256) exits 0, sys.exit(-1) 255, True 1); anything else
+    is printed and exits 1."""
     if exit.code is None:
         return 0
     if isinstance(exit.code, int):
-        return exit.code
+        return int(exit.code) & 0xFF
     print(exit.code, file=sys.stderr)
     return 1
 
@@ -50,6 +56,22 @@ def _imports_torch(target: str, module: bool) -> bool:
     return imported is None or bool(imported & {"torch", "torch_xla"})  # cannot tell: say yes
 
 
+def run_script(typed: str, args: list[str]) -> None:
+    """Run a script file as `python typed args...` does: sys.argv[0] as typed, __file__
+    absolute, sys.path[0] its folder, a fresh __main__ module. (runpy.run_path would
+    put the absolute path in sys.argv[0].)"""
+    script = os.path.abspath(typed)
+    with open(script, "rb") as source:
+        code = compile(source.read(), script, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=script, __builtins__=builtins, __cached__=None, __package__=None,
+                         __spec__=None, __loader__=importlib.machinery.SourceFileLoader("__main__", script))
+    sys.modules["__main__"] = main
+    sys.argv = [typed, *args]
+    sys.path[0] = os.path.dirname(script)
+    exec(code, main.__dict__)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="lazyviz._child")
     parser.add_argument("--trace", required=True)
@@ -61,15 +83,19 @@ def main(argv: list[str]) -> int:
     options = parser.parse_args(argv)
 
     started = time.perf_counter()
-    writer = TraceWriter(options.trace)
+    try:
+        writer = TraceWriter(options.trace)
+    except (OSError, sqlite3.Error) as error:
+        print(f"lazyviz: cannot write the trace {options.trace}: {error}", file=sys.stderr)
+        return 2
     try:
         backend = get_backend(options.backend, capture_ir=options.capture == "full")
         # Importing torch here may warn (e.g. "Failed to initialize NumPy"). Untraced,
         # the script sees that only if it imports torch itself: hold the warnings back
-        # and show them then (at its start), so its stderr stays its own.
+        # and show them then (at its start), so its stderr stays its own. The filters
+        # stay the user's: under PYTHONWARNINGS=ignore nothing is recorded.
         with warnings.catch_warnings(record=True) as import_warnings:
-            warnings.simplefilter("default")
-            tracer = Tracer(backend, writer, options.capture)
+            tracer = Tracer(backend, writer, options.capture, started=started)
             tracer.install()
     except BackendError as error:
         print(f"lazyviz: {error}", file=sys.stderr)
@@ -89,7 +115,7 @@ def main(argv: list[str]) -> int:
         rank={key: os.environ[var] for var, key in _RANK_VARIABLES.items() if var in os.environ},
     )
 
-    exit_status, error_line, error_text, interrupted = 0, None, None, False
+    status, error_line, error_text, interrupted = 0, None, None, False
     if _imports_torch(options.target, options.module):
         for caught in import_warnings:
             warnings.showwarning(caught.message, caught.category, caught.filename, caught.lineno)
@@ -99,32 +125,34 @@ def main(argv: list[str]) -> int:
             sys.path[0] = os.getcwd()
             runpy.run_module(options.target, run_name="__main__", alter_sys=True)
         else:
-            script = os.path.abspath(options.target)
-            sys.argv = [options.target, *options.args]
-            sys.path[0] = os.path.dirname(script)
-            runpy.run_path(script, run_name="__main__")
+            run_script(options.target, options.args)
     except SystemExit as exit:
-        exit_status = _exit_status(exit)
+        status = exit_status(exit)
     except BaseException as error:  # noqa: BLE001 - the script's own failure, reported as Python would
         error_line = f"{type(error).__name__}: {error}"
         error_text = _print_user_traceback(error)
         interrupted = isinstance(error, KeyboardInterrupt)
-        exit_status = 130 if interrupted else 1
+        status = 130 if interrupted else 1
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
         tracer.stop()
         writer.set_run(
-            exit_status=exit_status, error=error_line, traceback=error_text,
+            exit_status=status, error=error_line, traceback=error_text, complete=True,
             steps=tracer.steps(), elapsed_s=round(time.perf_counter() - started, 3),
+            tracer_errors=tracer.errors,
         )
         writer.close()
         if writer.error:  # e.g. a full disk: the run went on, the trace stopped there
-            print(f"lazyviz: the trace stopped growing: {writer.error}", file=sys.stderr)
+            print(f"lazyviz: the trace stopped growing after {writer.written} executions: {writer.error}",
+                  file=sys.stderr)
+        if tracer.errors:
+            print(f"lazyviz: tracing failed {len(tracer.errors)} time(s), first: {tracer.errors[0]}",
+                  file=sys.stderr)
     if interrupted:  # die of SIGINT, as the interpreter does, so shells see it
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
-    return exit_status
+    return status
 
 
 if __name__ == "__main__":

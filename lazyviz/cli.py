@@ -6,10 +6,10 @@ import argparse
 import ast
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from lazyviz import __version__
 
@@ -31,19 +31,53 @@ def _open_trace(path: str):  # -> Trace, imported lazily
         raise CliError(str(error)) from None
 
 
-def _write_output(text: str, output: str | None) -> None:
-    if output is None:
-        sys.stdout.write(text)
-        return
+def _write_output(text: str, options: argparse.Namespace, output: str | None = None,
+                  inputs: tuple[str, ...] = (), for_people: bool = True) -> None:
+    from lazyviz._output import OutputRefused, write_output
+
     try:
-        Path(output).write_text(text, encoding="utf-8")
-    except OSError as error:
-        raise CliError(f"cannot write {output}: {error.strerror}") from None
+        write_output(text, output, force=getattr(options, "force", False), inputs=inputs, for_people=for_people)
+    except OutputRefused as error:
+        raise CliError(str(error)) from None
 
 
-def _exit_status_of(returncode: int) -> int:
-    """A child killed by signal N exits the way a shell reports it: 128 + N."""
-    return 128 - returncode if returncode < 0 else returncode
+def _say(text: str) -> None:
+    """A line for the user on stderr; the terminal may be gone (SIGHUP), which is fine."""
+    from lazyviz._output import printable
+
+    try:
+        sys.stderr.write(printable(text) + ("" if text.endswith("\n") else "\n"))
+        sys.stderr.flush()
+    except OSError:
+        pass
+
+
+def _execution_index(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an execution index: {text!r}") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"no execution {text}: indexes start at 0")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a count: {text!r}") from None
+    if not 0 <= value < 2**31:
+        raise argparse.ArgumentTypeError(f"{text} is out of range")
+    return value
+
+
+def _add_force(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("-f", "--force", action="store_true", help=f"replace {what} if it exists")
+
+
+def under_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
 class RunCommand:
@@ -52,7 +86,12 @@ class RunCommand:
     name = "run"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("-o", "--output", help="trace file to write (default: lazyviz-<script>.<pid>.trace)")
+        parser.usage = ("%(prog)s [-h] [-o TRACE] [-f] [--no-tui] [--backend {ts,xla}] [--capture {full,light}]\n"
+                        "       [-m] SCRIPT | MODULE [ARGS ...]")
+        parser.add_argument("-o", "--output", metavar="TRACE",
+                            help="trace file to write (default: lazyviz-<script>.<pid>.trace; "
+                                                   "under torchrun a folder of rank<R>.trace)")
+        _add_force(parser, "the -o trace (only ever a lazyviz trace that no run is writing)")
         parser.add_argument("--no-tui", action="store_true", help="no live UI: print a summary at the end")
         parser.add_argument(
             "--backend", choices=("ts", "xla"),
@@ -64,65 +103,114 @@ class RunCommand:
             help="full: IR, stacks and counters per execution; light: sites, timings, counters and backend text",
         )
         parser.add_argument("-m", dest="module", action="store_true", help="run a module, as python -m does")
-        parser.add_argument("target", metavar="SCRIPT | MODULE", help="the script (or, with -m, the module) to run")
-        parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+        parser.add_argument("target", metavar="SCRIPT | MODULE", nargs="?",
+                            help="the script (or, with -m, the module) to run")
+        parser.add_argument("args", nargs=argparse.REMAINDER, metavar="[ARGS ...]", help="the script's own arguments")
 
     def run(self, options: argparse.Namespace) -> int:
         from lazyviz._source import top_level_imports
-        from lazyviz.tracer import default_trace_path
+        from lazyviz.trace.files import TracePathError, claim_trace_path
 
+        if options.target is None:
+            raise CliError("run: give the script to run (or -m MODULE)")
         if not options.module:
             self._check_script(options.target)
         if options.backend is None:
             imported = top_level_imports(options.target, options.module) or set()
             options.backend = "xla" if "torch_xla" in imported else "ts"
-        rank = os.environ.get("RANK", "0")
-        trace_path = Path(options.output or default_trace_path(options.target)).resolve()
-        if options.output and (trace_path.is_dir() or options.output.endswith(os.sep)):
-            # One trace per rank in a folder: the torchrun case.
-            trace_path.mkdir(parents=True, exist_ok=True)
-            trace_path = trace_path / f"rank{rank}.trace"
-        if not trace_path.parent.is_dir():
-            raise CliError(f"cannot write {trace_path}: no such directory {trace_path.parent}")
-        self._ensure_hook(options.backend)
-
-        command = [sys.executable, "-m", "lazyviz._child", "--trace", str(trace_path),
-                   "--capture", options.capture, "--backend", options.backend]
-        if options.module:
-            command.append("--module")
-        command += ["--", options.target, *options.args]
-        if rank != "0":
-            # Under torchrun, rank 0 talks to the terminal; the others write beside their traces.
-            with open(f"{trace_path}.out", "wb") as output:
-                return self._run_plain(command, output)
-        if options.no_tui or not (sys.stdout.isatty() and sys.stdin.isatty()):
-            return self._finish(trace_path, self._run_plain(command))
-        return self._run_with_ui(command, trace_path)
+        trace_path = self._trace_path(options)
+        self._check_space(trace_path.parent)
+        try:
+            claim = claim_trace_path(trace_path, options.force)
+        except TracePathError as error:
+            raise CliError(str(error)) from None
+        started = False
+        try:
+            self._ensure_hook(options.backend)
+            command = [sys.executable, "-m", "lazyviz._child", "--trace", str(trace_path),
+                       "--capture", options.capture, "--backend", options.backend]
+            if options.module:
+                command.append("--module")
+            command += ["--", options.target, *options.args]
+            started = True
+            if under_torchrun() and os.environ["RANK"] != "0":
+                # Under torchrun, rank 0 talks to the terminal; the others write beside their traces.
+                with open(f"{trace_path}.out", "xb") as output:
+                    return self._finish(trace_path, self._run_plain(command, output), quiet=True)
+            if options.no_tui or not (sys.stdout.isatty() and sys.stdin.isatty()):
+                return self._finish(trace_path, self._run_plain(command))
+            return self._run_with_ui(command, trace_path)
+        finally:
+            if not started:
+                trace_path.unlink(missing_ok=True)  # the empty file we made; nothing ran
+            claim.release()
 
     @staticmethod
-    def _run_with_ui(command: list[str], trace_path: Path) -> int:
+    def _trace_path(options: argparse.Namespace) -> Path:
+        from lazyviz.tracer import default_trace_path
+
+        if under_torchrun():
+            # One trace per rank, always in a folder: ranks never share a file.
+            folder = Path(options.output or _default_rank_folder(options.target)).resolve()
+            if folder.exists() and not folder.is_dir():
+                raise CliError(f"under torchrun -o names a folder of rank traces, and {folder} is a file")
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise CliError(f"cannot create {folder}: {error.strerror}") from None
+            return folder / f"rank{os.environ['RANK']}.trace"
+        trace_path = Path(options.output or default_trace_path(options.target)).resolve()
+        if options.output and (trace_path.is_dir() or options.output.endswith(os.sep)):
+            trace_path.mkdir(parents=True, exist_ok=True)
+            trace_path = trace_path / "rank0.trace"
+        if not trace_path.parent.is_dir():
+            raise CliError(f"cannot write {trace_path}: no such directory {trace_path.parent}")
+        return trace_path
+
+    @staticmethod
+    def _check_space(folder: Path, minimum: int = 1 << 20) -> None:
+        try:
+            stats = os.statvfs(folder)
+        except OSError:
+            return
+        if stats.f_bavail * stats.f_frsize < minimum:
+            raise CliError(f"no space left in {folder} for the trace")
+
+    def _run_with_ui(self, command: list[str], trace_path: Path) -> int:
         """The script runs in its own session with its output going to a file beside the
         trace (shown in the Output tab), so nothing it prints lands over the UI."""
+        from lazyviz._supervisor import Supervised, exit_status_of
         from tui.app import build_app
 
         output_path = Path(f"{trace_path}.out")
-        with output_path.open("wb") as output:
-            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output,
-                                       stderr=subprocess.STDOUT, start_new_session=True)
+        app = None
+
+        def terminal_gone(number: int) -> None:  # SIGHUP/SIGTERM: the script got it; close
+            if app is not None:
+                app.exit()
+
+        with open(output_path, "xb") as output:
+            child = Supervised(command, own_session=True, stdin=subprocess.DEVNULL, stdout=output,
+                               stderr=subprocess.STDOUT, on_signal=terminal_gone)
         try:
-            build_app(trace_path, process, output_path).run()
+            app = build_app(trace_path, child.process, output_path)
+            app.run()
         finally:
-            if _run_finished(trace_path):
-                _wait_quietly(process)  # the script is done, only tearing down: don't interrupt it
-            stopped = process.poll() is None
+            if child.poll() is None and (_run_finished(trace_path) or child.received is not None):
+                _wait_quietly(child)  # done, or told to end: let it tear down by itself
+            stopped = child.poll() is None
             if stopped:
-                _stop(process)
-        status = _exit_status_of(process.wait())
+                child.stop()
+            returncode = child.wait()
+            child.restore()
+        status = exit_status_of(returncode)
+        self._finish(trace_path, returncode, quiet=True)
         if stopped:
-            print(f"lazyviz: stopped the script when the UI quit (status {status}); "
-                  f"the trace keeps what it recorded: {trace_path}", file=sys.stderr)
+            _say(f"lazyviz: stopped the script when the UI quit (status {status}); "
+                 f"the trace keeps what it recorded: {trace_path}")
         else:
-            print(f"lazyviz: script exited {status}; trace: {trace_path}; output: {output_path}", file=sys.stderr)
+            _say(_summary_text(trace_path, status) or f"lazyviz: script exited {status}; trace: {trace_path}")
+        _say(f"  output: {output_path}")
         return status
 
     @staticmethod
@@ -142,47 +230,70 @@ class RunCommand:
         if backend != "ts":
             return
         from lazyviz.backends import BackendError
-        from lazyviz.backends.ts import hook_is_built, load_hook
+        from lazyviz.backends.ts import hook_build_dir, hook_is_built, load_hook
 
         if hook_is_built():
             return
-        print("lazyviz: building the execution hook for this torch (once, about a minute)...", file=sys.stderr)
+        _say(f"lazyviz: building the execution hook for this torch (once, about a minute) in {hook_build_dir()}")
         try:
             load_hook()
         except BackendError as error:
-            raise CliError(str(error)) from None
+            raise CliError(str(error), 130 if "interrupted" in str(error) else 2) from None
+        except KeyboardInterrupt:
+            raise CliError("interrupted while building the execution hook; it is built on the next run", 130) \
+                from None
 
     @staticmethod
     def _run_plain(command: list[str], output: object = None) -> int:
-        # Ctrl-C goes to the whole foreground group: the script handles it as it would
-        # untraced, and we stay alive to report on the trace it leaves.
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        """The script shares our terminal and process group: Ctrl-C reaches it directly.
+        Returns its raw return code (negative: killed by that signal)."""
+        from lazyviz._supervisor import Supervised
+
+        child = Supervised(command, stdout=output, stderr=output)
         try:
-            return _exit_status_of(subprocess.call(command, stdout=output, stderr=output))
+            return child.wait()
         finally:
-            signal.signal(signal.SIGINT, previous)
+            child.restore()
 
     @staticmethod
-    def _finish(trace_path: Path, status: int) -> int:
-        from lazyviz.export.report import text_report
-        from lazyviz.trace import TraceError, open as open_trace
+    def _finish(trace_path: Path, returncode: int, quiet: bool = False) -> int:
+        from lazyviz._supervisor import exit_status_of, record_ending
 
-        try:
-            with open_trace(trace_path) as trace:
-                run, executions, ir_texts = trace.run, trace.executions(), trace.ir_texts()
-        except TraceError:
-            return status  # the tracer never started; it said why
-        if not run.argv:
-            return status
-        if not executions:
-            print(
-                f"lazyviz: {run.script} ran no lazy-tensor graph (nothing on device '{run.device}'); "
-                f"nothing to show in {trace_path}",
-                file=sys.stderr,
-            )
-            return status or 3
-        sys.stderr.write(text_report(run, executions, ir_texts, trace_path))
+        record_ending(trace_path, returncode)
+        status = exit_status_of(returncode)
+        if not quiet:
+            text = _summary_text(trace_path, status)
+            if text:
+                _say(text)
         return status
+
+
+def _summary_text(trace_path: Path, status: int) -> str:
+    """The end-of-run summary, or one line when there is nothing to summarise."""
+    from lazyviz.export.report import text_report
+    from lazyviz.trace import TraceError, open as open_trace
+
+    if not trace_path.exists():
+        return ""  # the tracer never started; it said why
+    try:
+        with open_trace(trace_path) as trace:
+            run, executions, ir_texts = trace.run, trace.executions(), trace.ir_texts()
+    except TraceError as error:
+        return f"lazyviz: cannot read the trace: {error}"
+    if not run.argv:
+        return ""
+    if not executions:
+        return (f"lazyviz: {run.script} ran no lazy-tensor graph (nothing on device '{run.device}'), "
+                f"{run.state}; trace: {trace_path}")
+    return text_report(run, executions, ir_texts, trace_path)
+
+
+def _default_rank_folder(target: str) -> Path:
+    """One folder shared by the ranks of one torchrun job (they have different pids)."""
+    stem = Path(target).stem if target.endswith(".py") else target.rsplit(".", 1)[-1]
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    job = run_id if run_id and run_id != "none" and run_id.replace("-", "").isalnum() else str(os.getppid())
+    return Path.cwd() / f"lazyviz-{stem}.{job}"
 
 
 def _run_finished(trace_path: Path) -> bool:
@@ -195,22 +306,10 @@ def _run_finished(trace_path: Path) -> bool:
         return False
 
 
-def _wait_quietly(process: subprocess.Popen, grace_s: float = 30.0) -> None:
+def _wait_quietly(child, grace_s: float = 30.0) -> None:
     try:
-        process.wait(grace_s)
+        child.wait(grace_s)
     except subprocess.TimeoutExpired:
-        pass
-
-
-def _stop(process: subprocess.Popen, grace_s: float = 5.0) -> None:
-    """Ctrl-C first, so the script ends as it would by hand and its trace is closed
-    properly; then SIGKILL if it will not stop."""
-    try:
-        os.killpg(process.pid, signal.SIGINT)
-        process.wait(grace_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
         pass
 
 
@@ -223,11 +322,19 @@ class ViewCommand:
         parser.add_argument("trace", metavar="TRACE")
 
     def run(self, options: argparse.Namespace) -> int:
+        from lazyviz.trace import TraceError
+
         path, ranks = Path(options.trace), None
         if path.is_dir():  # a multi-process run: rank 0 first, [ and ] switch
             ranks = {rank: trace.path for rank, trace in _open_ranks(options.trace).items()}
             path = next(iter(ranks.values()))
-        _open_trace(str(path)).close()  # one clear line if it is not a trace
+        trace = _open_trace(str(path))
+        try:  # one clear line now for damage the UI would meet in its first screen
+            trace.run, trace.executions(0, 2000), trace.ir_texts()
+        except TraceError as error:
+            raise CliError(str(error)) from None
+        finally:
+            trace.close()
         from tui.app import build_app
 
         build_app(path, ranks=ranks).run()
@@ -244,42 +351,55 @@ class ReportCommand:
         parser.add_argument("--format", choices=("text", "json", "html"), default=None,
                             help="default: from -o's extension (.json, .html), else text")
         parser.add_argument("-o", "--output", help="write to this file instead of standard output")
+        _add_force(parser, "the -o file (never a trace)")
 
     def run(self, options: argparse.Namespace) -> int:
         from lazyviz.export.report import json_report, text_report
+        from lazyviz.trace import TraceError
 
+        suffix = Path(options.output or "").suffix.lower()
+        options.format = options.format or {".json": "json", ".html": "html", ".htm": "html"}.get(suffix, "text")
         if Path(options.trace).is_dir():
             return self._ranks(options)
         trace = _open_trace(options.trace)
-        run, executions = trace.run, trace.executions()
-        suffix = Path(options.output or "").suffix.lower()
-        options.format = options.format or {".json": "json", ".html": "html", ".htm": "html"}.get(suffix, "text")
-        if options.format == "html":
-            from lazyviz.export.html import html_report
+        try:
+            run, executions = trace.run, trace.executions()
+            if options.format == "html":
+                from lazyviz.export.html import html_report
 
-            text = html_report(run, executions, trace.graphs())
-        elif options.format == "json":
-            text = json.dumps(json_report(run, executions, trace.ir_texts()), indent=1) + "\n"
-        else:
-            text = text_report(run, executions, trace.ir_texts(), trace.path)
-        _write_output(text, options.output)
+                text = html_report(run, executions, trace.graphs())
+            elif options.format == "json":
+                text = json.dumps(json_report(run, executions, trace.ir_texts()), indent=1) + "\n"
+            else:
+                text = text_report(run, executions, trace.ir_texts(), trace.path)
+        except TraceError as error:
+            raise CliError(str(error)) from None
+        _write_output(text, options, options.output, inputs=(options.trace,), for_people=options.format == "text")
         return 0
-
 
     @staticmethod
     def _ranks(options: argparse.Namespace) -> int:
         from lazyviz.analysis.ranks import find_divergence
-        from lazyviz.export.report import json_report, text_report
+        from lazyviz.export.report import REPORT_FORMAT, REPORT_VERSION, json_report, text_report
+        from lazyviz.trace import TraceError
 
+        if options.format == "html":
+            raise CliError("--format html reports one trace: give one rank's file (e.g. "
+                           f"{Path(options.trace) / 'rank0.trace'})")
         traces = _open_ranks(options.trace)
-        executions = {rank: trace.executions() for rank, trace in traces.items()}
-        ir_texts = {rank: trace.ir_texts() for rank, trace in traces.items()}
+        try:
+            executions = {rank: trace.executions() for rank, trace in traces.items()}
+            ir_texts = {rank: trace.ir_texts() for rank, trace in traces.items()}
+            runs = {rank: trace.run for rank, trace in traces.items()}
+        except TraceError as error:
+            raise CliError(str(error)) from None
         divergence = find_divergence(executions, ir_texts)
-        if options.format == "json" or (options.format is None and (options.output or "").endswith(".json")):
+        inputs = tuple(str(t.path) for t in traces.values())
+        if options.format == "json":
             report = {
-                "format": "lazyviz-report", "version": 1,
+                "format": REPORT_FORMAT, "version": REPORT_VERSION,
                 "ranks": [{"rank": rank, "trace": str(trace.path),
-                           "report": json_report(trace.run, executions[rank], ir_texts[rank])}
+                           "report": json_report(runs[rank], executions[rank], ir_texts[rank])}
                           for rank, trace in traces.items()],
                 "divergence": [] if divergence is None else [{
                     "kind": "divergence", "severity": "error", "step": divergence.step,
@@ -290,7 +410,7 @@ class ReportCommand:
                     "change": divergence.change, "divergent_steps": divergence.divergent_steps,
                 }],
             }
-            _write_output(json.dumps(report, indent=1) + "\n", options.output)
+            _write_output(json.dumps(report, indent=1) + "\n", options, options.output, inputs, for_people=False)
             return 0
         parts = [f"lazyviz: {len(traces)} ranks in {options.trace}"]
         if divergence is not None:
@@ -299,8 +419,8 @@ class ReportCommand:
         else:
             parts.append("  ranks ran the same graphs at every common step")
         for rank, trace in traces.items():
-            parts.append(f"\n[rank {rank}] " + text_report(trace.run, executions[rank], ir_texts[rank], trace.path))
-        _write_output("\n".join(parts) + "\n", options.output)
+            parts.append(f"\n[rank {rank}] " + text_report(runs[rank], executions[rank], ir_texts[rank], trace.path))
+        _write_output("\n".join(parts) + "\n", options, options.output, inputs)
         return 0
 
 
@@ -321,45 +441,60 @@ class ExportCommand:
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("trace", metavar="TRACE")
-        parser.add_argument("--execution", type=int, metavar="N", help="execution index (all formats but chrome)")
+        parser.add_argument("--execution", type=_execution_index, metavar="N",
+                            help="execution index (all formats but chrome)")
         parser.add_argument("--format", choices=("svg", "dot", "ir", "backend", "chrome"),
                             help="default: from -o's extension, else svg; chrome: a timeline for Perfetto")
         parser.add_argument("-o", "--output", help="file to write (default: standard output)")
+        _add_force(parser, "the -o file (never a trace)")
         parser.add_argument("--diff", action="store_true",
                             help="highlight the nodes that changed since the closest earlier graph")
         parser.add_argument("--around", metavar="NODE", help="draw only the neighbourhood of this node (e.g. %%12)")
-        parser.add_argument("--depth", type=int, default=2, help="edges around --around (default 2)")
-        parser.add_argument("--max-nodes", type=int, default=300,
+        parser.add_argument("--depth", type=_count, default=2, help="edges around --around (default 2)")
+        parser.add_argument("--max-nodes", type=_count, default=300,
                             help="collapse larger graphs down to about this many boxes (default 300)")
 
     def run(self, options: argparse.Namespace) -> int:
         from lazyviz.trace import TraceError
 
         trace = _open_trace(options.trace)
+        try:
+            return self._export(trace, options)
+        except TraceError as error:
+            raise CliError(str(error)) from None
+
+    def _export(self, trace, options: argparse.Namespace) -> int:
+        from lazyviz._output import check_output_path, OutputRefused
+
+        inputs = (options.trace,)
         fmt = options.format or self.FORMATS.get(Path(options.output or "").suffix.lower(), "svg")
+        if options.output:  # refuse a bad -o before the work, not after it
+            try:
+                check_output_path(options.output, options.force, inputs)
+            except OutputRefused as error:
+                raise CliError(str(error)) from None
         if fmt == "chrome":
             from lazyviz.export.chrome import chrome_trace
 
-            _write_output(json.dumps(chrome_trace(trace.run, trace.executions())) + "\n", options.output)
+            _write_output(json.dumps(chrome_trace(trace.run, trace.executions())) + "\n", options, options.output,
+                          inputs, for_people=False)
             return 0
         if options.execution is None:
             raise CliError(f"--format {fmt} draws one execution: give --execution N")
-        try:
-            execution = trace.execution(options.execution)
-        except TraceError as error:
-            raise CliError(str(error)) from None
+        execution = trace.execution(options.execution)
         graph = trace.graph(execution.graph)
         if graph is None:
             raise CliError(f"graph {execution.graph} of execution {execution.index} is not in the trace")
         if fmt == "backend":
-            _write_output(graph.backend_text, options.output)
+            _write_output(graph.backend_text, options, options.output, inputs, for_people=False)
             return 0
         if not graph.ir_text:
             raise CliError(f"{options.trace} has no IR text (recorded with --capture light)")
         if fmt == "ir":
-            _write_output(graph.ir_text, options.output)
+            _write_output(graph.ir_text, options, options.output, inputs, for_people=False)
             return 0
-        _write_output(self._drawing(trace, execution, graph.ir_text, fmt, options), options.output)
+        _write_output(self._drawing(trace, execution, graph.ir_text, fmt, options), options, options.output,
+                      inputs, for_people=False)
         return 0
 
     @staticmethod
@@ -400,27 +535,39 @@ class CheckCommand:
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("trace", metavar="TRACE")
-        parser.add_argument("--warmup-steps", type=int, default=2, help="steps that may compile (default 2)")
-        parser.add_argument("--max-misses-after", type=int, metavar="N",
+        parser.add_argument("--warmup-steps", type=_count, default=2, help="steps that may compile (default 2)")
+        parser.add_argument("--max-misses-after", type=_count, metavar="N",
                             help="cache misses allowed after warm-up (default 0)")
-        parser.add_argument("--max-executions-per-step", type=int, metavar="K",
+        parser.add_argument("--max-executions-per-step", type=_count, metavar="K",
                             help="executions allowed per step after warm-up (default 1)")
         fallbacks = parser.add_mutually_exclusive_group()
         fallbacks.add_argument("--no-fallbacks", action="store_true", help="no op may fall back (the default)")
         fallbacks.add_argument("--allow-fallback", action="append", metavar="OP", default=[],
                                help="this op may fall back (repeat for more; e.g. aten::lerp.Scalar)")
         fallbacks.add_argument("--any-fallbacks", action="store_true", help="do not check fallbacks")
+        parser.add_argument("--allow-unfinished", action="store_true",
+                            help="check what a trace holds even if its run was killed or its recording stopped")
         parser.add_argument("--baseline", metavar="FILE", help="also fail on graphs, syncs or fallbacks it lacks")
         parser.add_argument("--write-baseline", metavar="FILE", help="record this run's graph set and exit 0")
+        _add_force(parser, "the --write-baseline file")
         parser.add_argument("--same-graphs-across-ranks", action="store_true",
                             help="with a folder of rank traces: fail when ranks ran different graphs")
 
     def run(self, options: argparse.Namespace) -> int:
+        from lazyviz.trace import TraceError
+
+        try:
+            if Path(options.trace).is_dir():
+                return self._ranks(options)
+            return self._check(options)
+        except TraceError as error:
+            raise CliError(str(error)) from None
+
+    def _check(self, options: argparse.Namespace) -> int:
         from lazyviz.analysis.budget import Budget, baseline_of, check_baseline, check_budget
         from lazyviz.analysis.recompiles import explain_recompiles
+        from lazyviz.analysis.summary import summarize
 
-        if Path(options.trace).is_dir():
-            return self._ranks(options)
         if options.same_graphs_across_ranks:
             raise CliError("--same-graphs-across-ranks needs the folder of rank traces (lazyviz run -o DIR/)")
         trace = _open_trace(options.trace)
@@ -429,7 +576,8 @@ class CheckCommand:
             raise CliError(f"{options.trace} holds no executions")
         if options.write_baseline:
             baseline = baseline_of(run, executions, options.warmup_steps)
-            _write_output(json.dumps(baseline, indent=2) + "\n", options.write_baseline)
+            _write_output(json.dumps(baseline, indent=2) + "\n", options, options.write_baseline,
+                          (options.trace,), for_people=False)
             print(f"lazyviz: wrote the baseline of {len(baseline['sites'])} sync sites to {options.write_baseline}")
             return 0
         baseline = self._read_baseline(options.baseline) if options.baseline else None
@@ -445,12 +593,15 @@ class CheckCommand:
             max_executions_per_step=(options.max_executions_per_step if options.max_executions_per_step is not None
                                      else (1 if strict else None)),
             allowed_fallbacks=allowed,
+            allow_unfinished=options.allow_unfinished,
         )
-        recompiles = explain_recompiles(executions, trace.ir_texts(), options.warmup_steps)
-        breaches = check_budget(run, executions, recompiles, budget)
+        ir_texts = trace.ir_texts()
+        recompiles = explain_recompiles(executions, ir_texts, options.warmup_steps)
+        breaches = check_budget(run, executions, recompiles, budget, ir_texts)
         if baseline is not None:
             breaches += check_baseline(run, executions, baseline)
-        return self._verdict(breaches, f"{len(executions)} executions, {run.steps} steps")
+        steps = summarize(executions, run.steps).steps
+        return self._verdict(breaches, f"{len(executions)} executions, {steps} step{'s' if steps != 1 else ''}")
 
     @staticmethod
     def _ranks(options: argparse.Namespace) -> int:
@@ -458,6 +609,9 @@ class CheckCommand:
 
         traces = _open_ranks(options.trace)
         breaches = []
+        if not options.allow_unfinished:
+            breaches += [f"rank {rank}: the trace is unfinished: {trace.run.state}"
+                         for rank, trace in traces.items() if not trace.run.complete]
         if options.same_graphs_across_ranks:
             divergence = find_divergence({r: t.executions() for r, t in traces.items()},
                                          {r: t.ir_texts() for r, t in traces.items()})
@@ -468,26 +622,30 @@ class CheckCommand:
 
     @staticmethod
     def _verdict(breaches: list[str], ok: str) -> int:
+        from lazyviz._output import printable
+
         for breach in breaches:
-            print(f"lazyviz check: {breach}")
+            print(printable(f"lazyviz check: {breach}"))
         if not breaches:
             print(f"lazyviz check: ok ({ok})")
         return 1 if breaches else 0
 
     @staticmethod
     def _read_baseline(path: str) -> dict:
-        from lazyviz.analysis.budget import BASELINE_FORMAT, BASELINE_VERSION
+        from lazyviz.analysis.budget import BASELINE_VERSION, baseline_problem
 
         try:
             baseline = json.loads(Path(path).read_text(encoding="utf-8"))
         except OSError as error:
             raise CliError(f"cannot read baseline {path}: {error.strerror}") from None
-        except ValueError:
+        except (ValueError, RecursionError):
             raise CliError(f"{path} is not a lazyviz baseline (not JSON)") from None
-        if not isinstance(baseline, dict) or baseline.get("format") != BASELINE_FORMAT:
-            raise CliError(f"{path} is not a lazyviz baseline")
-        if baseline.get("version", 0) > BASELINE_VERSION:
+        if isinstance(baseline, dict) and isinstance(baseline.get("version"), int) \
+                and baseline["version"] > BASELINE_VERSION:
             raise CliError(f"{path} is a newer baseline version than this lazyviz reads; upgrade lazyviz")
+        problem = baseline_problem(baseline)
+        if problem:
+            raise CliError(f"{path} is not a lazyviz baseline: {problem}")
         return baseline
 
 
@@ -502,23 +660,35 @@ class DiffCommand:
 
     def run(self, options: argparse.Namespace) -> int:
         from lazyviz.analysis.compare import compare_runs, diff_text
+        from lazyviz.trace import TraceError
 
         a, b = _open_trace(options.a), _open_trace(options.b)
-        diff = compare_runs(a.run, a.executions(), a.ir_texts(), b.run, b.executions(), b.ir_texts())
-        sys.stdout.write(diff_text(diff, options.a, options.b))
+        try:
+            diff = compare_runs(a.run, a.executions(), a.ir_texts(), b.run, b.executions(), b.ir_texts())
+        except TraceError as error:
+            raise CliError(str(error)) from None
+        _write_output(diff_text(diff, options.a, options.b), options)
         return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes are one line too, with where to read more."""
+
+    def error(self, message: str) -> NoReturn:
+        _say(f"{self.prog}: {message} (see {self.prog} --help)")
+        raise SystemExit(2)
 
 
 COMMANDS = [RunCommand(), ViewCommand(), ReportCommand(), ExportCommand(), CheckCommand(), DiffCommand()]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="lazyviz",
         description="Debug lazy-tensor PyTorch programs: every graph execution, what caused it, what changed.",
     )
     parser.add_argument("--version", action="version", version=f"lazyviz {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
     for command in COMMANDS:
         sub = commands.add_parser(command.name, help=(command.__doc__ or "").strip().splitlines()[0])
         command.prepare_parser(sub)
@@ -531,7 +701,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return options.handler.run(options)
     except CliError as error:
-        print(f"lazyviz: {error}", file=sys.stderr)
+        _say(f"lazyviz: {' '.join(str(error).split())}")
         return error.exit_status
     except KeyboardInterrupt:
         return 130
@@ -539,3 +709,9 @@ def main(argv: list[str] | None = None) -> int:
         # `lazyviz report t | head`: the reader went away; that is not an error.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as error:  # noqa: BLE001 - a bug of ours: one line, the traceback on request
+        if os.environ.get("LAZYVIZ_DEBUG"):
+            raise
+        _say(f"lazyviz: internal error: {type(error).__name__}: {error} "
+             "(a lazyviz bug: please report it; LAZYVIZ_DEBUG=1 shows the traceback)")
+        return 70

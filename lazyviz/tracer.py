@@ -7,6 +7,7 @@ import os
 import runpy
 import sys
 import sysconfig
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,14 +25,25 @@ _LAZYVIZ_DIR = str(Path(__file__).parent)
 _USER, _FRAMEWORK, _SKIP, _STOP = "user", "framework", "skip", "stop"
 
 
+MAX_ERRORS = 20  # lazyviz's own errors kept for the end-of-run message
+
+
+class _SyncCause(threading.local):
+    """The sync-site call running on this thread: threads syncing at once each keep theirs."""
+
+    cause: str | None = None
+    detail: str | None = None
+
+
 class Tracer:
-    def __init__(self, backend: LazyBackend, writer: TraceWriter, capture: str = "full") -> None:
+    def __init__(self, backend: LazyBackend, writer: TraceWriter, capture: str = "full",
+                 started: float | None = None) -> None:
         self.backend = backend
         self.writer = writer
         self.capture = capture
         self.executions = 0
-        self._cause: str | None = None  # set by the sync-site wrappers while they run
-        self._cause_detail: str | None = None
+        self.errors: list[str] = []  # lazyviz's own failures, swallowed so the script goes on
+        self._sync = _SyncCause()  # set by the sync-site wrappers while they run
         self._last_fallback_call: tuple[int, int] | None = None
         self._last_fallback_op: str | None = None
         self._graph_of: dict[int, tuple[str, int]] = {}  # computation key -> (graph id, nodes)
@@ -41,8 +53,8 @@ class Tracer:
         self._frame_entries: dict[tuple[int, int], tuple] = {}
         self._mark_steps = 0  # completed before the latest execution
         self._mark_steps_before = 0
-        self._started = time.perf_counter()
-        self._last_end = self._started
+        self._started = time.perf_counter() if started is None else started
+        self._last_end: float | None = None  # None until the first execution: start-up is apart
         self._not_user = [_LAZYVIZ_DIR, *self._stdlib_paths()]  # + the backend's, once initialised
 
     @staticmethod
@@ -56,6 +68,7 @@ class Tracer:
         self._not_user += self.backend.framework_paths()
         self._mark_steps_before = self.backend.counters().get("MarkStep", 0)
         self.backend.install_hook(self._on_execution, self._on_execute_time)
+        os.register_at_fork(after_in_child=self._after_fork)
         for site in self.backend.sync_sites():
             original = getattr(site.owner, site.attribute, None)
             if original is not None:
@@ -68,23 +81,25 @@ class Tracer:
         poll = self.backend.poll if self.backend.polls else None
         device = self.backend.device
 
+        sync = self._sync
+
         @functools.wraps(original)
         def sync_site(*args: object, **kwargs: object) -> object:
-            if tracer._cause is not None:  # the outermost cause wins (print calls item)
+            if sync.cause is not None:  # the outermost cause wins (print calls item)
                 return original(*args, **kwargs)
             if poll is not None and is_method and getattr(getattr(args[0], "device", None), "type", device) != device:
                 # A CPU tensor's .item() (AdamW's step counts) syncs nothing: skip the polls.
                 return original(*args, **kwargs)
             if poll is not None:  # executions from before this call are not its own
                 poll()
-            tracer._cause, tracer._cause_detail = cause, detail
+            sync.cause, sync.detail = cause, detail
             try:
                 result = original(*args, **kwargs)
                 if poll is not None:
                     poll()
                 return result
             finally:
-                tracer._cause = None
+                sync.cause = None
                 if flush:  # a completed step is on disk before the script goes on
                     tracer.writer.flush()
 
@@ -95,16 +110,35 @@ class Tracer:
             self.backend.poll(final=True)
         self.backend.set_hook_enabled(False)
 
+    def _after_fork(self) -> None:
+        """A forked child stops tracing: the writer's thread was not copied with it, and
+        the trace belongs to the parent. The child runs on, untraced."""
+        self.backend.set_hook_enabled(False)
+        self.writer.abandon()
+
     # -- per execution (hot path) --------------------------------------------------
     def _on_execution(
         self, key: int, graph: CompiledGraph | None, execute_ms: float, counters: dict[str, int],
         backend_stack: list[Frame] | None = None,
     ) -> int:
         """`counters`: the counters that moved since the previous execution;
-        `backend_stack`: where the backend saw it, when it reports after the fact."""
+        `backend_stack`: where the backend saw it, when it reports after the fact.
+        A failure of lazyviz's own is counted and swallowed; KeyboardInterrupt and
+        SystemExit (a signal handler may raise them here) go on to the script."""
+        try:
+            return self._record(key, graph, execute_ms, counters, backend_stack)
+        except Exception as error:  # noqa: BLE001 - never break the user's program
+            if len(self.errors) < MAX_ERRORS:
+                self.errors.append(f"{type(error).__name__}: {error}")
+            return -1
+
+    def _record(
+        self, key: int, graph: CompiledGraph | None, execute_ms: float, counters: dict[str, int],
+        backend_stack: list[Frame] | None,
+    ) -> int:
         end = time.perf_counter()
         if backend_stack is None:
-            frame = sys._getframe(2)  # skip this hook and the backend adapter's
+            frame = sys._getframe(3)  # skip _record, _on_execution and the backend adapter's
             stack = self._stack(frame, to_user_frame=self.capture != "full")
             call = (id(frame), frame.f_lasti) if frame is not None else None
         else:
@@ -118,8 +152,9 @@ class Tracer:
 
         # One fallback op can force several executions (one per lazy input); only the
         # first sees the counter move, the rest come from the same call site.
-        if self._cause is not None:
-            cause, detail = self._cause, self._cause_detail
+        sync = self._sync
+        if sync.cause is not None:
+            cause, detail = sync.cause, sync.detail
         elif fallback_ops:
             cause, detail = "fallback", next(iter(fallback_ops))
         elif call is not None and call == self._last_fallback_call:
@@ -136,7 +171,12 @@ class Tracer:
         compile_ms = graph.compile_ms if graph else 0.0
         sync_ms = compile_ms + execute_ms
         start = end - sync_ms / 1000
-        trace_ms = max(0.0, (start - self._last_end) * 1000)
+        if self._last_end is None:
+            # Interpreter start-up, imports and model building: not tracing time.
+            self.writer.set_run(startup_ms=round((start - self._started) * 1000, 3))
+            trace_ms = 0.0
+        else:
+            trace_ms = max(0.0, (start - self._last_end) * 1000)
         self._last_end = end
 
         new_graph = None

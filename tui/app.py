@@ -181,6 +181,8 @@ class LazyvizApp(App[None]):
             self.query_one(StepChart).show(self.executions)
         if update.error and not self.executions:
             self.query_one("#ir-view", CodeView).set_text(f"cannot read {self.trace_path}: {update.error}")
+        elif update.error:
+            self.notify(f"stopped reading the trace: {update.error}", severity="error", timeout=30)
         self.refresh_header()
 
     def refresh_header(self) -> None:

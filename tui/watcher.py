@@ -53,7 +53,14 @@ class TraceWatcher:
 
     def run(self, emit: Callable[[TraceUpdate], None], cancelled: Callable[[], bool]) -> None:
         while not cancelled():
-            update = self.poll()
+            try:
+                update = self.poll()
+            except TraceError as error:  # damage met while reading: say so, stop reading
+                emit(TraceUpdate(error=str(error), done=True))
+                return
+            except Exception as error:  # noqa: BLE001 - a bug of ours must not hang the UI
+                emit(TraceUpdate(error=f"internal error: {type(error).__name__}: {error}", done=True))
+                return
             if not update.empty or update.run != self._last_run or update.process_status != self._last_status:
                 self._last_run, self._last_status = update.run, update.process_status
                 emit(update)

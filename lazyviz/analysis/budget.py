@@ -6,6 +6,9 @@ import os
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
+from collections.abc import Mapping
+
+from lazyviz.analysis.findings import growth_findings
 from lazyviz.analysis.recompiles import Recompile
 from lazyviz.trace.model import Execution, RunInfo
 
@@ -19,6 +22,7 @@ class Budget:
     max_misses_after: int | None = 0
     max_executions_per_step: int | None = 1
     allowed_fallbacks: frozenset[str] | None = frozenset()  # None: any op may fall back
+    allow_unfinished: bool = False  # check what a killed or cut-short trace holds
 
 
 def site_key(execution: Execution, cwd: str) -> str:
@@ -42,8 +46,15 @@ def steady_steps(executions: list[Execution], run: RunInfo, warmup_steps: int) -
     return steps
 
 
-def check_budget(run: RunInfo, executions: list[Execution], recompiles: list[Recompile], budget: Budget) -> list[str]:
+def check_budget(run: RunInfo, executions: list[Execution], recompiles: list[Recompile], budget: Budget,
+                 ir_text: Mapping[str, str] | None = None) -> list[str]:
     breaches = []
+    if not run.complete and not budget.allow_unfinished:
+        breaches.append(f"the trace is unfinished: {run.state}; --allow-unfinished checks what it holds")
+    # The report's missing-mark_step warning fails the check too: the two must agree.
+    for finding in growth_findings(executions, ir_text or {}, run.names):
+        where = f" at {finding.frame.site}" if finding.frame else ""
+        breaches.append(f"missing mark_step(){where}: {finding.message}")
     late = [r for r in recompiles if r.step >= budget.warmup_steps]
     late_misses = [e for e in executions if e.is_miss and e.step >= budget.warmup_steps]
     if budget.max_misses_after is not None and len(late_misses) > budget.max_misses_after:
@@ -125,3 +136,27 @@ def check_baseline(run: RunInfo, executions: list[Execution], baseline: dict) ->
     if new_fallbacks:
         breaches.append(f"new fallbacks: {', '.join(new_fallbacks)}")
     return breaches
+
+
+def baseline_problem(baseline: object) -> str | None:
+    """What is wrong with a baseline read from JSON, in one phrase; None when it is sound."""
+    if not isinstance(baseline, dict) or baseline.get("format") != BASELINE_FORMAT:
+        return "no lazyviz-baseline format field"
+    for key in ("version", "warmup_steps", "executions_per_step"):
+        if type(baseline.get(key, 0)) is not int or baseline.get(key, 0) < 0:
+            return f"{key} is not a count"
+    fallbacks = baseline.get("fallbacks", [])
+    if not isinstance(fallbacks, list) or not all(isinstance(op, str) for op in fallbacks):
+        return "fallbacks is not a list of op names"
+    sites = baseline.get("sites", {})
+    if not isinstance(sites, dict):
+        return "sites is not a table"
+    for site, entry in sites.items():
+        if not isinstance(entry, dict):
+            return f"site {site!r} is not a table"
+        graphs = entry.get("graphs", {})
+        if not isinstance(graphs, dict):
+            return f"site {site!r}: graphs is not a table"
+        if type(entry.get("executions_per_step", 0)) is not int:
+            return f"site {site!r}: executions_per_step is not a count"
+    return None

@@ -87,7 +87,7 @@ def recompile_findings(recompiles: list[Recompile]) -> list[Finding]:
             "recompile", "warning",
             f"step {recompile.step} recompiled: {recompile.headline()}",
             recompile.frame, (recompile.execution,),
-            fix=_recompile_fix(origins),
+            fix=_recompile_fix(origins) if recompile.diff is None or recompile.diff.changes else _ALIASING_FIX,
             details={"closest_graph": recompile.closest, "closest_execution": recompile.closest_execution},
         ))
     for site, group in shape_only.items():
@@ -109,6 +109,9 @@ def recompile_findings(recompiles: list[Recompile]) -> list[Finding]:
     return findings
 
 
+_ALIASING_FIX = ("two Python numbers used in the step became equal (or stopped being equal), so torch gave "
+                 "them one shared device buffer and hashed that into the cache key: create such values once "
+                 "as tensors on the device instead of passing Python numbers")
 _SHAPE_FIX = "pad or bucket batches to a few fixed shapes (or drop_last=True in the DataLoader)"
 
 

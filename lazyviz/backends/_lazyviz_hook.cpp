@@ -11,6 +11,7 @@
 #include <torch/csrc/lazy/core/ir_dump_util.h>
 #include <torch/csrc/lazy/core/metrics.h>
 
+#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <tuple>
@@ -22,6 +23,31 @@ namespace py = pybind11;
 using namespace torch::lazy;
 
 namespace {
+
+// A KeyboardInterrupt or SystemExit raised while our Python callback ran (a signal
+// handler runs wherever Python code runs) belongs to the script. Throwing it through
+// torch's executor would poison the device lock's status, so it is kept here and
+// raised again by the interpreter at its next check, as a signal would be. Touched
+// only with the GIL held.
+PyObject* g_pending_type = nullptr;
+PyObject* g_pending_value = nullptr;
+PyObject* g_pending_traceback = nullptr;
+
+int RaisePending(void*) {
+  if (g_pending_type == nullptr) return 0;
+  PyErr_Restore(g_pending_type, g_pending_value, g_pending_traceback);
+  g_pending_type = g_pending_value = g_pending_traceback = nullptr;
+  return -1;
+}
+
+void KeepForScript(py::error_already_set& error) {
+  Py_XDECREF(g_pending_type);
+  Py_XDECREF(g_pending_value);
+  Py_XDECREF(g_pending_traceback);
+  error.restore();
+  PyErr_Fetch(&g_pending_type, &g_pending_value, &g_pending_traceback);
+  Py_AddPendingCall(&RaisePending, nullptr);
+}
 
 double now_ms() {
   using clock = std::chrono::steady_clock;
@@ -130,10 +156,11 @@ class RecordingBackend : public BackendImplInterface {
     return inner_->GetComputationBackendText(computation);
   }
 
-  void set_enabled(bool enabled) { enabled_ = enabled; }
+  void set_enabled(bool enabled) { enabled_.store(enabled); }
 
   // Deltas count from here: what ran before lazyviz installed is not the script's.
   void ResetCounterBaseline() {
+    std::lock_guard<std::mutex> lock(mu_);
     for (auto& entry : Counters()) std::get<2>(entry) = std::get<1>(entry)->Value();
   }
 
@@ -169,32 +196,49 @@ class RecordingBackend : public BackendImplInterface {
     return std::string(buf);
   }
 
+  // mu_ guards compiled_, counters_ and the pending graph: the executor may compile on
+  // one thread while another executes (checked on torch 2.13: LazyGraphExecutor holds
+  // no lock of ours). mu_ is never held while waiting for the GIL.
   void Report(const Computation* key, double execute_ms) const {
-    if (!enabled_) return;
-    py::gil_scoped_acquire gil;
-    try {
-      py::object graph = py::none();
+    if (!enabled_.load()) return;
+    bool have_graph = false;
+    CompiledGraph g;
+    std::vector<std::pair<std::string, int64_t>> moved;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
       auto found = compiled_.find(key);
       if (found != compiled_.end()) {
-        const CompiledGraph& g = found->second;
-        graph = py::make_tuple(g.graph_id, g.nodes, py::bytes(g.ir_text), py::bytes(g.backend_text),
-                               g.compile_ms);
+        g = std::move(found->second);
+        have_graph = true;
         compiled_.erase(found);  // reported once; later runs of it are cache hits
       }
       // Only the counters that moved since the previous execution: a handful out of
       // a hundred or more, so Python sees little per execution.
-      py::dict deltas;
       for (auto& [name, counter, last] : Counters()) {
         int64_t value = counter->Value();
         if (value != last) {
-          deltas[py::str(name)] = value - last;
+          moved.emplace_back(name, value - last);
           last = value;
         }
       }
+    }
+    py::gil_scoped_acquire gil;
+    try {
+      py::object graph = py::none();
+      if (have_graph) {
+        graph = py::make_tuple(g.graph_id, g.nodes, py::bytes(g.ir_text), py::bytes(g.backend_text),
+                               g.compile_ms);
+      }
+      py::dict deltas;
+      for (auto& [name, delta] : moved) deltas[py::str(name)] = delta;
       on_execution_(reinterpret_cast<uintptr_t>(key), graph, execute_ms, deltas);
     } catch (py::error_already_set& error) {
-      // A tracing bug must never break the user's program.
-      error.discard_as_unraisable("lazyviz execution hook");
+      if (error.matches(PyExc_Exception)) {
+        // A tracing bug must never break the user's program (the tracer counts its own).
+        error.discard_as_unraisable("lazyviz execution hook");
+      } else {
+        KeepForScript(error);  // KeyboardInterrupt, SystemExit: the script's, not ours
+      }
     }
   }
 
@@ -219,7 +263,7 @@ class RecordingBackend : public BackendImplInterface {
   const BackendImplInterface* inner_;
   py::object on_execution_;
   bool capture_ir_;
-  bool enabled_ = true;
+  std::atomic<bool> enabled_{true};
   mutable std::mutex mu_;
   mutable bool have_pending_ = false;
   mutable double lowering_started_ms_ = 0;

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -14,42 +16,93 @@ from types import ModuleType
 from lazyviz.backends import BackendError, CompiledGraph, ExecuteTimeHook, ExecutionHook, LazyBackend, SyncSite
 
 HOOK_SOURCE = Path(__file__).with_name("_lazyviz_hook.cpp")
+HOOK_NAME = "lazyviz_hook"
 
 
 def hook_build_dir() -> Path:
-    # From the package metadata, so `lazyviz run` can check without importing torch.
-    from importlib.metadata import version
+    """One folder per hook source and torch install: two checkouts or venvs never build
+    over each other. From the package metadata, so `lazyviz run` can check it without
+    importing torch."""
+    from importlib.metadata import distribution
 
-    torch_version = version("torch")
-    digest = hashlib.sha256(HOOK_SOURCE.read_bytes()).hexdigest()[:12]
+    torch_dist = distribution("torch")
+    key = hashlib.sha256()
+    key.update(HOOK_SOURCE.read_bytes())
+    key.update(str(torch_dist.locate_file("")).encode())
+    key.update(f"{torch_dist.version} {sys.version_info[:2]} {sys.platform}".encode())
     cache = Path(os.environ.get("LAZYVIZ_CACHE") or Path.home() / ".cache" / "lazyviz")
-    return cache / f"hook-torch{torch_version}-py{sys.version_info[0]}{sys.version_info[1]}-{digest}"
+    version = torch_dist.version.split("+")[0]
+    return cache / f"hook-torch{version}-py{sys.version_info[0]}{sys.version_info[1]}-{key.hexdigest()[:12]}"
+
+
+def built_hook() -> Path | None:
+    found = sorted(hook_build_dir().glob(f"{HOOK_NAME}*.so"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
 
 
 def hook_is_built() -> bool:
-    return any(hook_build_dir().glob("lazyviz_hook*.so"))
+    return built_hook() is not None
 
 
 def load_hook(verbose: bool = False) -> ModuleType:
-    """Build (once, ~1 min on 2 cores) and import the C++ execution hook."""
+    """Import the C++ execution hook, building it first if needed (once, ~1 min on 2
+    cores). A built hook is imported directly: torch's loader would run ninja each time,
+    and a different ninja on PATH rebuilds everything silently."""
+    import importlib.util
+
+    import torch  # noqa: F401 - the extension links against the loaded libtorch
+
+    library = built_hook() or _build_hook(verbose)
+    spec = importlib.util.spec_from_file_location(HOOK_NAME, library)
+    if spec is None or spec.loader is None:
+        raise BackendError(f"cannot load lazyviz's execution hook from {library}")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except ImportError as error:
+        raise BackendError(f"cannot load lazyviz's execution hook ({error}); remove {library.parent} "
+                           "to rebuild it") from None
+    return module
+
+
+def _build_hook(verbose: bool) -> Path:
+    import fcntl
+
     from torch.utils import cpp_extension
 
     build_dir = hook_build_dir()
     build_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        return cpp_extension.load(
-            name="lazyviz_hook",
-            sources=[str(HOOK_SOURCE)],
-            build_directory=str(build_dir),
-            extra_cflags=["-O2"],
-            verbose=verbose,
-        )
-    except (RuntimeError, OSError, ImportError) as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise BackendError(
-            f"cannot build lazyviz's execution hook ({first_line}); "
-            "it needs a C++ compiler (apt-get install g++) and ninja (pip install ninja)"
-        ) from error
+    with open(build_dir / "lazyviz-build.lock", "w") as our_lock:
+        # Ours is released by the kernel if a build dies; torch's `lock` file is not.
+        fcntl.flock(our_lock, fcntl.LOCK_EX)
+        if built_hook() is not None:  # another lazyviz built it while we waited
+            return built_hook()  # type: ignore[return-value]
+        torch_lock = build_dir / "lock"
+        if torch_lock.exists():
+            # We hold the only lock under which a build runs here: this one is left by
+            # a build that was killed (pytorch/pytorch#189245), and torch would wait on
+            # it forever.
+            print(f"lazyviz: removing a stale build lock left by an interrupted build: {torch_lock}",
+                  file=sys.stderr)
+            torch_lock.unlink(missing_ok=True)
+        source = build_dir / HOOK_SOURCE.name
+        shutil.copyfile(HOOK_SOURCE, source)  # build.ninja then names this copy only
+        try:
+            cpp_extension.load(name=HOOK_NAME, sources=[str(source)], build_directory=str(build_dir),
+                               extra_cflags=["-O2"], verbose=verbose)
+        except KeyboardInterrupt:
+            raise BackendError("interrupted while building the execution hook; it is built on the next run") \
+                from None
+        except (RuntimeError, OSError, ImportError, subprocess.SubprocessError) as error:
+            first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise BackendError(
+                f"cannot build lazyviz's execution hook ({first_line}); "
+                "it needs a C++ compiler (apt-get install g++) and ninja (pip install ninja)"
+            ) from error
+    library = built_hook()
+    if library is None:
+        raise BackendError(f"building lazyviz's execution hook left no library in {build_dir}")
+    return library
 
 
 class TorchScriptBackend(LazyBackend):

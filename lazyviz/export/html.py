@@ -111,7 +111,7 @@ def html_report(run: RunInfo, executions: list[Execution], graphs: list[Graph], 
     ir_texts = {g.id: g.ir_text for g in graphs}
     analysis = analyze(run, executions, ir_texts)
     summary = analysis.summary
-    state = ("raised " + run.error) if run.error else (f"exited {run.exit_status}" if run.finished else "unfinished")
+    state = run.state
     parts = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
         f"<title>lazyviz: {escape(' '.join(run.argv))}</title><style>{STYLE}</style></head><body>",

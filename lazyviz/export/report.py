@@ -97,24 +97,26 @@ def _short_site(site: str) -> str:
         return site
 
 
-def _run_state(run: RunInfo) -> str:
-    if not run.finished:
-        return "still running (or killed)"
-    if run.error:
-        return f"raised {run.error}"
-    return f"exited {run.exit_status}"
+def _plural(count: int, word: str) -> str:
+    if count == 1:
+        return f"{count} {word}"
+    return f"{count} {word}es" if word.endswith("s") else f"{count} {word}s"
 
 
 def text_report(run: RunInfo, executions: list[Execution], ir_text: dict[str, str],
                 trace_path: Path | None = None) -> str:
     analysis: Analysis = analyze(run, executions, ir_text)
     summary = analysis.summary
-    lines = [f"lazyviz: {' '.join(run.argv)} ({run.backend}, capture {run.capture}) {_run_state(run)}"]
-    per_step = summary.executions / summary.steps if summary.steps else float(summary.executions)
+    lines = [f"lazyviz: {' '.join(run.argv)} ({run.backend}, capture {run.capture}) {run.state}"]
+    if summary.steps:
+        steps = f"in {_plural(summary.steps, 'step')} ({summary.executions / summary.steps:.1f} per step)"
+    else:
+        steps = "and no mark_step() (no steps)"
     lines.append(
-        f"  {summary.executions} executions in {summary.steps} steps ({per_step:.1f} per step), "
-        f"{summary.graphs} distinct graphs, {summary.misses} cache misses, "
-        f"sync {summary.sync_ms:.1f} ms, trace {summary.trace_ms:.1f} ms"
+        f"  {_plural(summary.executions, 'execution')} {steps}, {_plural(summary.graphs, 'distinct graph')}, "
+        f"{_plural(summary.misses, 'cache miss')}, sync {summary.sync_ms:.1f} ms, "
+        f"tracing between graphs {summary.trace_ms:.1f} ms"
+        + (f", start-up before the first graph {run.startup_ms:.0f} ms" if run.startup_ms is not None else "")
     )
     causes = ", ".join(f"{cause} {n}" for cause, n in summary.causes.items())
     if causes:
@@ -134,19 +136,19 @@ def text_report(run: RunInfo, executions: list[Execution], ir_text: dict[str, st
             )
     if analysis.findings:
         lines.append("  findings:")
+        recompiles = {r.execution: r for r in analysis.recompiles}
         for finding in analysis.findings:
             where = f" [{_short_site(finding.frame.site)}]" if finding.frame else ""
             lines.append(f"    {finding.severity}: {finding.message}{where}")
+            # A recompile's other origins, once, under its headline (which shows the first).
+            recompile = recompiles.get(finding.executions[0]) if finding.kind == "recompile" else None
+            if recompile is not None and recompile.diff is not None:
+                for change in recompile.diff.origins[1:4]:
+                    lines.append(f"      also: {change.describe()}")
             if finding.fix:
                 lines.append(f"      fix: {finding.fix}")
-    recompiles = [r for r in analysis.recompiles if not r.warmup]
-    if recompiles:
-        lines.append("  recompiles after warm-up:")
-        for recompile in recompiles:
-            lines.append(f"    execution {recompile.execution} (step {recompile.step}) vs execution "
-                         f"{recompile.closest_execution}: {recompile.headline()}")
-            for change in [c for c in recompile.changes if c.origin][:5]:
-                lines.append(f"      {change.describe()}")
+    if run.tracer_errors:
+        lines.append(f"  lazyviz's own errors while tracing (the script was not affected): {run.tracer_errors[0]}")
     if trace_path is not None:
         lines.append(f"  trace: {trace_path}")
     return "\n".join(lines) + "\n"

@@ -78,7 +78,27 @@ class RunInfo:
     # The backend's own names for what fixes mention: "mark_step", "step_closure".
     names: dict[str, str] = field(default_factory=lambda: dict(TS_NAMES))
     device: str = "lazy"  # the backend's device type
+    # False when the traced process could not record its own end (killed, os._exit, a
+    # full disk): the trace then holds what was written before, and exit_status and
+    # ended_by are what `lazyviz run` saw.
+    complete: bool = False
+    ended_by: str | None = None  # "killed by SIGKILL"
+    startup_ms: float | None = None  # from the process start to the first graph
+    tracer_errors: list[str] = field(default_factory=list)  # lazyviz's own, swallowed
 
     @property
     def script(self) -> str:
         return self.argv[0] if self.argv else "?"
+
+    @property
+    def state(self) -> str:
+        """How the run ended, in one phrase; the one wording every reader uses."""
+        if not self.finished:
+            return "unfinished (still running, or stopped before lazyviz could record how it ended)"
+        if self.ended_by:
+            ending = self.ended_by
+        elif self.error:
+            ending = f"raised {self.error}"
+        else:
+            ending = f"exited {self.exit_status}"
+        return ending if self.complete else f"{ending}; the trace stopped early (it keeps what was recorded before)"

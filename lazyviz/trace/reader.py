@@ -1,36 +1,127 @@
-"""Reads a trace, finished or still being written. Never runs code from the file:
-rows are plain SQL values and JSON."""
+"""Reads a trace, finished or still being written. Never runs code from the file, and
+treats every stored value as untrusted: any damage becomes a TraceError with one line
+naming the file and what is wrong, never a traceback."""
 from __future__ import annotations
 
+import io
 import json
+import math
 import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
-from lazyviz.trace.model import TS_NAMES, Execution, Frame, Graph, RunInfo
-from lazyviz.trace.schema import EXECUTION_COLUMNS, FORMAT, SCHEMA_VERSION
+from lazyviz.trace.files import SQLITE_MAGIC
+from lazyviz.trace.model import CAUSES, TS_NAMES, Execution, Frame, Graph, RunInfo
+from lazyviz.trace.schema import COLUMNS, EXECUTION_COLUMNS, FORMAT, SCHEMA_VERSION
 
 
 class TraceError(Exception):
     """The file is not a trace lazyviz can read; the message is one line for the user."""
 
 
-def _json_dict(text: str) -> dict:
-    return json.loads(text) if text != "{}" else {}  # most rows: skip the parser
+class _Damaged(ValueError):
+    """A stored value of the wrong type or out of range."""
+
+
+def _int(value: Any, name: str, minimum: int | None = 0) -> int:
+    if type(value) is not int or (minimum is not None and value < minimum):
+        raise _Damaged(f"{name} is {_shown(value)}")
+    return value
+
+
+def _opt_int(value: Any, name: str) -> int | None:
+    return None if value is None else _int(value, name)
+
+
+def _float(value: Any, name: str) -> float:
+    if type(value) not in (int, float) or not math.isfinite(value):
+        raise _Damaged(f"{name} is {_shown(value)}")
+    return float(value)
+
+
+def _str(value: Any, name: str) -> str:
+    if type(value) is not str:
+        raise _Damaged(f"{name} is {_shown(value)}")
+    return value
+
+
+def _opt_str(value: Any, name: str) -> str | None:
+    return None if value is None else _str(value, name)
+
+
+def _counts(text: Any, name: str) -> dict[str, int]:
+    """A JSON object of name -> count, as the writer stores fallback ops and counters."""
+    if text == "{}":
+        return {}  # most rows: skip the parser
+    value = _json(_str(text, name), name)
+    if not isinstance(value, dict) or not all(type(v) is int for v in value.values()):
+        raise _Damaged(f"{name} is not a table of counts")
+    return value
+
+
+def _json(text: str, name: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        raise _Damaged(f"{name} is not valid JSON") from None
+
+
+def _one_line(error: BaseException, limit: int = 160) -> str:
+    """SQLite quotes the offending text in some messages: keep the first line, clipped."""
+    text = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def _execution(row: tuple) -> Execution:
     (idx, step, cause, detail, file, line, function, stack_id, graph, nodes, cache, sync_ms, trace_ms,
      compile_ms, execute_ms, start_ms, fallback_ops, counters) = row
-    return Execution(
-        index=idx, step=step, cause=cause, detail=detail,
-        frame=Frame(file, line, function) if file is not None else None,
-        stack_id=stack_id, graph=graph, nodes=nodes, cache=cache,
-        sync_ms=sync_ms, trace_ms=trace_ms, compile_ms=compile_ms, execute_ms=execute_ms,
-        start_ms=start_ms, fallback_ops=_json_dict(fallback_ops), counters=_json_dict(counters),
-    )
+    index = _int(idx, "an execution's index")
+    try:
+        if cache not in ("hit", "miss"):
+            raise _Damaged(f"cache is {_shown(cache)}")
+        if cause not in CAUSES:
+            raise _Damaged(f"cause is {_shown(cause)}")
+        frame = None
+        if file is not None:
+            frame = Frame(_str(file, "file"), _int(line, "line"), _str(function, "function"))
+        return Execution(
+            index=index, step=_int(step, "step"), cause=cause, detail=_opt_str(detail, "detail"),
+            frame=frame, stack_id=_opt_int(stack_id, "stack id"), graph=_str(graph, "graph"),
+            nodes=_int(nodes, "nodes"), cache=cache,
+            sync_ms=_float(sync_ms, "sync_ms"), trace_ms=_float(trace_ms, "trace_ms"),
+            compile_ms=_float(compile_ms, "compile_ms"), execute_ms=_float(execute_ms, "execute_ms"),
+            start_ms=_float(start_ms, "start_ms"),
+            fallback_ops=_counts(fallback_ops, "fallback ops"), counters=_counts(counters, "counters"),
+        )
+    except _Damaged as error:
+        raise _Damaged(f"execution {index}: {error}") from None
+
+
+def _graph(row: tuple) -> Graph:
+    graph_id, nodes, ir_text, backend_text, first_execution = row
+    name = f"graph {_shown(graph_id)}"
+    return Graph(_str(graph_id, "a graph id"), _int(nodes, f"{name}'s nodes"), _str(ir_text, f"{name}'s IR"),
+                 _str(backend_text, f"{name}'s backend text"), _int(first_execution, f"{name}'s first execution"))
+
+
+# What each run field must be, and its value when absent.
+_RUN_FIELDS: dict[str, tuple[type | tuple[type, ...], object]] = {
+    "argv": (list, []), "module": (bool, False), "backend": (str, "?"), "capture": (str, "?"),
+    "versions": (dict, {}), "start_time": (str, ""), "pid": (int, 0), "cwd": (str, ""), "rank": (dict, {}),
+    "exit_status": ((int, type(None)), None), "error": ((str, type(None)), None),
+    "traceback": ((str, type(None)), None), "steps": ((int, type(None)), None),
+    "elapsed_s": ((int, float, type(None)), None), "names": (dict, {}), "device": (str, "lazy"),
+    "complete": (bool, None), "ended_by": ((str, type(None)), None),
+    "startup_ms": ((int, float, type(None)), None), "tracer_errors": (list, []),
+}
 
 
 class Trace:
@@ -38,22 +129,84 @@ class Trace:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        if not self.path.is_file():
-            raise TraceError(f"{self.path}: no such trace file")
+        self._db = self._connect()
         try:
-            self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
-            meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
-        except sqlite3.Error:
-            raise TraceError(f"{self.path}: not a lazyviz trace") from None
+            self._check_schema()
+        except TraceError:
+            self._db.close()
+            raise
+
+    def _connect(self) -> sqlite3.Connection:
+        path = self.path
+        if not os.path.lexists(path):
+            raise TraceError(f"{path}: no such trace file")
+        if not path.is_file():
+            raise TraceError(f"{path}: not a lazyviz trace (not a regular file)")
+        try:
+            with io.open(path, "rb") as handle:
+                magic = handle.read(len(SQLITE_MAGIC))
+        except PermissionError:
+            raise TraceError(f"{path}: permission denied") from None
+        except OSError as error:
+            raise TraceError(f"{path}: cannot read: {error.strerror}") from None
+        if magic != SQLITE_MAGIC:
+            raise TraceError(f"{path}: not a lazyviz trace" + (" (empty file)" if not magic else ""))
+        # A file: URI built by pathlib, so '#', '?' and '%' in a name stay part of it.
+        uri = path.resolve().as_uri() + "?mode=ro"
+        folder = path.resolve().parent
+        if not os.access(folder, os.W_OK) and not os.path.exists(f"{path}-wal"):
+            # Nobody can be writing it, and SQLite could not create its -shm here.
+            uri += "&immutable=1"
+        try:
+            db = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        except sqlite3.Error as error:
+            raise TraceError(f"{path}: cannot open: {_one_line(error)}") from None
+        # A damaged byte in a stored text shows as U+FFFD: what is readable still reads.
+        db.text_factory = lambda data: data.decode("utf-8", "replace")
+        return db
+
+    def _check_schema(self) -> None:
+        """The tables we read must be real tables with our columns: a crafted file (a
+        recursive VIEW named `run`) must not make a reader hang."""
+        try:
+            kinds = dict(self._db.execute("SELECT name, type FROM sqlite_master"))
+        except (sqlite3.Error, ValueError) as error:  # ValueError: undecodable schema text
+            raise TraceError(f"{self.path}: not a lazyviz trace ({_one_line(error)})") from None
+        if kinds.get("meta") != "table":
+            raise TraceError(f"{self.path}: not a lazyviz trace")
+        meta = dict(self._query("SELECT key, value FROM meta LIMIT 16"))
         if meta.get("format") != FORMAT:
             raise TraceError(f"{self.path}: not a lazyviz trace")
-        version = int(meta.get("schema_version", "0"))
+        version_text = meta.get("schema_version", "0")
+        if not isinstance(version_text, str) or not version_text.isdigit() or len(version_text) > 6:
+            raise TraceError(f"{self.path}: damaged: schema version {_shown(version_text)}")
+        version = int(version_text)
         if version > SCHEMA_VERSION:
             raise TraceError(
                 f"{self.path}: trace schema {version} is newer than this lazyviz reads "
                 f"({SCHEMA_VERSION}); upgrade lazyviz"
             )
-        self.schema_version = version
+        for table, columns in COLUMNS.items():
+            if kinds.get(table) != "table":
+                raise TraceError(f"{self.path}: damaged: table {table} is missing")
+            found = {row[1] for row in self._query(f"PRAGMA table_info({table})")}
+            missing = [c for c in columns if c not in found]
+            if missing:
+                raise TraceError(f"{self.path}: damaged: table {table} lacks {', '.join(missing)}")
+
+    def _query(self, sql: str, params: tuple | list = ()) -> list[tuple]:
+        try:
+            return self._db.execute(sql, params).fetchall()
+        except (sqlite3.Error, OverflowError, ValueError) as error:
+            raise TraceError(f"{self.path}: damaged: {_one_line(error)}") from None
+        except MemoryError:
+            raise TraceError(f"{self.path}: damaged: a stored value is too large to read") from None
+
+    def _rows(self, sql: str, params: tuple | list, make: Callable[[tuple], Any]) -> list:
+        try:
+            return [make(row) for row in self._query(sql, params)]
+        except _Damaged as error:
+            raise TraceError(f"{self.path}: damaged: {error}") from None
 
     def close(self) -> None:
         self._db.close()
@@ -66,28 +219,38 @@ class Trace:
 
     @property
     def run(self) -> RunInfo:
-        fields = {key: json.loads(value) for key, value in self._db.execute("SELECT key, value FROM run")}
+        fields: dict[str, Any] = {}
+        for key, value in self._query("SELECT key, value FROM run"):
+            if key in _RUN_FIELDS:
+                try:
+                    parsed = _json(_str(value, f"run field {key}"), f"run field {key}")
+                    kind, _ = _RUN_FIELDS[key]
+                    if not isinstance(parsed, kind) or (isinstance(parsed, bool) and kind in (int, (int, type(None)))):
+                        raise _Damaged(f"run field {key} is {_shown(parsed)}")
+                except _Damaged as error:
+                    raise TraceError(f"{self.path}: damaged: {error}") from None
+                fields[key] = parsed
+        get = lambda key: fields.get(key, _RUN_FIELDS[key][1])  # noqa: E731
+        argv = [str(a) for a in get("argv")]
+        names = {str(k): str(v) for k, v in get("names").items()}
+        finished = fields.get("exit_status") is not None or "ended_by" in fields
+        complete = get("complete")
         return RunInfo(
-            argv=fields.get("argv", []),
-            backend=fields.get("backend", "?"),
-            capture=fields.get("capture", "?"),
-            versions=fields.get("versions", {}),
-            start_time=fields.get("start_time", ""),
-            pid=fields.get("pid", 0),
-            cwd=fields.get("cwd", ""),
-            rank=fields.get("rank", {}),
-            finished="exit_status" in fields,
-            exit_status=fields.get("exit_status"),
-            error=fields.get("error"),
-            traceback=fields.get("traceback"),
-            steps=fields.get("steps"),
-            elapsed_s=fields.get("elapsed_s"),
-            names={**TS_NAMES, **fields.get("names", {})},
-            device=fields.get("device", "lazy"),
+            argv=argv, backend=get("backend"), capture=get("capture"),
+            versions={str(k): str(v) for k, v in get("versions").items()},
+            start_time=get("start_time"), pid=get("pid"), cwd=get("cwd"),
+            rank={str(k): str(v) for k, v in get("rank").items()},
+            finished=finished, exit_status=get("exit_status"), error=get("error"),
+            traceback=get("traceback"), steps=get("steps"), elapsed_s=get("elapsed_s"),
+            names={**TS_NAMES, **names}, device=get("device"),
+            # Traces from before the parent recorded endings: an exit status is the child's.
+            complete=finished if complete is None else complete,
+            ended_by=get("ended_by"), startup_ms=get("startup_ms"),
+            tracer_errors=[str(e) for e in get("tracer_errors")],
         )
 
     def count(self) -> int:
-        return self._db.execute("SELECT COUNT(*) FROM executions").fetchone()[0]
+        return self._query("SELECT COUNT(*) FROM executions")[0][0]
 
     def executions(self, start: int = 0, stop: int | None = None) -> list[Execution]:
         """Executions with start <= index < stop, in order."""
@@ -96,9 +259,11 @@ class Trace:
         if stop is not None:
             query += " AND idx < ?"
             params.append(stop)
-        return [_execution(row) for row in self._db.execute(query + " ORDER BY idx", params)]
+        return self._rows(query + " ORDER BY idx", params, _execution)
 
     def execution(self, index: int) -> Execution:
+        if not 0 <= index < 2**63:
+            raise TraceError(f"{self.path}: no execution {index} (the trace has {self.count()})")
         found = self.executions(index, index + 1)
         if not found:
             raise TraceError(f"{self.path}: no execution {index} (the trace has {self.count()})")
@@ -108,25 +273,33 @@ class Trace:
         """The Python stack of an execution, outermost frame first."""
         if stack_id is None:
             return []
-        row = self._db.execute("SELECT frames FROM stacks WHERE id = ?", (stack_id,)).fetchone()
-        return [Frame(*frame) for frame in json.loads(row[0])] if row else []
+        rows = self._query("SELECT frames FROM stacks WHERE id = ?", (stack_id,))
+        if not rows:
+            return []
+        try:
+            frames = _json(_str(rows[0][0], "a stack"), "a stack")
+            if not isinstance(frames, list):
+                raise _Damaged("a stack is not a list")
+            return [Frame(_str(f[0], "a stack file"), _int(f[1], "a stack line"), _str(f[2], "a stack function"))
+                    for f in frames if isinstance(f, list) and len(f) == 3]
+        except _Damaged as error:
+            raise TraceError(f"{self.path}: damaged: {error}") from None
 
     def graph(self, graph_id: str) -> Graph | None:
-        row = self._db.execute(
-            "SELECT id, nodes, ir_text, backend_text, first_execution FROM graphs WHERE id = ?",
-            (graph_id,),
-        ).fetchone()
-        return Graph(*row) if row else None
+        found = self._rows("SELECT id, nodes, ir_text, backend_text, first_execution FROM graphs WHERE id = ?",
+                           (graph_id,), _graph)
+        return found[0] if found else None
 
     def graphs(self) -> list[Graph]:
-        rows = self._db.execute(
-            "SELECT id, nodes, ir_text, backend_text, first_execution FROM graphs ORDER BY first_execution"
-        )
-        return [Graph(*row) for row in rows]
+        return self._rows("SELECT id, nodes, ir_text, backend_text, first_execution FROM graphs "
+                          "ORDER BY first_execution", (), _graph)
 
     def ir_texts(self) -> dict[str, str]:
         """graph id -> IR text, for the analysis ("" where captured light)."""
-        return dict(self._db.execute("SELECT id, ir_text FROM graphs"))
+        def pair(row: tuple) -> tuple[str, str]:
+            return _str(row[0], "a graph id"), _str(row[1], f"graph {_shown(row[0])}'s IR")
+
+        return dict(self._rows("SELECT id, ir_text FROM graphs", (), pair))
 
     def follow(
         self, poll_s: float = 0.25, should_stop: Callable[[], bool] = lambda: False
@@ -152,14 +325,19 @@ def open(path: str | os.PathLike[str]) -> Trace:  # noqa: A001 - mirrors the bui
 
 
 def open_ranks(folder: str | os.PathLike[str]) -> dict[int, Trace]:
-    """The traces of a multi-process run (one per rank, as `lazyviz run -o DIR/` writes
+    """The traces of a multi-process run (one per rank, as `lazyviz run -o DIR` writes
     them under torchrun), by rank."""
     folder = Path(folder)
+    if not os.access(folder, os.R_OK | os.X_OK):
+        raise TraceError(f"{folder}: permission denied")
     traces: dict[int, Trace] = {}
     for path in sorted(folder.glob("rank*.trace")):
         trace = Trace(path)
         rank = trace.run.rank.get("rank")
-        traces[int(rank) if rank is not None else int(path.stem.removeprefix("rank") or 0)] = trace
+        number = rank if rank is not None and rank.isdigit() else path.stem.removeprefix("rank")
+        if not str(number).isdigit():
+            continue
+        traces[int(number)] = trace
     if not traces:
         raise TraceError(f"{folder}: no rank*.trace files in this folder")
     return dict(sorted(traces.items()))

@@ -41,3 +41,11 @@ EXECUTION_COLUMNS = (
     "idx, step, cause, detail, file, line, function, stack_id, graph, nodes, cache, sync_ms, trace_ms, "
     "compile_ms, execute_ms, start_ms, fallback_ops, counters"
 )
+
+# The columns a reader needs, per table: checked when a trace is opened.
+COLUMNS = {
+    "run": ("key", "value"),
+    "graphs": ("id", "nodes", "ir_text", "backend_text", "first_execution"),
+    "stacks": ("id", "frames"),
+    "executions": tuple(c.strip() for c in EXECUTION_COLUMNS.split(",")),
+}

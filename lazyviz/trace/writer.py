@@ -7,24 +7,26 @@ import os
 import queue
 import sqlite3
 import threading
+import weakref
 from pathlib import Path
 
 from lazyviz.trace.schema import EXECUTION_COLUMNS, FORMAT, SCHEMA_VERSION, TABLES
 
-
-def remove_trace(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
+# Writers alive in this process: a forked child must never use (or wait on) them.
+_WRITERS: weakref.WeakSet[TraceWriter] = weakref.WeakSet()
 
 
 class TraceWriter:
     """Writes executions from a background thread, so the traced step never waits on
     SQLite; `flush()` waits for what was queued (the tracer calls it after each
-    mark_step and at exit, so a killed run keeps every completed step)."""
+    mark_step and at exit, so a killed run keeps every completed step).
+
+    The file must not exist or be empty (`lazyviz run` creates and locks it first):
+    a writer never removes or replaces anything."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        remove_trace(self.path)
+        _create_empty(self.path)
         # isolation_level=None: we open and commit transactions ourselves.
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -38,33 +40,58 @@ class TraceWriter:
                 [("format", FORMAT), ("schema_version", str(SCHEMA_VERSION))],
             )
         self.error: str | None = None  # the first write that failed, for the user
+        self.written = 0  # executions committed
+        self._abandoned = False
         # SimpleQueue: a put is a few microseconds of C, on the traced step's hot path.
         self._queue: queue.SimpleQueue[tuple | threading.Event | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._write_loop, name="lazyviz-trace-writer", daemon=True)
         self._thread.start()
+        _WRITERS.add(self)
 
     def set_run(self, **fields: object) -> None:
-        self._queue.put(("run", [(key, json.dumps(value)) for key, value in fields.items()]))
+        if not self._abandoned:
+            self._queue.put(("run", [(key, json.dumps(value)) for key, value in fields.items()]))
 
     def add_execution(self, row: tuple, graph: tuple | None = None, stack: tuple | None = None) -> None:
         """Queue one execution (its last two fields are dicts), with its graph and stack
         when they are new. It is committed as one transaction."""
-        self._queue.put(("execution", row, graph, stack))
+        if not self._abandoned:
+            self._queue.put(("execution", row, graph, stack))
 
     def set_execute_ms(self, index: int, execute_ms: float) -> None:
         """An execute time learnt after the execution was queued (asynchronous backends)."""
-        self._queue.put(("execute_ms", index, execute_ms))
+        if not self._abandoned:
+            self._queue.put(("execute_ms", index, execute_ms))
 
     def flush(self) -> None:
         """Wait until everything queued so far is committed."""
+        if self._abandoned:
+            return
         done = threading.Event()
         self._queue.put(done)
         done.wait()
 
     def close(self) -> None:
+        """Commit what is queued, fold the WAL back into the file, and close it."""
+        if self._abandoned:
+            return
         self._queue.put(None)
         self._thread.join()
+        try:
+            # One self-contained file: no -wal or -shm left beside it. Fails harmlessly
+            # while a reader (the live UI) still has it open; `lazyviz run` retries after.
+            self._db.execute("PRAGMA busy_timeout=100")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._db.execute("PRAGMA journal_mode=DELETE")
+        except sqlite3.Error:
+            pass
         self._db.close()
+        self._abandoned = True
+
+    def abandon(self) -> None:
+        """In a forked child: the writer thread was not copied and the connection belongs
+        to the parent, so drop everything without touching either."""
+        self._abandoned = True
 
     def _write_loop(self) -> None:
         while True:
@@ -101,6 +128,24 @@ class TraceWriter:
             db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
+        if item[0] == "execution":
+            self.written += 1
 
+
+def _create_empty(path: Path) -> None:
+    """Create the file exclusively, or accept an empty one created for us."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except FileExistsError:
+        if not path.is_file() or path.stat().st_size != 0:
+            raise FileExistsError(f"{path} exists: a trace writer never replaces a file") from None
+
+
+def _abandon_after_fork() -> None:
+    for writer in list(_WRITERS):
+        writer.abandon()
+
+
+os.register_at_fork(after_in_child=_abandon_after_fork)
 
 _INSERT_EXECUTION = f"INSERT INTO executions ({EXECUTION_COLUMNS}) VALUES ({', '.join('?' * 18)})"

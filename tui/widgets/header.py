@@ -15,9 +15,8 @@ def run_state(run: RunInfo | None, process_status: int | None) -> tuple[str, str
     if run is None:
         return ("starting…", "yellow") if process_status is None else (f"exited {process_status}", "red")
     if run.finished:
-        if run.error:
-            return f"raised {run.error}", "bold red"
-        return f"exited {run.exit_status}", "green" if run.exit_status == 0 else "bold red"
+        ok = run.complete and run.exit_status == 0 and not run.error
+        return run.state, "green" if ok else "bold red"
     if process_status is not None:
         return f"killed (status {process_status})", "bold red"
     return "running", "bold yellow"

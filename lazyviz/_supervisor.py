@@ -1,0 +1,126 @@
+"""`lazyviz run`'s side of the traced process: start it, pass on the signals meant for
+it, wait, and record in the trace how it ended when it could not say so itself.
+
+Signals, as the script would get them untraced:
+- Ctrl-C reaches the whole foreground group, the script included: lazyviz only
+  survives it (a Python handler, which exec resets to the default in the child; an
+  ignored SIGINT would be inherited and make the script uninterruptible).
+- SIGTERM and SIGHUP sent to lazyviz (a scheduler's kill, a closed terminal) are passed
+  on to the script (to its whole group when it has its own session, under the UI), so
+  it is never left running as an orphan.
+A signal that the shell had set to be ignored (nohup, `&`) stays ignored for both.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
+FORWARDED = (signal.SIGTERM, signal.SIGHUP)
+
+
+def exit_status_of(returncode: int) -> int:
+    """A child killed by signal N exits the way a shell reports it: 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+class Supervised:
+    """The traced process, with lazyviz's signal handling in place while it runs."""
+
+    def __init__(self, command: list[str], *, own_session: bool = False, stdin: int | IO | None = None,
+                 stdout: int | IO | None = None, stderr: int | IO | None = None,
+                 on_signal: Callable[[int], None] | None = None) -> None:
+        self.own_session = own_session
+        self.on_signal = on_signal  # e.g. the UI closing when the terminal went away
+        self.received: int | None = None
+        self._previous: dict[int, object] = {}
+        self._install()
+        try:
+            self.process = subprocess.Popen(command, stdin=stdin, stdout=stdout, stderr=stderr,
+                                            start_new_session=own_session)
+        except BaseException:
+            self.restore()
+            raise
+
+    def _install(self) -> None:
+        for number in (signal.SIGINT, *FORWARDED):
+            current = signal.getsignal(number)
+            if current == signal.SIG_IGN:
+                continue  # ignored by whoever started us: the script inherits that, as untraced
+            handler = self._survive if number == signal.SIGINT else self._forward
+            self._previous[number] = signal.signal(number, handler)
+
+    def _survive(self, number: int, frame: FrameType | None) -> None:
+        """Ctrl-C: the script got it too, from the terminal; we wait to report."""
+        if self.own_session:  # under the UI the script has no terminal: pass it on
+            self._send(number)
+
+    def _forward(self, number: int, frame: FrameType | None) -> None:
+        self.received = number
+        self._send(number)
+        if self.on_signal is not None:
+            self.on_signal(number)
+
+    def _send(self, number: int) -> None:
+        process = getattr(self, "process", None)
+        if process is None or process.poll() is not None:
+            return
+        try:
+            if self.own_session:
+                os.killpg(process.pid, number)
+            else:
+                os.kill(process.pid, number)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def poll(self) -> int | None:
+        return self.process.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.process.wait(timeout)
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Ctrl-C first, so the script ends as it would by hand and closes its trace; then
+        SIGKILL if it will not stop."""
+        try:
+            os.killpg(self.process.pid, signal.SIGINT) if self.own_session else self.process.send_signal(signal.SIGINT)
+            self.process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL) if self.own_session else self.process.kill()
+            except ProcessLookupError:
+                pass
+        except ProcessLookupError:
+            pass
+
+    def restore(self) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)  # type: ignore[arg-type]
+        self._previous.clear()
+
+
+def ending_fields(returncode: int) -> dict[str, str]:
+    """What the parent records when the traced process could not record its end."""
+    fields = {"exit_status": json.dumps(exit_status_of(returncode)), "complete": "false"}
+    if returncode < 0:
+        fields["ended_by"] = json.dumps(f"killed by {signal_name(-returncode)}")
+    return fields
+
+
+def record_ending(trace_path: Path, returncode: int) -> str | None:
+    """Write the ending into the trace unless the process did, and leave one file."""
+    from lazyviz.trace.files import finish_trace
+
+    return finish_trace(trace_path, ending_fields(returncode))

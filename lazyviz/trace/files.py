@@ -1,0 +1,141 @@
+"""Owning trace files safely: what is a lazyviz trace, claiming a path for a new one
+(never replacing a user's file, one writer at a time), and closing one so that a single
+self-contained file remains.
+
+A claim holds an exclusive `flock` on the trace for the life of the run: a second run
+asked to `--force` over a trace that is still being written refuses instead of
+destroying it. flock and SQLite's own POSIX locks are independent on Linux.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import sqlite3
+import stat
+from pathlib import Path
+
+from lazyviz.trace.schema import FORMAT
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+# Files that travel with a trace: SQLite's journals, and the script's output in UI mode.
+COMPANIONS = ("-wal", "-shm", "-journal", ".out")
+
+
+class TracePathError(Exception):
+    """A path lazyviz must not write a trace to; the message is one line for the user."""
+
+
+def describe(path: Path) -> str:
+    """What is at a path, in a user's words (for refusals)."""
+    try:
+        mode = path.lstat().st_mode
+    except OSError:
+        return "nothing"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if not stat.S_ISREG(mode):
+        return "a device, socket or pipe"
+    if is_lazyviz_trace(path):
+        return "a lazyviz trace"
+    return "a file that is not a lazyviz trace"
+
+
+def is_lazyviz_trace(path: Path) -> bool:
+    """A regular SQLite file whose meta table says it is ours. Reads, never writes."""
+    try:
+        if not stat.S_ISREG(path.lstat().st_mode):
+            return False
+        with open(path, "rb") as handle:
+            if handle.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
+                return False
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            row = db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+        finally:
+            db.close()
+        return row is not None and row[0] == FORMAT
+    except (OSError, sqlite3.Error, ValueError):
+        return False
+
+
+class TraceClaim:
+    """A new, empty trace file at `path`, created by us and locked while we hold it."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)  # drops the flock
+            self._fd = -1
+
+
+def claim_trace_path(path: Path, force: bool = False) -> TraceClaim:
+    """Create an empty trace file at path and lock it. An existing path is refused unless
+    force, and even then only a lazyviz trace that no other run holds is replaced."""
+    path = Path(path)
+    taken = [Path(f"{path}{suffix}") for suffix in ("", *COMPANIONS) if os.path.lexists(f"{path}{suffix}")]
+    if taken:
+        what = describe(path) if os.path.lexists(path) else describe(taken[0])
+        if not force:
+            raise TracePathError(f"{taken[0]} exists ({what}); use --force to replace a lazyviz trace")
+        if not os.path.lexists(path) or not is_lazyviz_trace(path):
+            raise TracePathError(f"{taken[0]} is {what}: lazyviz replaces only its own traces, even with --force")
+        _refuse_if_locked(path)
+        for old in taken:
+            old.unlink(missing_ok=True)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except FileExistsError:
+        raise TracePathError(f"{path} appeared while lazyviz was starting (another run?); not touching it") from None
+    except OSError as error:
+        raise TracePathError(f"cannot create {path}: {error.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise TracePathError(f"{path} is held by another lazyviz run") from None
+    return TraceClaim(path, fd)
+
+
+def _refuse_if_locked(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as error:
+        raise TracePathError(f"cannot open {path}: {error.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        raise TracePathError(f"{path} is being written by another lazyviz run; not replacing it") from None
+    finally:
+        os.close(fd)
+
+
+def finish_trace(path: Path, fields: dict[str, str]) -> str | None:
+    """After the traced process ended: record what only the parent saw (how it ended)
+    where the process could not, and fold the WAL into the file so one self-contained
+    file remains. An empty file (the process never started its trace) is removed: we
+    created it. Best effort: returns the problem, if any, for the summary."""
+    try:
+        if path.stat().st_size == 0 and not os.path.exists(f"{path}-wal"):
+            path.unlink()
+            return "the traced process wrote nothing"
+        db = sqlite3.connect(path, isolation_level=None, timeout=2.0)
+    except (OSError, sqlite3.Error) as error:
+        return str(error)
+    try:
+        ended = db.execute("SELECT 1 FROM run WHERE key = 'exit_status'").fetchone()
+        if fields and ended is None:
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany("INSERT OR REPLACE INTO run VALUES (?, ?)", list(fields.items()))
+            db.execute("COMMIT")
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        db.execute("PRAGMA journal_mode=DELETE")
+        return None
+    except sqlite3.Error as error:
+        return str(error)
+    finally:
+        db.close()
