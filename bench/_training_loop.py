@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "samples"))
 
-from transformer_adamw import build, train_step  # noqa: E402
+from transformer_adamw import build, train_step
 
 warmup, steps, backend = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "ts"
 if backend == "xla":

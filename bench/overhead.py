@@ -46,7 +46,7 @@ def step_times(mode: str, warmup: int, steps: int, folder: Path, backend: str) -
     result = subprocess.run(command, capture_output=True, text=True, env=env)
     if result.returncode != 0:
         sys.exit(f"bench: {mode} failed:\n{result.stderr}")
-    line = next(l for l in result.stdout.splitlines() if l.startswith("LAZYVIZ-BENCH "))
+    line = next(text for text in result.stdout.splitlines() if text.startswith("LAZYVIZ-BENCH "))
     return json.loads(line.split(" ", 1)[1])
 
 

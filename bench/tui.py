@@ -17,33 +17,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lazyviz.trace.writer import TraceWriter  # noqa: E402
-
-
-def ir_text(nodes: int, seed: int) -> str:
-    lines = ["IR {", f"  %0 = [Float[{16 + seed},64]] lazy_tensors::device_data(), device=CPU0, NodeType=D"]
-    for index in range(1, nodes):
-        op = ("aten::mm", "aten::relu", "aten::add", "aten::mul")[index % 4]
-        lines.append(f"  %{index} = [Float[{16 + seed},64]] {op}(%{index - 1}), NodeType=N{index % 7}")
-    lines[-1] += ", ROOT=0"
-    return "\n".join(lines + ["}"]) + "\n"
+from lazyviz.trace.schema import GraphRecord
+from lazyviz.trace.synthetic import chain_ir, execution
+from lazyviz.trace.synthetic import write_trace as write_records
 
 
 def write_trace(path: Path, executions: int, big_nodes: int) -> None:
-    writer = TraceWriter(path)
-    writer.set_run(argv=["train.py"], backend="ts", capture="full", versions={"torch": "2.13.0"})
     graphs = [f"{g:016x}" for g in range(50)]
-    for index in range(executions):
-        graph = graphs[index % 50]
-        new = index < 50
-        nodes = big_nodes if index % 50 == 7 else 40
-        row = (index, index // 3, ("mark_step", "item", "fallback")[index % 3], None, "/repo/train.py",
-               30 + index % 3, "main", None, graph, nodes, "miss" if new else "hit", 1.0, 2.0, 0.0, 1.0,
-               index * 3.0, {}, {"MarkStep": 1})
-        graph_row = (graph, nodes, ir_text(nodes, index), "graph()", index) if new else None
-        writer.add_execution(row, graph_row)
-    writer.set_run(exit_status=0, error=None, traceback=None, steps=executions // 3, elapsed_s=60.0)
-    writer.close()
+    sizes = {graph: big_nodes if number == 7 else 40 for number, graph in enumerate(graphs)}
+    records = (execution(index, step=index // 3, cause=("mark_step", "item", "fallback")[index % 3],
+                         line=30 + index % 3, graph=graphs[index % 50], nodes=sizes[graphs[index % 50]],
+                         cache="miss" if index < 50 else "hit")
+               for index in range(executions))
+    write_records(path, records, [GraphRecord(graph, nodes, chain_ir(nodes, 16 + number, ("aten::mm", "aten::relu",
+                                                                                          "aten::add", "aten::mul")),
+                                              "graph()", number) for number, (graph, nodes) in enumerate(sizes.items())])
 
 
 async def measure(path: Path, executions: int) -> dict[str, float]:

@@ -18,11 +18,10 @@ import types
 import warnings
 
 from lazyviz._source import top_level_imports
-from lazyviz.backends import BackendError, get_backend
-from lazyviz.tracer import Tracer
+from lazyviz.backends import BackendError, framework_packages, get_backend
 from lazyviz.trace.writer import TraceWriter
+from lazyviz.tracer import RUNNER_FILES, Tracer
 
-_RUNNER_FILES = {__file__, runpy.__file__, "<frozen runpy>"}
 # Set by torchrun; recorded so traces of one job can be put side by side.
 _RANK_VARIABLES = {"RANK": "rank", "LOCAL_RANK": "local_rank", "WORLD_SIZE": "world_size",
                    "TORCHELASTIC_RUN_ID": "run_id"}
@@ -43,7 +42,7 @@ def exit_status(exit: SystemExit) -> int:
 def _print_user_traceback(error: BaseException) -> str:
     """Print the traceback as `python script.py` would: without our runner's frames."""
     tb = error.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename in _RUNNER_FILES:
+    while tb is not None and tb.tb_frame.f_code.co_filename in RUNNER_FILES:
         tb = tb.tb_next
     text = "".join(traceback.format_exception(type(error), error, tb))
     sys.stderr.write(text)
@@ -53,7 +52,7 @@ def _print_user_traceback(error: BaseException) -> str:
 def _imports_torch(target: str, module: bool) -> bool:
     """Does the script's own source import torch (at any depth of its file)?"""
     imported = top_level_imports(target, module)
-    return imported is None or bool(imported & {"torch", "torch_xla"})  # cannot tell: say yes
+    return imported is None or bool(imported & framework_packages())  # cannot tell: say yes
 
 
 def run_script(typed: str, args: list[str]) -> None:
@@ -128,7 +127,7 @@ def main(argv: list[str]) -> int:
             run_script(options.target, options.args)
     except SystemExit as exit:
         status = exit_status(exit)
-    except BaseException as error:  # noqa: BLE001 - the script's own failure, reported as Python would
+    except BaseException as error:
         error_line = f"{type(error).__name__}: {error}"
         error_text = _print_user_traceback(error)
         interrupted = isinstance(error, KeyboardInterrupt)

@@ -9,10 +9,11 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from lazyviz.errors import LazyvizError
 from lazyviz.trace.files import describe, is_lazyviz_trace
 
 
-class OutputRefused(Exception):
+class OutputRefused(LazyvizError):
     """One line for the user: why lazyviz will not write there."""
 
 
@@ -58,8 +59,9 @@ def write_output(text: str, output: str | None, *, force: bool = False,
     path = check_output_path(output, force, inputs)
     folder = path.parent if str(path.parent) else Path(".")
     try:
-        handle = tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=folder, prefix=f".{path.name}.",
-                                             suffix=".tmp", delete=False)
+        # Closed below, then renamed into place: the output appears whole or not at all.
+        handle = tempfile.NamedTemporaryFile(  # noqa: SIM115
+            "w", encoding="utf-8", dir=folder, prefix=f".{path.name}.", suffix=".tmp", delete=False)
     except OSError as error:
         raise OutputRefused(f"cannot write {path}: {error.strerror}") from None
     try:

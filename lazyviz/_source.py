@@ -5,9 +5,10 @@ import ast
 import importlib.util
 
 
-def top_level_imports(target: str, module: bool = False) -> set[str] | None:
-    """Top-level package names the script (or, with module, the module) imports at any
-    depth of its file; None when its source cannot be read."""
+def imported_modules(target: str, module: bool = False) -> set[str] | None:
+    """Dotted names of the modules the script (or, with module, the module) imports at
+    any depth of its file (`from torch._lazy import mark_step` gives torch._lazy and
+    torch._lazy.mark_step); None when its source cannot be read."""
     try:
         if module:
             spec = importlib.util.find_spec(target)
@@ -19,7 +20,14 @@ def top_level_imports(target: str, module: bool = False) -> set[str] | None:
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
+            names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.add(node.module.split(".")[0])
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
     return names
+
+
+def top_level_imports(target: str, module: bool = False) -> set[str] | None:
+    """Top-level package names the script imports; None when its source cannot be read."""
+    modules = imported_modules(target, module)
+    return None if modules is None else {name.split(".")[0] for name in modules}

@@ -16,7 +16,7 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import Callable
+import time
 from pathlib import Path
 from types import FrameType
 from typing import IO
@@ -40,11 +40,9 @@ class Supervised:
     """The traced process, with lazyviz's signal handling in place while it runs."""
 
     def __init__(self, command: list[str], *, own_session: bool = False, stdin: int | IO | None = None,
-                 stdout: int | IO | None = None, stderr: int | IO | None = None,
-                 on_signal: Callable[[int], None] | None = None) -> None:
+                 stdout: int | IO | None = None, stderr: int | IO | None = None) -> None:
         self.own_session = own_session
-        self.on_signal = on_signal  # e.g. the UI closing when the terminal went away
-        self.received: int | None = None
+        self.received: int | None = None  # a SIGTERM/SIGHUP passed on to the script
         self._previous: dict[int, object] = {}
         self._install()
         try:
@@ -68,10 +66,9 @@ class Supervised:
             self._send(number)
 
     def _forward(self, number: int, frame: FrameType | None) -> None:
+        # Only async-signal-safe work here: note it and pass it on.
         self.received = number
         self._send(number)
-        if self.on_signal is not None:
-            self.on_signal(number)
 
     def _send(self, number: int) -> None:
         process = getattr(self, "process", None)
@@ -87,6 +84,23 @@ class Supervised:
 
     def poll(self) -> int | None:
         return self.process.poll()
+
+    def reap(self, seconds: float) -> int | None:
+        """The return code once the process ended, waiting up to seconds; for signal
+        handlers: os.waitpid directly, since Popen's wait lock may be held by the very
+        frame the handler interrupted."""
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                pid, status = os.waitpid(self.process.pid, os.WNOHANG)
+                if pid:
+                    return os.waitstatus_to_exitcode(status)
+            except ChildProcessError:  # reaped by Popen elsewhere: it records the code
+                if self.process.returncode is not None:
+                    return self.process.returncode
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.05)
 
     def wait(self, timeout: float | None = None) -> int:
         return self.process.wait(timeout)

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import FrameType
 
 from lazyviz.backends import CompiledGraph, Frame, LazyBackend
+from lazyviz.trace.schema import ExecutionRecord, GraphRecord, StackRecord
 from lazyviz.trace.writer import TraceWriter
 
 # Counters that name the sync itself rather than an op without a lowering.
@@ -41,7 +42,7 @@ class Tracer:
         self.backend = backend
         self.writer = writer
         self.capture = capture
-        self.executions = 0
+        self.execution_count = 0  # executions recorded so far
         self.errors: list[str] = []  # lazyviz's own failures, swallowed so the script goes on
         self._sync = _SyncCause()  # set by the sync-site wrappers while they run
         self._last_fallback_call: tuple[int, int] | None = None
@@ -51,8 +52,9 @@ class Tracer:
         self._stack_ids: dict[tuple, int] = {}
         self._user_file: dict[str, bool] = {}
         self._frame_entries: dict[tuple[int, int], tuple] = {}
-        self._mark_steps = 0  # completed before the latest execution
-        self._mark_steps_before = 0
+        # Steps completed: step-ending syncs that returned (not torch's MarkStep counter,
+        # which a script or test harness may reset with torch._lazy.metrics.reset()).
+        self._steps = 0
         self._started = time.perf_counter() if started is None else started
         self._last_end: float | None = None  # None until the first execution: start-up is apart
         self._not_user = [_LAZYVIZ_DIR, *self._stdlib_paths()]  # + the backend's, once initialised
@@ -66,7 +68,6 @@ class Tracer:
     def install(self) -> None:
         self.backend.init()
         self._not_user += self.backend.framework_paths()
-        self._mark_steps_before = self.backend.counters().get("MarkStep", 0)
         self.backend.install_hook(self._on_execution, self._on_execute_time)
         os.register_at_fork(after_in_child=self._after_fork)
         for site in self.backend.sync_sites():
@@ -82,6 +83,8 @@ class Tracer:
         device = self.backend.device
 
         sync = self._sync
+        ends_step = cause == "mark_step"
+        empty_sync_ends_step = self.backend.empty_sync_ends_step
 
         @functools.wraps(original)
         def sync_site(*args: object, **kwargs: object) -> object:
@@ -93,10 +96,13 @@ class Tracer:
             if poll is not None:  # executions from before this call are not its own
                 poll()
             sync.cause, sync.detail = cause, detail
+            executions_before = tracer.execution_count
             try:
                 result = original(*args, **kwargs)
                 if poll is not None:
                     poll()
+                if ends_step and (empty_sync_ends_step or tracer.execution_count > executions_before):
+                    tracer._steps += 1
                 return result
             finally:
                 sync.cause = None
@@ -127,7 +133,7 @@ class Tracer:
         SystemExit (a signal handler may raise them here) go on to the script."""
         try:
             return self._record(key, graph, execute_ms, counters, backend_stack)
-        except Exception as error:  # noqa: BLE001 - never break the user's program
+        except Exception as error:
             if len(self.errors) < MAX_ERRORS:
                 self.errors.append(f"{type(error).__name__}: {error}")
             return -1
@@ -146,7 +152,6 @@ class Tracer:
             call = stack[0][:2] if stack else None
         user_frame = self._user_frame(stack)
 
-        self._mark_steps += counters.get("MarkStep", 0)
         fallback_ops = {name: n for name, n in counters.items()
                         if name.startswith("aten::") and name not in _SYNC_OPS}
 
@@ -182,36 +187,28 @@ class Tracer:
         new_graph = None
         if graph is not None and graph.graph_id not in self._graphs_seen:
             self._graphs_seen.add(graph.graph_id)
-            new_graph = (graph.graph_id, graph.nodes, graph.ir_text, graph.backend_text, self.executions)
+            new_graph = GraphRecord(graph.graph_id, graph.nodes, graph.ir_text, graph.backend_text,
+                                    self.execution_count)
         stack_id = new_stack = None
         if self.capture == "full":
             stack_key = tuple(stack)
             stack_id = self._stack_ids.get(stack_key)
             if stack_id is None:
                 stack_id = self._stack_ids[stack_key] = len(self._stack_ids) + 1
-                new_stack = (stack_id, stack[::-1])
-        row = (
-            self.executions,
-            # MarkStep moves after its own sync: this counts the steps completed before.
-            self._mark_steps,
-            cause,
-            detail,
-            *(user_frame or (None, None, None)),
-            stack_id,
-            graph_id,
-            nodes,
-            "miss" if graph is not None else "hit",
-            sync_ms,
-            trace_ms,
-            compile_ms,
-            execute_ms,
-            (start - self._started) * 1000,
-            fallback_ops,
-            counters if self.capture == "full" else {},
+                new_stack = StackRecord(stack_id, stack[::-1])
+        file, line, function = user_frame or (None, None, None)
+        record = ExecutionRecord(
+            idx=self.execution_count,
+            step=self._steps,  # completed before this execution; a mark_step's own is the step it ends
+            cause=cause, detail=detail, file=file, line=line, function=function, stack_id=stack_id,
+            graph=graph_id, nodes=nodes, cache="miss" if graph is not None else "hit",
+            sync_ms=sync_ms, trace_ms=trace_ms, compile_ms=compile_ms, execute_ms=execute_ms,
+            start_ms=(start - self._started) * 1000,
+            fallback_ops=fallback_ops, counters=dict(counters) if self.capture == "full" else {},
         )
-        self.writer.add_execution(row, new_graph, new_stack)
-        self.executions += 1
-        return self.executions - 1
+        self.writer.add_execution(record, new_graph, new_stack)
+        self.execution_count += 1
+        return self.execution_count - 1
 
     def _on_execute_time(self, index: int, execute_ms: float) -> None:
         self.writer.set_execute_ms(index, execute_ms)
@@ -221,7 +218,7 @@ class Tracer:
         stack = []
         for frame in frames:
             file = frame[0]
-            if file in _RUNNER_FILES:
+            if file in RUNNER_FILES:
                 break
             if not file.startswith(_LAZYVIZ_DIR):
                 stack.append(frame)
@@ -240,7 +237,7 @@ class Tracer:
                 code = frame.f_code
                 if code.co_name == "sync_site" and code.co_filename == __file__:
                     kind = _SKIP
-                elif code.co_filename in _RUNNER_FILES:
+                elif code.co_filename in RUNNER_FILES:
                     kind = _STOP
                 else:
                     kind = _USER if self._is_user_file(code.co_filename) else _FRAMEWORK
@@ -266,10 +263,11 @@ class Tracer:
         return next((entry for entry in stack if self._is_user_file(entry[0])), None)
 
     def steps(self) -> int:
-        return self.backend.counters().get("MarkStep", 0) - self._mark_steps_before
+        return self._steps
 
 
-_RUNNER_FILES = frozenset({str(Path(_LAZYVIZ_DIR) / "_child.py"), runpy.__file__, "<frozen runpy>"})
+# Frames of lazyviz's runner and of runpy below the script: the stack walk stops there.
+RUNNER_FILES = frozenset({str(Path(_LAZYVIZ_DIR) / "_child.py"), runpy.__file__, "<frozen runpy>"})
 
 
 def default_trace_path(target: str) -> Path:

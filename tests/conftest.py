@@ -50,7 +50,16 @@ def line_of(path: Path, text: str) -> int:
     raise AssertionError(f"{text!r} not in {path}")
 
 
-@pytest.fixture(scope="session", autouse=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that reads a sample's trace runs torch to make it: mark it so, as the
+    modules that start `lazyviz run` themselves mark all their tests. `pytest -m "not
+    torch"` then runs the fast unit tests, without torch or a compiler."""
+    for item in items:
+        if "sample_trace" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.torch)
+
+
+@pytest.fixture(scope="session")
 def execution_hook() -> None:
     """Build the C++ hook once, before any test times a run."""
     if HAS_XLA:
@@ -58,6 +67,12 @@ def execution_hook() -> None:
     from lazyviz.backends.ts import load_hook
 
     load_hook()
+
+
+@pytest.fixture(autouse=True)
+def _hook_for_torch_tests(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("torch") is not None:
+        request.getfixturevalue("execution_hook")
 
 
 # Sample name -> its arguments: small, fixed step counts keep the suite quick.
@@ -72,7 +87,7 @@ SAMPLE_ARGS = {
 
 
 @pytest.fixture(scope="session")
-def sample_trace(tmp_path_factory: pytest.TempPathFactory):
+def sample_trace(tmp_path_factory: pytest.TempPathFactory, execution_hook: None):
     """sample_trace(name) -> path of that sample's trace, run once per session."""
     made: dict[str, Path] = {}
     folder = tmp_path_factory.mktemp("sample-traces")

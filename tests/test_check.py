@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import SAMPLES, cli, line_of
 
 
@@ -26,7 +27,7 @@ def test_check_fails_on_fallbacks_unless_allowed(sample_trace) -> None:
     path = sample_trace("fallback_mse")
     result = cli("check", path, "--max-executions-per-step", "3")
     assert result.status == 1
-    assert [l.split(" x")[0] for l in result.stdout.splitlines()] == [
+    assert [breach.split(" x")[0] for breach in result.stdout.splitlines()] == [
         "lazyviz check: fallback: aten::mse_loss", "lazyviz check: fallback: aten::mse_loss_backward"]
     assert f"fallback_mse.py:{line_of(SAMPLES / 'fallback_mse.py', 'F.mse_loss(')}" in result.stdout
     allowed = cli("check", path, "--max-executions-per-step", "3",
@@ -41,6 +42,7 @@ def test_check_names_the_recompile(sample_trace) -> None:
     assert "Float[16,32] -> Float[24,32]" in result.stdout
 
 
+@pytest.mark.torch  # runs lazyviz on a real script
 def test_baseline_catches_a_new_graph(tmp_path: Path) -> None:
     script = SAMPLES / "batch_size_change.py"
     clean, changed = tmp_path / "clean.trace", tmp_path / "changed.trace"
@@ -73,12 +75,14 @@ def test_chrome_timeline(sample_trace, tmp_path: Path) -> None:
     assert tracks == {"steps", "python tracing", "executions"}
     executions = [e for e in events if e["ph"] == "X" and e.get("cat") in ("compile", "cached") and e["name"] != "compile"]
     assert len(executions) == 10
-    assert executions[0]["name"].startswith("item item_in_loop.py:") and executions[0]["args"]["cache"] == "miss"
+    assert executions[0]["name"].startswith("item samples/item_in_loop.py:")  # relative to the run's folder
+    assert executions[0]["args"]["cache"] == "miss"
     assert {"graph", "nodes", "cache"} <= executions[0]["args"].keys()
     assert sum(1 for e in events if e["name"] == "compile") == 4
     assert all(e["dur"] > 0 for e in events if e["ph"] == "X")
 
 
+@pytest.mark.torch  # runs lazyviz on a real script
 def test_diff_of_two_runs_of_the_clean_sample(tmp_path: Path) -> None:
     a, b = tmp_path / "a.trace", tmp_path / "b.trace"
     for path in (a, b):

@@ -5,8 +5,10 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+from conftest import SAMPLES, SCRIPTS, cli, line_of
+
 import lazyviz.trace
-from conftest import SAMPLES, cli, line_of
 from lazyviz.analysis.ir import parse_ir
 from lazyviz.export.graphviz import render_svg, to_dot
 
@@ -118,3 +120,15 @@ def test_labels_are_escaped() -> None:
     texts = " ".join(t.text or "" for t in root.iter(f"{SVG}text"))
     assert '<script>alert("x")</script> & \'q\'' in texts
     assert "<script>" not in svg  # escaped in the markup
+
+
+@pytest.mark.torch
+def test_training_loop_without_mark_step_gets_one_finding(tmp_path: Path) -> None:
+    trace = tmp_path / "t.trace"
+    script = SCRIPTS / "no_mark_step_loop.py"
+    assert cli("run", "--no-tui", "-o", trace, script, "6").status == 0
+    findings = report(trace)["findings"]
+    assert [f["kind"] for f in findings] == ["missing_mark_step"]
+    assert findings[0]["site"]["line"] == line_of(script, "{loss.item():.4f}")
+    assert findings[0]["details"]["syncs"] == 6 and findings[0]["details"]["growth_per_sync"] > 0
+    assert cli("check", trace, "--any-fallbacks").status == 1

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from trace_fuzz import commands, flip_bytes, mutate_sql, run_reader
 
 FUZZ = settings(max_examples=40, derandomize=True, deadline=None,
@@ -18,7 +17,7 @@ FUZZ = settings(max_examples=40, derandomize=True, deadline=None,
 
 def _check_all_readers(trace: Path, folder: Path, what: str) -> None:
     for argv in commands(trace, folder):
-        outcome, status, err = run_reader(argv)
+        outcome, _status, err = run_reader(argv)
         assert outcome in ("ok", "refused"), f"{what}: lazyviz {' '.join(argv)}: {outcome}\n{err}"
 
 
@@ -45,5 +44,5 @@ def test_an_intact_trace_reads(sample_trace, tmp_path: Path) -> None:
     trace = tmp_path / "t.trace"
     shutil.copy(sample_trace("item_in_loop"), trace)
     for argv in commands(trace, tmp_path):
-        outcome, status, err = run_reader(argv)
+        outcome, _status, err = run_reader(argv)
         assert outcome == "ok", (argv, outcome, err)

@@ -7,8 +7,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-
 from conftest import cli
+
+pytestmark = pytest.mark.torch  # each test runs real scripts on torch's lazy backend
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium)")

@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import SCRIPTS, cli
 
 import lazyviz.trace
-from conftest import SCRIPTS, cli
+
+pytestmark = pytest.mark.torch  # each test runs real scripts on torch's lazy backend
 
 SCRIPT = SCRIPTS / "ddp_train.py"
 
@@ -73,6 +75,7 @@ def test_a_crashing_rank_leaves_every_trace_readable(tmp_path: Path) -> None:
 
 async def test_ui_switches_ranks_and_marks_the_divergent_step(divergent: Path) -> None:
     from test_tui import wait_for
+
     from tui.app import build_app
     from tui.widgets.executions import ExecutionList
 

@@ -10,8 +10,12 @@ import sys
 import threading
 from pathlib import Path
 
-import lazyviz.trace
+import pytest
 from conftest import SCRIPTS, cli, python
+
+import lazyviz.trace
+
+pytestmark = pytest.mark.torch  # each test runs real scripts on torch's lazy backend
 
 
 def test_output_argv_and_exit_status_match_untraced(tmp_path: Path) -> None:

@@ -19,9 +19,11 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, SCRIPTS, cli, line_of, python
 
 import lazyviz.trace
-from conftest import ROOT, SCRIPTS, cli, line_of, python
+
+pytestmark = pytest.mark.torch  # each test runs real scripts on torch's lazy backend
 
 PR_CAPBSET_DROP, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH = 24, 1, 2
 
@@ -135,7 +137,7 @@ def test_second_run_on_a_live_trace_is_refused_and_the_first_is_untouched(tmp_pa
     for force in ([], ["--force"]):
         second = cli("run", "--no-tui", *force, "-o", trace, SCRIPTS / "slow_steps.py", "1", "0")
         one_line_error(second, str(trace))
-    out, err = first.communicate(timeout=120)
+    _out, err = first.communicate(timeout=120)
     assert first.returncode == 0 and "6 executions in 6 steps" in err
     with lazyviz.trace.open(trace) as opened:
         assert opened.count() == 6 and opened.run.complete
@@ -233,7 +235,16 @@ def _in_pty(command: list[str], cwd: Path, ready: str) -> tuple[int, str]:
         if not pressed and ready.encode() in output:
             os.write(fd, b"\x03")
             pressed = True
-    _, status = os.waitpid(pid, 0)
+    finished, status = os.waitpid(pid, os.WNOHANG)
+    grace = time.monotonic() + 10  # it may be exiting right now
+    while finished == 0 and time.monotonic() < grace:
+        time.sleep(0.1)
+        finished, status = os.waitpid(pid, os.WNOHANG)
+    if finished == 0:  # still running: Ctrl-C did not stop it
+        os.killpg(os.getpgid(pid), signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+        raise AssertionError(f"Ctrl-C did not stop it; the output was:\n{output.decode('utf-8', 'replace')}")
     os.close(fd)
     return os.waitstatus_to_exitcode(status), output.decode("utf-8", "replace")
 
@@ -261,7 +272,12 @@ def test_sigterm_and_sighup_reach_the_script(tmp_path: Path, number: int) -> Non
     script_pid = int(wait_for_file(pid_file))
     assert lazyviz_process.stdout.readline() == "running\n"
     lazyviz_process.send_signal(number)
-    _, err = lazyviz_process.communicate(timeout=60)
+    try:
+        _, err = lazyviz_process.communicate(timeout=60)
+    finally:  # whatever happened, leave nothing running
+        for pid in (lazyviz_process.pid, script_pid):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
     assert lazyviz_process.returncode == 128 + number
     assert not alive(script_pid)
     assert f"killed by {signal.Signals(number).name}" in err and "Traceback" not in err
@@ -385,7 +401,7 @@ def test_check_fails_an_unfinished_trace_and_agrees_with_report(sample_trace, tm
     killed = tmp_path / "k.trace"
     cli("run", "--no-tui", "-o", killed, SCRIPTS / "killed.py")
     result = cli("check", killed)
-    assert result.status == 1 and "unfinished" in result.stdout or "stopped early" in result.stdout
+    assert (result.status == 1 and "unfinished" in result.stdout) or "stopped early" in result.stdout
     assert cli("check", killed, "--allow-unfinished").status == 0
     missing = cli("check", sample_trace("missing_mark_step"), "--any-fallbacks")
     assert missing.status == 1 and "missing mark_step()" in missing.stdout

@@ -7,8 +7,12 @@ import re
 from collections import Counter
 from pathlib import Path
 
-import lazyviz.trace
+import pytest
 from conftest import SAMPLE_ARGS, SAMPLES, line_of, python
+
+import lazyviz.trace
+
+pytestmark = pytest.mark.torch  # each test runs real scripts on torch's lazy backend
 
 
 def executions(path: Path) -> list[lazyviz.trace.Execution]:

@@ -12,10 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from conftest import SCRIPTS
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (apt-get install tmux)")
+pytestmark = [pytest.mark.torch, pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (apt-get install tmux)")]
 
 
 class Terminal:
@@ -73,12 +72,13 @@ def test_live_run_shows_rows_while_the_script_runs(tmp_path: Path) -> None:
         terminal.close()
 
 
-def test_quitting_stops_the_script_and_keeps_the_trace(tmp_path: Path) -> None:
+@pytest.mark.parametrize("key", ["q", "C-c"])
+def test_quitting_stops_the_script_and_keeps_the_trace(tmp_path: Path, key: str) -> None:
     trace = tmp_path / "stopped.trace"
     terminal = run_slow_steps(trace, 200, 0.2)
     try:
         terminal.wait_for(lambda s: s.count("slow_steps.py:13") >= 3 and "running" in s)
-        terminal.keys("q")
+        terminal.keys(key)  # Ctrl-C in the UI stops the script as it would untraced
         after = terminal.wait_for(lambda s: re.search(r"^EXIT=\d+$", s, re.MULTILINE) is not None)
         assert "stopped the script" in after and re.search(r"^EXIT=130$", after, re.MULTILINE)
         import lazyviz.trace
@@ -88,3 +88,35 @@ def test_quitting_stops_the_script_and_keeps_the_trace(tmp_path: Path) -> None:
             assert opened.run.error.startswith("KeyboardInterrupt")
     finally:
         terminal.close()
+
+
+def test_closing_the_terminal_ends_the_script_too(tmp_path: Path) -> None:
+    """SIGHUP to lazyviz (the terminal closed under the UI) reaches the script, which
+    runs in its own session: nothing is left running, and the trace says how it ended."""
+    trace, pid_file = tmp_path / "hup.trace", tmp_path / "pid"
+    command = (f"{shlex.quote(sys.executable)} -m lazyviz run -o {shlex.quote(str(trace))} "
+               f"{shlex.quote(str(SCRIPTS / 'runs_until_stopped.py'))} {shlex.quote(str(pid_file))}")
+    terminal = Terminal(command, tmp_path)
+    try:
+        terminal.wait_for(lambda s: "runs_until_stopped.py" in s and "running" in s and pid_file.exists())
+        script_pid = int(pid_file.read_text())
+    finally:
+        terminal.close()  # the terminal goes away: SIGHUP to what runs in it
+    def left_running() -> list[str]:  # the script, or lazyviz itself (named by the trace path)
+        found = [f"script {script_pid}"] if Path(f"/proc/{script_pid}").exists() else []
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                if str(trace).encode() in (proc / "cmdline").read_bytes():
+                    found.append(f"lazyviz {proc.name}")
+            except OSError:
+                pass
+        return found
+
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline and left_running():
+        time.sleep(0.2)
+    assert not left_running(), "left running after the terminal closed"
+    import lazyviz.trace
+
+    with lazyviz.trace.open(trace) as opened:
+        assert opened.count() >= 1 and opened.run.ended_by == "killed by SIGHUP"

@@ -9,19 +9,21 @@ from pathlib import Path
 import pytest
 
 import lazyviz.trace
+from lazyviz.trace.schema import ExecutionRecord, GraphRecord, StackRecord
+from lazyviz.trace.synthetic import execution
 from lazyviz.trace.writer import TraceWriter
 
 
-def row(index: int, step: int = 0, cause: str = "mark_step", cache: str = "hit") -> tuple:
-    return (index, step, cause, None, "/x/train.py", 10 + index, "main", None, "g1", 5, cache,
-            1.5, 0.5, 0.0, 1.5, float(index), {"aten::sin": 1} if cause == "fallback" else {}, {"MarkStep": 1})
+def row(index: int, step: int = 0, cause: str = "mark_step", cache: str = "hit") -> ExecutionRecord:
+    return execution(index, step=step, cause=cause, cache=cache, file="/x/train.py", line=10 + index, graph="g1",
+                     fallback_ops={"aten::sin": 1} if cause == "fallback" else {})
 
 
 def test_round_trip(tmp_path: Path) -> None:
     writer = TraceWriter(tmp_path / "t.trace")
     writer.set_run(argv=["train.py", "--x"], backend="ts", capture="full", versions={"torch": "2.13.0"})
-    writer.add_execution(row(0, cache="miss"), graph=("g1", 5, "IR {}", "graph()", 0),
-                         stack=(1, [("/x/train.py", 10, "<module>")]))
+    writer.add_execution(row(0, cache="miss"), graph=GraphRecord("g1", 5, "IR {}", "graph()", 0),
+                         stack=StackRecord(1, [("/x/train.py", 10, "<module>")]))
     writer.add_execution(row(1, step=1, cause="fallback"))
     writer.set_run(exit_status=0, error=None, traceback=None, steps=2, elapsed_s=1.0)
     writer.close()

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, SCRIPTS
+
 from tui.app import build_app
 from tui.widgets.code_view import CodeView
 from tui.widgets.executions import ExecutionList
@@ -98,6 +98,7 @@ async def test_findings_and_timing_tabs(sample_trace) -> None:
         assert "4 steps" in str(app.query_one("#timing-view").render())
 
 
+@pytest.mark.torch  # runs lazyviz on a real script
 async def test_follows_a_trace_another_process_writes(tmp_path: Path) -> None:
     path = tmp_path / "grow.trace"
     process = subprocess.Popen(
@@ -127,7 +128,7 @@ def _normalised_copy(trace: Path, folder: Path) -> Path:
                    "compile_ms = 0, execute_ms = 1.5, start_ms = idx * 10")
         db.execute("UPDATE executions SET file = replace(file, ?, '/repo')", (str(ROOT),))
         db.execute("UPDATE run SET value = '1.0' WHERE key = 'elapsed_s'")
-        db.execute("UPDATE run SET value = replace(value, ?, '/repo') WHERE key = 'argv'", (str(ROOT),))
+        db.execute("UPDATE run SET value = replace(value, ?, '/repo') WHERE key IN ('argv', 'cwd')", (str(ROOT),))
     return copy
 
 
@@ -156,3 +157,43 @@ async def test_small_terminal_still_shows_rows_and_details(sample_trace) -> None
         table = app.query_one(ExecutionList)
         await wait_for(pilot, lambda: len(table.rows) == 10)
         assert table.size.height >= 3 and app.query_one("#ir-view").size.height >= 3
+
+
+async def test_saving_svg_never_replaces_a_file(sample_trace, tmp_path: Path) -> None:
+    trace = tmp_path / "t.trace"
+    shutil.copy(sample_trace("clean_mlp"), trace)
+    mine = tmp_path / "t.trace.execution-5.svg"
+    mine.write_text("my drawing")
+    app = build_app(trace)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(ExecutionList)
+        await wait_for(pilot, lambda: len(table.rows) == 6 and table.cursor == 5)
+        await pilot.press("s")
+        await wait_for(pilot, lambda: (tmp_path / "t.trace.execution-5-2.svg").exists(), 60)
+    assert mine.read_text() == "my drawing"
+    assert "<svg" in (tmp_path / "t.trace.execution-5-2.svg").read_text()
+
+
+async def test_a_damaged_trace_says_so_instead_of_hanging(sample_trace, tmp_path: Path) -> None:
+    trace = tmp_path / "t.trace"
+    shutil.copy(sample_trace("clean_mlp"), trace)
+    with sqlite3.connect(trace) as db:
+        db.execute("UPDATE executions SET nodes = 'many' WHERE idx = 3")
+    app = build_app(trace)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: "damaged" in view(app, "ir-view"))
+        assert "execution 3" in view(app, "ir-view")
+
+
+async def test_every_tab_has_a_key_and_the_tenth_shows_the_ops(sample_trace) -> None:
+    from tui.panels import TABS, tab_key
+
+    assert len({tab_key(n) for n in range(len(TABS))}) == len(TABS) >= 10
+    app = build_app(sample_trace("clean_mlp"))
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(ExecutionList)
+        await wait_for(pilot, lambda: len(table.rows) == 6)
+        await pilot.press("0")
+        await wait_for(pilot, lambda: "aten::addmm" in view(app, "ops-view"))
+        assert app.query_one("#details").active == "ops"
+        assert "distinct ops" in view(app, "ops-view")

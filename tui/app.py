@@ -5,21 +5,22 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import Vertical
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
-from textual.css.query import NoMatches
 from textual.worker import get_current_worker
 
 from lazyviz.analysis import Analysis
-from lazyviz.analysis.recompiles import explain_execution
 from lazyviz.trace import Execution, RunInfo, Trace, TraceError
-from tui.details import counters_text, diff_text, graphs_with, matches, stack_text
+from tui.details import graphs_with
+from tui.panels import EXECUTION_PANELS, TABS, DetailContext, tab_key
 from tui.screens import HelpScreen
 from tui.watcher import TraceUpdate, TraceWatcher
 from tui.widgets.code_view import CodeView
@@ -29,8 +30,6 @@ from tui.widgets.header import RunHeader
 from tui.widgets.output import OutputView
 from tui.widgets.search_bar import SearchBar
 from tui.widgets.step_chart import StepChart
-
-TABS = ["ir", "backend", "diff", "stack", "counters", "findings", "timing", "output", "ranks"]
 
 
 class TraceUpdated(Message):
@@ -45,6 +44,8 @@ class LazyvizApp(App[None]):
     TITLE = "lazyviz"
     BINDINGS = [
         Binding("q", "quit", "Quit"),
+        # As untraced: Ctrl-C interrupts the script (quitting sends it Ctrl-C).
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
         Binding("question_mark", "help", "Help"),
         Binding("slash", "search", "Search"),
         Binding("n", "next_miss(1)", "Next miss"),
@@ -54,17 +55,22 @@ class LazyvizApp(App[None]):
         Binding("left_square_bracket", "switch_rank(-1)", "Prev rank", show=False),
         Binding("right_square_bracket", "switch_rank(1)", "Next rank", show=False),
         Binding("enter", "focus_details", "Details", show=False),
-        *[Binding(str(number), f"show_tab('{tab}')", tab, show=False) for number, tab in enumerate(TABS, 1)],
+        *[Binding(tab_key(number), f"show_tab('{tab.id}')", tab.title, show=False)
+          for number, tab in enumerate(TABS)],
     ]
 
-    def __init__(self, trace_path: Path, process: subprocess.Popen | None = None, output_path: Path | None = None,
-                 poll_s: float = 0.25, ranks: dict[int, Path] | None = None) -> None:
+    def __init__(self, watcher: TraceWatcher, ranks: dict[int, Path] | None = None,
+                 close_when: Callable[[], bool] = lambda: False) -> None:
+        """watcher: the data source (tests may pass any object with its interface);
+        ranks: the traces of a multi-process run, by rank; [ and ] switch;
+        close_when: checked by a timer: the terminal went away (SIGHUP), so close."""
         super().__init__()
-        self.trace_path = Path(trace_path)
-        self.process = process
-        self.poll_s = poll_s
-        self.ranks = ranks or {}  # a multi-process run: rank -> trace; [ and ] switch
-        self.watcher = TraceWatcher(self.trace_path, process, output_path, poll_s)
+        self.close_when = close_when
+        self.watcher = watcher
+        self.trace_path = Path(watcher.path)
+        self.process = watcher.process
+        self.poll_s = watcher.poll_s
+        self.ranks = ranks or {}
         self._reset()
 
     def _reset(self) -> None:
@@ -83,25 +89,9 @@ class LazyvizApp(App[None]):
             yield Static(id="columns")
             yield ExecutionList(id="executions")
         with TabbedContent(id="details"):
-            with TabPane("IR", id="ir"):
-                yield CodeView("ir", "select an execution", id="ir-view")
-            with TabPane("Backend", id="backend"):
-                yield CodeView("torchscript", id="backend-view")
-            with TabPane("Diff", id="diff"):
-                yield CodeView("diff", id="diff-view")
-            with TabPane("Stack", id="stack"):
-                yield CodeView("stack", id="stack-view")
-            with TabPane("Counters", id="counters"):
-                yield CodeView("plain", id="counters-view")
-            with TabPane("Findings", id="findings"):
-                with VerticalScroll():
-                    yield FindingsView(id="findings-view")
-            with TabPane("Timing", id="timing"):
-                yield StepChart(id="timing-view")
-            with TabPane("Output", id="output"):
-                yield OutputView(id="output-view")
-            with TabPane("Ranks", id="ranks"):
-                yield CodeView("diff", "one process: no other ranks", id="ranks-view")
+            for tab in TABS:
+                with TabPane(tab.title, id=tab.id):
+                    yield tab.make()
         yield SearchBar(id="search")
         yield Footer()
 
@@ -109,6 +99,7 @@ class LazyvizApp(App[None]):
         self.query_one(ExecutionList).focus()
         self.refresh_header()
         self.set_interval(1.0, self.refresh_header)  # the elapsed clock; no data polling here
+        self.set_interval(0.25, self._close_if_asked)
         self.watch_trace()
         if self.ranks:
             self.load_ranks()
@@ -125,6 +116,7 @@ class LazyvizApp(App[None]):
         self.trace_path = self.ranks[rank]
         beside = Path(f"{self.trace_path}.out")
         self.watcher = TraceWatcher(self.trace_path, None, beside if beside.exists() else None, self.poll_s)
+        self.process = None
         self._reset()
         table = self.query_one(ExecutionList)
         table.rows, table.follow = [], True
@@ -136,6 +128,7 @@ class LazyvizApp(App[None]):
     @work(thread=True, group="ranks", exit_on_error=False, description="all ranks")
     def load_ranks(self) -> None:
         from lazyviz.analysis.ranks import find_divergence, step_graphs
+        from lazyviz.present import divergence_text
 
         executions, ir_texts = {}, {}
         for rank, path in self.ranks.items():
@@ -144,7 +137,8 @@ class LazyvizApp(App[None]):
         per_rank = {rank: step_graphs(found) for rank, found in executions.items()}
         divergence = find_divergence(executions, ir_texts)
         lines = [f"# {len(self.ranks)} ranks; [ and ] show another rank's executions",
-                 f"# {divergence.message() if divergence else 'every rank ran the same graphs at every step'}", ""]
+                 f"# {divergence_text(divergence) if divergence else 'every rank ran the same graphs at every step'}",
+                 ""]
         for step in sorted(set().union(*(steps.keys() for steps in per_rank.values()))):
             sequences = {rank: steps.get(step, ()) for rank, steps in per_rank.items()}
             mark = "!" if len(set(sequences.values())) > 1 else " "
@@ -165,9 +159,15 @@ class LazyvizApp(App[None]):
     def on_trace_updated(self, message: TraceUpdated) -> None:
         if message.watcher is not self.watcher:
             return
-        update = message.update
+        try:
+            self._apply(message.update)
+        except NoMatches:  # an update that arrives while the app closes
+            pass
+
+    def _apply(self, update: TraceUpdate) -> None:
         if update.run is not None:
             self.run_info = update.run
+            self.query_one(ExecutionList).cwd = update.run.cwd
         self.process_status = update.process_status
         self.ir_texts.update(update.ir_texts)
         if update.output:
@@ -177,13 +177,17 @@ class LazyvizApp(App[None]):
             self.query_one(ExecutionList).add_executions(update.executions)
         if update.analysis is not None:
             self.analysis = update.analysis
-            self.query_one(FindingsView).show(update.analysis.findings)
+            self.query_one(FindingsView).show(update.analysis.findings, self.run_info.cwd if self.run_info else "")
             self.query_one(StepChart).show(self.executions)
         if update.error and not self.executions:
             self.query_one("#ir-view", CodeView).set_text(f"cannot read {self.trace_path}: {update.error}")
         elif update.error:
             self.notify(f"stopped reading the trace: {update.error}", severity="error", timeout=30)
         self.refresh_header()
+
+    def _close_if_asked(self) -> None:
+        if self.close_when():
+            self.exit()
 
     def refresh_header(self) -> None:
         try:
@@ -217,30 +221,18 @@ class LazyvizApp(App[None]):
         time.sleep(0.03)  # held keys move the cursor faster than this: load only where it stops
         if worker.is_cancelled:
             return
-        # Snapshots: the UI thread only ever appends to these.
-        executions, ir_texts = self.executions[:], dict(self.ir_texts)
         try:
             with Trace(self.trace_path) as trace:
-                graph = trace.graph(execution.graph)
-                stack = trace.stack(execution.stack_id)
+                # Snapshots: the UI thread only ever appends to these.
+                context = DetailContext(trace, self.executions[:], dict(self.ir_texts))
+                texts = {}
+                for panel in EXECUTION_PANELS:
+                    if worker.is_cancelled:
+                        return
+                    texts[f"{panel.id}-view"] = panel.text(execution, context)
         except TraceError as error:
             self.call_from_thread(self.notify, str(error), severity="error")
             return
-        ir = graph.ir_text if graph and graph.ir_text else "no IR recorded for this graph (capture light)"
-        backend = graph.backend_text if graph else ""
-        if worker.is_cancelled:
-            return
-        recompile = explain_execution(executions, ir_texts, execution.index)
-        old_ir = ir_texts.get(recompile.closest, "") if recompile and recompile.closest else ""
-        texts = {
-            "ir-view": (f"# execution {execution.index}: graph {execution.graph}, {execution.nodes} nodes, "
-                        f"{execution.cache}\n{ir}"),
-            "backend-view": backend or "no backend text",
-            "diff-view": diff_text(execution, recompile, old_ir, ir_texts.get(execution.graph, "")),
-            "stack-view": (f"# {execution.detail or execution.cause} at {execution.site}\n"
-                           + stack_text(stack, execution.frame)),
-            "counters-view": counters_text(execution),
-        }
         if not worker.is_cancelled:
             self.call_from_thread(self._show_texts, texts)
 
@@ -261,25 +253,12 @@ class LazyvizApp(App[None]):
     @on(Input.Submitted, "#search")
     def search(self, message: Input.Submitted) -> None:
         self.search_term = message.value
-        table = self.query_one(ExecutionList)
-        graphs = graphs_with(self.search_term, self.ir_texts)
-        count = len(table.rows)
-        for step in range(1, count + 1):
-            index = (table.cursor + step) % count
-            if matches(table.rows[index], self.search_term, graphs):
-                table.select(index)
-                return
-        self.notify(f"no execution matches {self.search_term!r}", severity="warning")
+        if not self.query_one(ExecutionList).find(self.search_term, graphs_with(self.search_term, self.ir_texts)):
+            self.notify(f"no execution matches {self.search_term!r}", severity="warning")
 
     def action_next_miss(self, direction: int) -> None:
-        table = self.query_one(ExecutionList)
-        index = table.cursor + direction
-        while 0 <= index < len(table.rows):
-            if table.rows[index].is_miss:
-                table.select(index)
-                return
-            index += direction
-        self.notify("no more cache misses that way")
+        if not self.query_one(ExecutionList).next_miss(direction):
+            self.notify("no more cache misses that way")
 
     def action_toggle_follow(self) -> None:
         table = self.query_one(ExecutionList)
@@ -301,28 +280,38 @@ class LazyvizApp(App[None]):
 
     @work(thread=True, group="svg", exit_on_error=False, description="save SVG")
     def save_svg(self, execution: Execution) -> None:
-        from lazyviz.analysis.ir import IRParseError, parse_ir
-        from lazyviz.export.graphviz import ExportError, render_svg, to_dot
+        from lazyviz.export.graphviz import ExportError, execution_dot, render_svg
 
         ir = self.ir_texts.get(execution.graph, "")
         if not ir:
             self.call_from_thread(self.notify, "no IR recorded for this graph (capture light)", severity="warning")
             return
-        path = self.trace_path.with_name(f"{self.trace_path.name}.execution-{execution.index}.svg")
         try:
-            title = f"execution {execution.index}, step {execution.step}: {execution.cause} at {execution.site}"
-            path.write_text(render_svg(to_dot(parse_ir(ir), title)), encoding="utf-8")
-        except (ExportError, IRParseError, OSError) as error:
+            svg = render_svg(execution_dot(ir, execution))
+            path = _new_file(self.trace_path.with_name(f"{self.trace_path.name}.execution-{execution.index}"), ".svg")
+            with path.open("x", encoding="utf-8") as handle:  # never over an existing file
+                handle.write(svg)
+        except (ExportError, OSError) as error:
             self.call_from_thread(self.notify, str(error), severity="error", timeout=8)
             return
         self.call_from_thread(self.notify, f"saved {path}")
 
 
+def _new_file(stem: Path, suffix: str) -> Path:
+    """stem + suffix, or stem-2 + suffix, ...: the first name not taken."""
+    path, number = Path(f"{stem}{suffix}"), 1
+    while path.exists():
+        number += 1
+        path = Path(f"{stem}-{number}{suffix}")
+    return path
+
+
 def build_app(trace_path: Path, process: subprocess.Popen | None = None, output_path: Path | None = None,
-              poll_s: float = 0.25, ranks: dict[int, Path] | None = None) -> LazyvizApp:
+              poll_s: float = 0.25, ranks: dict[int, Path] | None = None,
+              close_when: Callable[[], bool] = lambda: False) -> LazyvizApp:
     """The one factory for the CLI and the tests. ranks: the traces of a multi-process
     run, by rank (trace_path is the one shown first)."""
     if output_path is None:
         beside = Path(f"{trace_path}.out")
         output_path = beside if beside.exists() else None
-    return LazyvizApp(trace_path, process, output_path, poll_s, ranks)
+    return LazyvizApp(TraceWatcher(Path(trace_path), process, output_path, poll_s), ranks, close_when)

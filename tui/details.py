@@ -4,8 +4,9 @@ from __future__ import annotations
 import linecache
 import os
 
-from lazyviz.analysis.ir import IRParseError, parse_ir
+from lazyviz.analysis.ir import parsed
 from lazyviz.analysis.recompiles import Recompile
+from lazyviz.present import ADDED, CARRIED, ORIGIN, diff_marks
 from lazyviz.trace.model import Execution, Frame
 
 
@@ -54,16 +55,11 @@ def diff_text(execution: Execution, recompile: Recompile | None, old_ir: str, ne
     header.append(f"# {recompile.headline()}")
     for change in recompile.diff.origins:
         header.append(f"#   {change.describe()}")
-    try:
-        new_graph, old_graph = parse_ir(new_ir), parse_ir(old_ir)
-    except IRParseError as error:
-        return "\n".join(header + [f"# cannot read the IR: {error}"])
-    marks: dict[str, str] = {}
-    for change in recompile.diff.changes:
-        if change.node:
-            mark = "+" if change.kind == "op_added" else ("!" if change.origin else "~")
-            if marks.get(change.node) != "!":
-                marks[change.node] = mark
+    new_graph, old_graph = parsed(new_ir), parsed(old_ir)
+    if new_graph is None or old_graph is None:
+        return "\n".join(header + ["# cannot read the IR"])
+    symbols = {ORIGIN: "!", CARRIED: "~", ADDED: "+"}
+    marks = {node: symbols[mark] for node, mark in diff_marks(recompile.diff).items()}
     raw_lines = new_ir.splitlines()
     body = [f"{marks.get(node.id, ' ')} {raw_lines[node.line - 1].strip()}" for node in new_graph.nodes]
     removed = [c.old_node for c in recompile.diff.changes if c.kind == "op_removed"]

@@ -15,7 +15,7 @@ KEYS = """[b]lazyviz keys[/b]
   n / N        next / previous cache miss
   f            follow the newest execution on/off
   s            save the selected execution's graph as SVG beside the trace
-  1..9         show a tab: IR, Backend, Diff, Stack, Counters, Findings, Timing, Output, Ranks
+  1..9, 0      show a tab (below)
   [ / ]        a multi-process run (lazyviz view traces/): previous / next rank
   ?            this help
   q            quit (a running script is stopped; the trace is kept)
@@ -25,9 +25,16 @@ stand out in [yellow]yellow[/yellow] (fallbacks in [magenta]magenta[/magenta]).
 """
 
 
+def help_text() -> str:
+    from tui.panels import TABS, tab_key
+
+    tabs = "\n".join(f"  {tab_key(n)}  {tab.title:<10} {tab.about}" for n, tab in enumerate(TABS))
+    return KEYS + "\n[b]Tabs[/b]\n\n" + tabs + "\n"
+
+
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
 
     def compose(self) -> ComposeResult:
         with Vertical(id="help"):
-            yield Static(KEYS)
+            yield Static(help_text())

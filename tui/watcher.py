@@ -58,7 +58,7 @@ class TraceWatcher:
             except TraceError as error:  # damage met while reading: say so, stop reading
                 emit(TraceUpdate(error=str(error), done=True))
                 return
-            except Exception as error:  # noqa: BLE001 - a bug of ours must not hang the UI
+            except Exception as error:
                 emit(TraceUpdate(error=f"internal error: {type(error).__name__}: {error}", done=True))
                 return
             if not update.empty or update.run != self._last_run or update.process_status != self._last_status:
@@ -74,9 +74,9 @@ class TraceWatcher:
     def _open(self) -> str | None:
         try:
             self.trace = Trace(self.path)
-            self.trace.run  # the schema may still be being written
+            _ = self.trace.run  # the schema may still be being written
             return None
-        except (TraceError, Exception) as error:  # noqa: BLE001 - retried while the script starts
+        except (TraceError, Exception) as error:
             self.trace = None
             return str(error)
 
@@ -91,15 +91,16 @@ class TraceWatcher:
                     update.error, update.done = error, True
                 return update
         trace = self.trace
-        update.executions = trace.executions(len(self.executions), len(self.executions) + BATCH)
+        exited = self.process is not None and update.process_status is not None
+        followed = trace.poll(len(self.executions), BATCH, writer_gone=exited)  # as Trace.follow() does
+        update.executions, update.run = followed.executions, followed.run
         self.executions += update.executions
         new_graphs = {e.graph for e in update.executions} - self.ir_texts.keys()
         if new_graphs:
             update.ir_texts = {g: t for g, t in trace.ir_texts().items() if g not in self.ir_texts}
             self.ir_texts.update(update.ir_texts)
-        update.run = trace.run
         now = time.monotonic()
-        finished = update.run.finished or (self.process is not None and update.process_status is not None)
+        finished = update.run.finished or exited
         # Rows first: after a big batch the analysis waits for the next poll; while rows
         # keep streaming in, it runs about once a second.
         due = not update.executions or (len(update.executions) < BATCH and now - self._analyzed_at > ANALYZE_EVERY_S)
@@ -109,10 +110,9 @@ class TraceWatcher:
             self._analyzed_at, self._analyzed_count = now, len(self.executions)
             self._analyzed_finished = finished
         update.more = len(update.executions) == BATCH
-        if finished and not update.executions and trace.count() == len(self.executions):
-            if self.process is None or update.process_status is not None:
-                update.output += self._read_output()
-                update.done = True
+        if followed.done and (self.process is None or update.process_status is not None):
+            update.output += self._read_output()
+            update.done = True
         return update
 
     def _read_output(self) -> str:

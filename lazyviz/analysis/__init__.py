@@ -17,8 +17,8 @@ class Analysis:
     findings: list[Finding]
 
 
-def analyze(run: RunInfo, executions: list[Execution], ir_text: Mapping[str, str]) -> Analysis:
-    """Everything the report and the UI show about a run. ir_text: graph id -> IR text."""
+def analyze(run: RunInfo, executions: list[Execution], ir_texts: Mapping[str, str]) -> Analysis:
+    """Everything the report and the UI show about a run. ir_texts: graph id -> IR text."""
     summary = summarize(executions, run.steps)
-    recompiles = explain_recompiles(executions, ir_text)
-    return Analysis(summary, recompiles, find_all(executions, summary.steps, recompiles, ir_text, run.names))
+    recompiles = explain_recompiles(executions, ir_texts)
+    return Analysis(summary, recompiles, find_all(executions, summary.steps, recompiles, ir_texts, run.names))

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 from collections import Counter, defaultdict
-from dataclasses import dataclass
-
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from lazyviz.analysis.findings import growth_findings
 from lazyviz.analysis.recompiles import Recompile
@@ -47,12 +46,12 @@ def steady_steps(executions: list[Execution], run: RunInfo, warmup_steps: int) -
 
 
 def check_budget(run: RunInfo, executions: list[Execution], recompiles: list[Recompile], budget: Budget,
-                 ir_text: Mapping[str, str] | None = None) -> list[str]:
+                 ir_texts: Mapping[str, str] | None = None) -> list[str]:
     breaches = []
     if not run.complete and not budget.allow_unfinished:
         breaches.append(f"the trace is unfinished: {run.state}; --allow-unfinished checks what it holds")
     # The report's missing-mark_step warning fails the check too: the two must agree.
-    for finding in growth_findings(executions, ir_text or {}, run.names):
+    for finding in growth_findings(executions, ir_texts or {}, run.names):
         where = f" at {finding.frame.site}" if finding.frame else ""
         breaches.append(f"missing mark_step(){where}: {finding.message}")
     late = [r for r in recompiles if r.step >= budget.warmup_steps]

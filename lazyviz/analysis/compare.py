@@ -6,7 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lazyviz.analysis.budget import site_key, steady_steps
-from lazyviz.analysis.recompiles import WARMUP_STEPS, _diff_texts
+from lazyviz.analysis.diff import diff_texts
+from lazyviz.analysis.recompiles import WARMUP_STEPS
+from lazyviz.analysis.summary import step_times
 from lazyviz.trace.model import Execution, RunInfo
 
 
@@ -41,7 +43,7 @@ class RunDiff:
 def run_stats(run: RunInfo, executions: list[Execution]) -> RunStats:
     steps = steady_steps(executions, run, WARMUP_STEPS)
     per_step = [len(g) for g in steps.values()]
-    times = [sum(e.trace_ms + e.sync_ms for e in g) for g in steps.values()]
+    times = [step.total_ms for group in steps.values() for step in step_times(group)]
     return RunStats(
         executions_per_step=statistics.median(per_step) if per_step else 0.0,
         misses=sum(1 for e in executions if e.is_miss),
@@ -69,13 +71,13 @@ def compare_runs(run_a: RunInfo, executions_a: list[Execution], ir_a: Mapping[st
     for site, graph in only_b:
         candidates = [g for g in sites_a.get(site, []) if g not in all_b]
         for old in candidates[-1:]:
-            diff = _diff_texts(ir_a.get(old, ""), ir_b.get(graph, ""))
+            diff = diff_texts(ir_a.get(old, ""), ir_b.get(graph, ""))
             first = diff.first if diff else None
             changed.append(ChangedGraph(site, old, graph, first.describe() if first else "no IR to compare"))
     return RunDiff(run_stats(run_a, executions_a), run_stats(run_b, executions_b), only_a, only_b, changed)
 
 
-def diff_text(diff: RunDiff, name_a: str, name_b: str) -> str:
+def run_diff_text(diff: RunDiff, name_a: str, name_b: str) -> str:
     def ratio(a: float, b: float) -> str:
         return f"{b / a:.2f}x" if a else ("-" if not b else "new")
 

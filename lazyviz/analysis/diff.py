@@ -9,8 +9,9 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
-from lazyviz.analysis.ir import IRGraph, Node
+from lazyviz.analysis.ir import IRGraph, Node, parsed
 
 # Change kinds, in the order a user should read them.
 KINDS = ("input_shape", "dtype", "attribute", "op_added", "op_removed", "structure", "shape")
@@ -162,7 +163,7 @@ def _compare(before: Node, after: Node, operands_changed: bool) -> list[Change]:
     location = after.location or before.location
     if before.op != after.op:
         changes.append(Change("structure", after.id, after.op, before.op, after.op, True, before.id, location))
-    if _rewired_shape(before, after) and not (before.op != after.op):
+    if _rewired_shape(before, after) and before.op == after.op:
         dtypes_differ = [a.dtype for a in before.outputs] != [b.dtype for b in after.outputs]
         kind = "dtype" if dtypes_differ else ("input_shape" if after.is_input else "shape")
         changes.append(Change(kind, after.id, after.op, before.type_text, after.type_text,
@@ -181,3 +182,10 @@ def _compare(before: Node, after: Node, operands_changed: bool) -> list[Change]:
 
 def _rewired_shape(before: Node, after: Node) -> bool:
     return before.outputs != after.outputs
+
+
+@lru_cache(maxsize=1024)
+def diff_texts(old: str, new: str) -> GraphDiff | None:
+    """diff_graphs of two IR texts, once per pair; None when either is not IR."""
+    old_graph, new_graph = parsed(old), parsed(new)
+    return diff_graphs(old_graph, new_graph) if old_graph and new_graph else None

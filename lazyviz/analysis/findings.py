@@ -1,12 +1,13 @@
 """Findings: what a user should fix, with where and how. Pure functions of trace data."""
 from __future__ import annotations
 
+import itertools
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from lazyviz.analysis.ir import parse_ir, IRParseError
 from lazyviz.analysis.diff import Change
+from lazyviz.analysis.ir import parsed
 from lazyviz.analysis.recompiles import Recompile
 from lazyviz.trace.model import TS_NAMES, Execution, Frame
 
@@ -58,17 +59,34 @@ class Finding:
         }
 
 
+@dataclass(frozen=True)
+class RunFacts:
+    """What finders read: the run's executions and what analysis already derived."""
+
+    executions: list[Execution]
+    steps: int
+    recompiles: list[Recompile]
+    ir_texts: Mapping[str, str]
+    names: Mapping[str, str]  # the backend's names for the calls fixes mention (RunInfo.names)
+
+
+# The finders, one line each: a new kind of finding is a function and a line here.
+FINDERS: tuple[Callable[[RunFacts], list[Finding]], ...] = (
+    lambda facts: recompile_findings(facts.recompiles),
+    lambda facts: extra_sync_findings(facts.executions, facts.steps, facts.names),
+    lambda facts: fallback_findings(facts.executions, facts.steps),
+    lambda facts: growing_site_findings(facts.executions, facts.names),
+    lambda facts: growth_findings(facts.executions, facts.ir_texts, facts.names,
+                                  skip=growing_graphs(facts.executions)),
+)
+
+
 def find_all(
-    executions: list[Execution], steps: int, recompiles: list[Recompile], ir_text: Mapping[str, str],
+    executions: list[Execution], steps: int, recompiles: list[Recompile], ir_texts: Mapping[str, str],
     names: Mapping[str, str] = TS_NAMES,
 ) -> list[Finding]:
-    """names: the backend's names for the calls fixes mention (RunInfo.names)."""
-    findings = (
-        recompile_findings(recompiles)
-        + extra_sync_findings(executions, steps, names)
-        + fallback_findings(executions, steps)
-        + growth_findings(executions, ir_text, names)
-    )
+    facts = RunFacts(executions, steps, recompiles, ir_texts, names)
+    findings = [finding for finder in FINDERS for finding in finder(facts)]
     return sorted(findings, key=lambda f: SEVERITIES.index(f.severity))
 
 
@@ -90,7 +108,7 @@ def recompile_findings(recompiles: list[Recompile]) -> list[Finding]:
             fix=_recompile_fix(origins) if recompile.diff is None or recompile.diff.changes else _ALIASING_FIX,
             details={"closest_graph": recompile.closest, "closest_execution": recompile.closest_execution},
         ))
-    for site, group in shape_only.items():
+    for _site, group in shape_only.items():
         history = [{"step": r.step, "execution": r.execution,
                     "changes": [f"{c.node} {c.before} -> {c.after}" for c in r.diff.origins]}
                    for r in group]
@@ -198,18 +216,69 @@ def repeated_block(ops: list[str], max_period: int = 64) -> tuple[list[str], int
     return best[1], best[2], best[3]
 
 
-def growth_findings(executions: list[Execution], ir_text: Mapping[str, str],
-                    names: Mapping[str, str] = TS_NAMES) -> list[Finding]:
-    """A graph that repeats one block of ops many times over: a loop ran without
-    mark_step() and its iterations piled up into one graph."""
-    findings = []
-    for graph_id in dict.fromkeys(e.graph for e in executions):
-        text = ir_text.get(graph_id, "")
-        if not text:
+MIN_GROWING_SYNCS = 3  # syncs at one site before steady growth is a pattern, not chance
+
+
+def _growing_sites(executions: list[Execution]) -> dict[str, tuple[list[Execution], int]]:
+    """Sites whose graph grows by a steady amount at nearly every sync: site -> (its
+    executions, the median growth in nodes)."""
+    by_site: dict[str, list[Execution]] = defaultdict(list)
+    for execution in executions:
+        by_site[execution.site].append(execution)
+    growing = {}
+    for site, group in by_site.items():
+        if len(group) < MIN_GROWING_SYNCS:
             continue
-        try:
-            graph = parse_ir(text)
-        except IRParseError:
+        growths = sorted(b.nodes - a.nodes for a, b in itertools.pairwise(group))
+        median = growths[len(growths) // 2]
+        steady = sum(1 for g in growths if median / 2 <= g <= median * 2)
+        if median >= 4 and steady >= max(2, len(growths) * 3 // 4):
+            growing[site] = (group, median)
+    return growing
+
+
+def growing_graphs(executions: list[Execution]) -> set[str]:
+    return {e.graph for group, _ in _growing_sites(executions).values() for e in group}
+
+
+def growing_site_findings(executions: list[Execution], names: Mapping[str, str] = TS_NAMES) -> list[Finding]:
+    """The graph synced at one site grows by about the same number of nodes at every
+    sync: a loop runs without mark_step(), so the work of all the iterations so far
+    (an optimizer's updates, say) is still pending and each sync runs it again. Found
+    by size alone, however big an iteration is."""
+    findings = []
+    for group, growth in _growing_sites(executions).values():
+        sizes = [e.nodes for e in group]
+        shown = " -> ".join(map(str, sizes[:4])) + (f" -> ... -> {sizes[-1]}" if len(sizes) > 4 else "")
+        first = group[0]
+        what = first.detail or first.cause
+        findings.append(Finding(
+            "missing_mark_step", "warning",
+            f"the graph {what} runs here grows by about {growth} nodes at every sync ({shown} nodes over "
+            f"{len(group)} syncs): a loop runs without {names['mark_step']}, so each sync runs all the work "
+            "pending since the loop began",
+            first.frame, tuple(e.index for e in group),
+            f"call {names['mark_step']} at the end of each iteration (after the optimizer step); then "
+            f"{what} costs one small execution, or none if read in {names['step_closure']}",
+            {"growth_per_sync": growth, "syncs": len(group), "nodes": sizes[:50]},
+        ))
+    return findings
+
+
+def _ops_text(block: list[str], limit: int = 6) -> str:
+    shown = ", ".join(block[:limit])
+    return f"[{shown}{f', ... {len(block)} ops' if len(block) > limit else ''}]"
+
+
+def growth_findings(executions: list[Execution], ir_texts: Mapping[str, str],
+                    names: Mapping[str, str] = TS_NAMES, skip: set[str] = frozenset()) -> list[Finding]:
+    """A graph that repeats one block of ops many times over: a loop ran without
+    mark_step() and its iterations piled up into one graph. skip: graphs a finding
+    already covers (a growing site)."""
+    findings = []
+    for graph_id in dict.fromkeys(e.graph for e in executions if e.graph not in skip):
+        graph = parsed(ir_texts.get(graph_id, ""))
+        if graph is None:
             continue
         ops = [node.op for node in graph.nodes if not node.is_input]
         found = repeated_block(ops)
@@ -222,7 +291,7 @@ def growth_findings(executions: list[Execution], ir_text: Mapping[str, str],
         first = runs[0]
         findings.append(Finding(
             "missing_mark_step", "warning",
-            f"graph {graph_id} ({len(graph)} nodes) repeats [{', '.join(block)}] {repeats} times: "
+            f"graph {graph_id} ({len(graph)} nodes) repeats {_ops_text(block)} {repeats} times: "
             f"a loop ran {repeats} iterations without mark_step() and they piled up into one graph, "
             f"run by {first.detail or first.cause}",
             first.frame, tuple(e.index for e in runs),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 INPUT_OPS = frozenset({"lazy_tensors::device_data", "prim::Constant", "xla::device_data"})
 
@@ -129,3 +130,15 @@ def parse_ir(text: str) -> IRGraph:
 
 def _clip(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@lru_cache(maxsize=512)
+def parsed(text: str) -> IRGraph | None:
+    """parse_ir, once per distinct text for the whole process (the report, the live UI
+    and every renderer ask again and again); None when the text is not IR."""
+    if not text:
+        return None
+    try:
+        return parse_ir(text)
+    except IRParseError:
+        return None

@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from lazyviz.analysis.recompiles import _diff_texts
+from lazyviz.analysis.diff import diff_texts
 from lazyviz.trace.model import Execution, Frame
 
 
@@ -52,7 +52,7 @@ def find_divergence(ranks: Mapping[int, list[Execution]], ir_texts: Mapping[int,
     graphs = {rank: (per_rank[rank][step] + ("",) * (position + 1))[position] for rank in per_rank}
     in_step = [e for e in ranks[odd_rank] if e.step == step]
     frame = in_step[position].frame if position < len(in_step) else None
-    diff = _diff_texts(ir_texts[base_rank].get(graphs[base_rank], ""), ir_texts[odd_rank].get(graphs[odd_rank], ""))
+    diff = diff_texts(ir_texts[base_rank].get(graphs[base_rank], ""), ir_texts[odd_rank].get(graphs[odd_rank], ""))
     if diff is None or diff.first is None:
         change = "no IR to compare" if diff is None else "same IR"
     else:

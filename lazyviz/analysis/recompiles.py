@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 
-from lazyviz.analysis.diff import Change, GraphDiff, diff_graphs
-from lazyviz.analysis.ir import IRGraph, IRParseError, parse_ir
+from lazyviz.analysis.diff import Change, GraphDiff, diff_texts
+from lazyviz.analysis.ir import parsed
 from lazyviz.trace.model import Execution, Frame
 
 # Misses in the first steps are warm-up: step 0 also runs initialisation, step 1 is the
@@ -46,9 +45,9 @@ class Recompile:
 
 
 def explain_recompiles(
-    executions: list[Execution], ir_text: Mapping[str, str], warmup_steps: int = WARMUP_STEPS
+    executions: list[Execution], ir_texts: Mapping[str, str], warmup_steps: int = WARMUP_STEPS
 ) -> list[Recompile]:
-    """ir_text: graph id -> IR text (empty when captured light)."""
+    """ir_texts: graph id -> IR text (empty when captured light)."""
     compiled: list[Execution] = []  # earlier misses, one per distinct graph
     seen_sites: set[str] = set()
     explained: list[Recompile] = []
@@ -57,41 +56,18 @@ def explain_recompiles(
             continue
         site = execution.site
         if site in seen_sites:
-            explained.append(_explain(execution, compiled, ir_text, execution.step < warmup_steps))
+            explained.append(_explain(execution, compiled, ir_texts, execution.step < warmup_steps))
         seen_sites.add(site)
         if all(e.graph != execution.graph for e in compiled):
             compiled.append(execution)
     return explained
 
 
-@lru_cache(maxsize=256)
-def _parse_text(text: str) -> IRGraph | None:
-    """Parsed once per distinct IR text, across calls (the UI asks again on every selection)."""
-    try:
-        return parse_ir(text)
-    except IRParseError:
-        return None
-
-
-@lru_cache(maxsize=1024)
-def _diff_texts(old: str, new: str) -> GraphDiff | None:
-    old_graph, new_graph = _parse_text(old), _parse_text(new)
-    return diff_graphs(old_graph, new_graph) if old_graph and new_graph else None
-
-
-def _parser(ir_text: Mapping[str, str]):
-    def parse(graph_id: str) -> IRGraph | None:
-        text = ir_text.get(graph_id, "")
-        return _parse_text(text) if text else None
-
-    return parse
-
-
-def _explain(execution: Execution, compiled: list[Execution], ir_text: Mapping[str, str],
+def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[str, str],
              warmup: bool) -> Recompile:
     same_site = [e for e in compiled if e.site == execution.site and e.graph != execution.graph]
     candidates = same_site or [e for e in compiled if e.graph != execution.graph]
-    new = _parser(ir_text)(execution.graph)
+    new = parsed(ir_texts.get(execution.graph, ""))
     base = dict(execution=execution.index, step=execution.step, graph=execution.graph,
                 frame=execution.frame, warmup=warmup)
     if not candidates:
@@ -104,7 +80,7 @@ def _explain(execution: Execution, compiled: list[Execution], ir_text: Mapping[s
     best: tuple[tuple[int, int, int], Execution, GraphDiff] | None = None
     # The most recent few: a site that compiled dozens of graphs compares in bounded time.
     for order, candidate in enumerate(reversed(candidates[-MAX_CANDIDATES:])):  # most recent first on ties
-        diff = _diff_texts(ir_text.get(candidate.graph, ""), ir_text.get(execution.graph, ""))
+        diff = diff_texts(ir_texts.get(candidate.graph, ""), ir_texts.get(execution.graph, ""))
         if diff is None:
             continue
         score = (len(diff.origins), len(diff.changes), order)
@@ -119,7 +95,7 @@ def _explain(execution: Execution, compiled: list[Execution], ir_text: Mapping[s
 
 
 def explain_execution(
-    executions: list[Execution], ir_text: Mapping[str, str], index: int, warmup_steps: int = WARMUP_STEPS
+    executions: list[Execution], ir_texts: Mapping[str, str], index: int, warmup_steps: int = WARMUP_STEPS
 ) -> Recompile | None:
     """Explain any execution's graph against the closest graph compiled before it (the UI's
     Diff tab and `export --diff`); None for the first graph of the run."""
@@ -134,4 +110,4 @@ def explain_execution(
             compiled.append(execution)
     if not any(e.graph != target.graph for e in compiled):
         return None
-    return _explain(target, compiled, ir_text, target.step < warmup_steps)
+    return _explain(target, compiled, ir_texts, target.step < warmup_steps)

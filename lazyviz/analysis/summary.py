@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from lazyviz.trace.model import Execution
@@ -89,3 +90,29 @@ def chart_scale(step_totals: list[float]) -> float:
     (imports, model building), so with enough steps it does not set the scale."""
     body = step_totals[1:] if len(step_totals) >= 5 else step_totals
     return max(body, default=0.0) or max(step_totals, default=0.0) or 1.0
+
+
+@dataclass(frozen=True)
+class StepTime:
+    step: int
+    trace_ms: float  # Python tracing between graphs, over the step's executions
+    sync_ms: float
+    executions: int
+    compiled: bool  # a cache miss happened in the step
+
+    @property
+    def total_ms(self) -> float:
+        return self.trace_ms + self.sync_ms
+
+
+def step_times(executions: Iterable[Execution]) -> list[StepTime]:
+    """Time per step, in step order: the one computation the report, HTML, UI and
+    `lazyviz diff` share."""
+    totals: dict[int, list] = {}
+    for e in executions:
+        entry = totals.setdefault(e.step, [0.0, 0.0, 0, False])
+        entry[0] += e.trace_ms
+        entry[1] += e.sync_ms
+        entry[2] += 1
+        entry[3] = entry[3] or e.is_miss
+    return [StepTime(step, *entry) for step, entry in sorted(totals.items())]

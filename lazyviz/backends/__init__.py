@@ -6,11 +6,14 @@ this package touch torch's private lazy APIs.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Callable
+from typing import Protocol
+
+from lazyviz.errors import LazyvizError
 
 
-class BackendError(Exception):
+class BackendError(LazyvizError):
     """A backend cannot be set up here (missing package, compiler, ...)."""
 
 
@@ -38,12 +41,23 @@ class SyncSite:
 # A Python frame as (file, line, function).
 Frame = tuple[str, int, str]
 
-# (computation key, graph on its first execution or None, execute ms, counters that
-#  moved since the previous execution with how much, and the stack where the backend
-#  saw it, innermost first, or None to take the caller's) -> the execution's index.
-ExecutionHook = Callable[..., int]
-# (execution index, execute ms): for backends that learn execute times later.
-ExecuteTimeHook = Callable[[int, float], None]
+class ExecutionHook(Protocol):
+    """What a backend calls once per graph execution; returns the execution's index
+    (-1 when lazyviz failed to record it)."""
+
+    def __call__(self, key: int, graph: CompiledGraph | None, execute_ms: float, counters: Mapping[str, int],
+                 backend_stack: list[Frame] | None = None) -> int:
+        """key: the backend's id for the compiled computation; graph: what its compile
+        produced, on its first execution only; counters: those that moved since the
+        previous execution, by how much; backend_stack: where the backend saw it,
+        innermost first, when it reports after the fact (None: the caller's stack)."""
+        ...
+
+
+class ExecuteTimeHook(Protocol):
+    """For backends that learn an execution's execute time after reporting it."""
+
+    def __call__(self, index: int, execute_ms: float) -> None: ...
 
 
 class LazyBackend(ABC):
@@ -54,6 +68,10 @@ class LazyBackend(ABC):
     polls: bool = False
     # What fixes call the step's sync and a step closure on this backend.
     names: dict[str, str] = {"mark_step": "mark_step()", "step_closure": "a step closure"}
+    # A step ends when a step-ending sync (cause "mark_step") returns. On XLA,
+    # `torch_xla.step()` syncs on entry with nothing to run: there only a sync that ran
+    # a graph ends a step.
+    empty_sync_ends_step: bool = True
 
     def __init__(self, capture_ir: bool = True) -> None:
         self.capture_ir = capture_ir
@@ -68,7 +86,7 @@ class LazyBackend(ABC):
         counter deltas count from this call on. `on_execute_time` fills in an execute
         time that was not known when the execution was reported."""
 
-    def poll(self, final: bool = False) -> None:
+    def poll(self, final: bool = False) -> None:  # noqa: B027 - optional: only polling backends override it
         """Report executions seen since the last poll; final: the script has ended,
         wait for the device and report everything."""
 
@@ -93,16 +111,57 @@ class LazyBackend(ABC):
         """Version strings worth recording with the run (e.g. {"torch": "2.13.0"})."""
 
 
-BACKENDS = ("ts", "xla")
+@dataclass(frozen=True)
+class BackendEntry:
+    """What lazyviz knows of a backend before importing it (torch is not imported to
+    parse `lazyviz run`'s arguments)."""
+
+    target: str  # "module:Class" of its LazyBackend
+    detects: tuple[str, ...]  # modules whose import in a script means this backend
+    packages: tuple[str, ...]  # top-level packages of the backend's framework
+    prepare: str | None = None  # "module:function" run by `lazyviz run` before the script starts
+
+
+# One line per backend. `--backend` lists these names; without it, a script's imports pick.
+BACKENDS: dict[str, BackendEntry] = {
+    "ts": BackendEntry("lazyviz.backends.ts:TorchScriptBackend", ("torch._lazy",), ("torch",),
+                       prepare="lazyviz.backends.ts:prepare"),
+    "xla": BackendEntry("lazyviz.backends.xla:XlaBackend", ("torch_xla",), ("torch", "torch_xla")),
+}
+DEFAULT_BACKEND = "ts"
+
+
+def _load(target: str) -> object:
+    import importlib
+
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def get_backend(name: str, capture_ir: bool = True) -> LazyBackend:
-    if name == "ts":
-        from lazyviz.backends.ts import TorchScriptBackend
+    entry = BACKENDS.get(name)
+    if entry is None:
+        raise BackendError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})")
+    return _load(entry.target)(capture_ir)  # type: ignore[operator, no-any-return]
 
-        return TorchScriptBackend(capture_ir)
-    if name == "xla":
-        from lazyviz.backends.xla import XlaBackend
 
-        return XlaBackend(capture_ir)
-    raise BackendError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})")
+def prepare_backend(name: str) -> None:
+    """What must happen before the script starts (the TorchScript hook's build)."""
+    entry = BACKENDS[name]
+    if entry.prepare is not None:
+        _load(entry.prepare)()  # type: ignore[operator]
+
+
+def detect_backend(imported: set[str] | None) -> str:
+    """The backend a script's imported modules name; the default when none does."""
+    found = [name for name, entry in BACKENDS.items()
+             if imported and any(module == prefix or module.startswith(prefix + ".")
+                                 for module in imported for prefix in entry.detects)]
+    if len(found) > 1:
+        named = " and ".join(f"{BACKENDS[n].detects[0]} ({n})" for n in found)
+        raise BackendError(f"the script imports {named}: pass --backend {' or --backend '.join(found)}")
+    return found[0] if found else DEFAULT_BACKEND
+
+
+def framework_packages() -> set[str]:
+    return {package for entry in BACKENDS.values() for package in entry.packages}

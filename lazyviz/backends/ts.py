@@ -91,8 +91,8 @@ def _build_hook(verbose: bool) -> Path:
             cpp_extension.load(name=HOOK_NAME, sources=[str(source)], build_directory=str(build_dir),
                                extra_cflags=["-O2"], verbose=verbose)
         except KeyboardInterrupt:
-            raise BackendError("interrupted while building the execution hook; it is built on the next run") \
-                from None
+            raise BackendError("interrupted while building the execution hook; it is built on the next run",
+                               130) from None
         except (RuntimeError, OSError, ImportError, subprocess.SubprocessError) as error:
             first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise BackendError(
@@ -170,6 +170,19 @@ class TorchScriptBackend(LazyBackend):
         import torch
 
         return {"torch": torch.__version__.split("+")[0]}
+
+
+def prepare() -> None:
+    """Before `lazyviz run` starts the script: build the hook if needed, saying so."""
+    if hook_is_built():
+        return
+    print(f"lazyviz: building the execution hook for this torch (once, about a minute) in {hook_build_dir()}",
+          file=sys.stderr, flush=True)
+    try:
+        load_hook()
+    except KeyboardInterrupt:
+        raise BackendError("interrupted while building the execution hook; it is built on the next run",
+                           130) from None
 
 
 def build_main() -> int:

@@ -18,46 +18,16 @@ All of it must be set before torch_xla is imported, which `init()` does.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sys
 import tempfile
 from collections import deque
 from pathlib import Path
 
-from lazyviz.backends import (
-    BackendError, CompiledGraph, ExecuteTimeHook, ExecutionHook, Frame, LazyBackend, SyncSite,
-)
+from lazyviz.backends import BackendError, CompiledGraph, ExecuteTimeHook, ExecutionHook, LazyBackend, SyncSite
+from lazyviz.backends.xla_reports import GraphDumpParser, Report, ReportParser
 
-_FRAME = re.compile(r"^\s+(\S.*?) \((.+):(\d+)\)$")
 _NS_PER_MS = 1e6
-
-
-class _Report:
-    """One block of XLA's debug analysis."""
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind  # "Execution", "Compilation" or "Post Compilation"
-        self.lines: list[str] = []
-
-    def field(self, name: str) -> str:
-        prefix = f"{name}: "
-        return next((line.strip()[len(prefix):] for line in self.lines if line.strip().startswith(prefix)), "")
-
-    @property
-    def graph_hash(self) -> str:
-        return self.field("Graph Hash")
-
-    @property
-    def frames(self) -> list[Frame]:
-        """Innermost first, as XLA prints them."""
-        after = next((i for i, line in enumerate(self.lines) if line.startswith("Python Frame")), len(self.lines))
-        frames = []
-        for line in self.lines[after + 1:]:
-            match = _FRAME.match(line)
-            if match:
-                frames.append((match.group(2), int(match.group(3)), match.group(1)))
-        return frames
 
 
 class _Tail:
@@ -71,7 +41,8 @@ class _Tail:
     def read(self) -> str:
         if self._file is None:
             try:
-                self._file = open(self.path, encoding="utf-8", errors="replace")
+                # Held open across polls to read only what was appended; closed in close().
+                self._file = open(self.path, encoding="utf-8", errors="replace")  # noqa: SIM115
             except FileNotFoundError:
                 return ""
         text = self._partial + self._file.read()
@@ -90,6 +61,7 @@ class XlaBackend(LazyBackend):
     device = "xla"
     polls = True
     names = {"mark_step": "torch_xla.sync()", "step_closure": "xm.add_step_closure"}
+    empty_sync_ends_step = False
 
     def __init__(self, capture_ir: bool = True) -> None:
         super().__init__(capture_ir)
@@ -99,23 +71,21 @@ class XlaBackend(LazyBackend):
         self._enabled = False
         self._reports = _Tail(self._folder / "analysis.txt")
         self._graphs: _Tail | None = None
-        self._report: _Report | None = None
-        self._pending: deque[_Report] = deque()  # execution reports not yet handed on
-        self._compiles: deque[_Report] = deque()  # compile reports awaiting their execution
+        self._report_parser = ReportParser()
+        self._graph_parser = GraphDumpParser()
+        self._pending: deque[Report] = deque()  # execution reports not yet handed on
+        self._compiles: deque[Report] = deque()  # compile reports awaiting their execution
         self._ir: dict[str, str] = {}  # graph hash -> IR text, from the tensors dump
-        self._ir_buffer = ""
         self._compile_ms: deque[float] = deque()
         self._compile_samples = 0
         self._execute_samples = 0
         self._awaiting_execute: deque[int] = deque()  # executions without an execute time yet
         self._counters: dict[str, int] = {}
-        self._held_mark_steps = 0
-        self._syncs = 0  # XLA's MarkStep counter: every step-ending sync, empty or not
-        self._steps = 0  # those that ran a graph
 
     # -- set-up -------------------------------------------------------------------
     def init(self) -> None:
         if "torch_xla" in sys.modules:
+            shutil.rmtree(self._folder, ignore_errors=True)
             raise BackendError("torch_xla was imported before lazyviz could set XLA's debug reports up")
         os.environ["PT_XLA_DEBUG_LEVEL"] = "2"
         os.environ["PT_XLA_DEBUG_FILE"] = str(self._folder / "analysis.txt")
@@ -124,9 +94,10 @@ class XlaBackend(LazyBackend):
             os.environ["XLA_SAVE_TENSORS_FILE"] = str(self._folder / "graphs.txt")
             os.environ["XLA_SAVE_TENSORS_FMT"] = "text"
         try:
-            import torch_xla  # noqa: F401
+            import torch_xla
             import torch_xla.debug.metrics  # noqa: F401
         except ImportError as error:
+            shutil.rmtree(self._folder, ignore_errors=True)  # nothing will read it
             raise BackendError(
                 f"cannot import torch_xla ({error}); install torch and torch-xla of the same "
                 "version, e.g. pip install torch==2.9.0 torch-xla==2.9.0"
@@ -134,10 +105,7 @@ class XlaBackend(LazyBackend):
 
     def install_hook(self, on_execution: ExecutionHook, on_execute_time: ExecuteTimeHook) -> None:
         self._on_execution, self._on_execute_time = on_execution, on_execute_time
-        import torch_xla.debug.metrics as metrics
 
-        # Syncs before tracing (none, normally) count as steps already taken.
-        self._syncs = self._steps = metrics.counter_value("MarkStep") or 0
         self._counters = self.counters()
         self._compile_samples = self._metric("CompileTime")[0]
         self._execute_samples = self._metric("ExecuteTime")[0]
@@ -160,46 +128,28 @@ class XlaBackend(LazyBackend):
 
             try:  # the last execute times; a broken runtime must not break the exit
                 xm.wait_device_ops()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
         self._read_reports()
         if self.capture_ir:
             self._read_graphs()
-        self._count_steps()
         if self._pending:
             self._take_compile_times()
             self._hand_on_pending()
         if self._awaiting_execute:
             self._take_execute_times()
 
-    def _count_steps(self) -> None:
-        """torch_xla.step() syncs on entry and on exit, and the entry sync usually has
-        nothing to run: only syncs that ran a graph end a step here."""
-        import torch_xla.debug.metrics as metrics
-
-        syncs = metrics.counter_value("MarkStep") or 0
-        if syncs != self._syncs and self._pending:
-            self._steps += syncs - self._syncs
-        self._syncs = syncs
-
     def _hand_on_pending(self) -> None:
         counters = self.counters()
         moved = {name: value - self._counters.get(name, 0) for name, value in counters.items()
                  if value != self._counters.get(name, 0)}
         self._counters = counters
-        # MarkStep moves during its own sync; the tracer counts a step as ended from
-        # the next execution on, as torch's core reports it. The other counters go
-        # with the first execution of the batch.
-        moved_mark_steps = moved.pop("MarkStep", 0)
+        # The counters that moved go with the first execution of the batch.
         while self._pending:
-            if self._held_mark_steps:
-                moved["MarkStep"] = self._held_mark_steps
-            self._held_mark_steps = 0
             self._hand_on(self._pending.popleft(), moved)
             moved = {}
-        self._held_mark_steps += moved_mark_steps
 
-    def _hand_on(self, report: _Report, counters: dict[str, int]) -> None:
+    def _hand_on(self, report: Report, counters: dict[str, int]) -> None:
         graph_hash = report.graph_hash
         graph = None
         if any(c.graph_hash == graph_hash for c in self._compiles):
@@ -221,28 +171,13 @@ class XlaBackend(LazyBackend):
         self._awaiting_execute.append(index)
 
     def _read_reports(self) -> None:
-        for line in self._reports.read().splitlines():
-            kind, sep, body = line.partition(" Analysis: ")
-            if not sep:
-                continue
-            if body.startswith("===="):
-                continue
-            if body.startswith("----"):
-                if self._report is not None:
-                    self._finish(self._report)
-                self._report = None
-                continue
-            if self._report is None or self._report.kind != kind:
-                self._report = _Report(kind)
-            self._report.lines.append(body)
-
-    def _finish(self, report: _Report) -> None:
-        if report.kind == "Execution":
-            self._pending.append(report)
-        elif report.kind == "Compilation":
-            self._compiles.append(report)
-        elif report.kind == "Post Compilation" and self._compiles:
-            self._compiles[-1].lines += ["", *report.lines]
+        for report in self._report_parser.feed(self._reports.read()):
+            if report.kind == "Execution":
+                self._pending.append(report)
+            elif report.kind == "Compilation":
+                self._compiles.append(report)
+            elif report.kind == "Post Compilation" and self._compiles:
+                self._compiles[-1].lines += ["", *report.lines]
 
     def _read_graphs(self) -> None:
         if self._graphs is None:
@@ -251,16 +186,7 @@ class XlaBackend(LazyBackend):
             if not found:
                 return
             self._graphs = _Tail(found[0])
-        self._ir_buffer += self._graphs.read()
-        *entries, self._ir_buffer = self._ir_buffer.split("## END_GRAPH\n")
-        for entry in entries:
-            start = entry.find("## BEGIN_GRAPH\n")
-            hash_at = entry.rfind("Graph Hash: ")
-            if start < 0 or hash_at < 0:
-                continue
-            graph_hash = entry[hash_at + len("Graph Hash: "):].split()[0]
-            if graph_hash not in self._ir:
-                self._ir[graph_hash] = entry[start + len("## BEGIN_GRAPH\n"):hash_at].strip() + "\n"
+        self._ir.update(self._graph_parser.feed(self._graphs.read()))
 
     def _metric(self, name: str) -> tuple[int, list[float]]:
         """(samples ever taken, the values kept) of an XLA metric, values in ms."""
@@ -295,9 +221,7 @@ class XlaBackend(LazyBackend):
     def counters(self) -> dict[str, int]:
         import torch_xla.debug.metrics as metrics
 
-        counters = {name: metrics.counter_value(name) or 0 for name in metrics.counter_names()}
-        counters["MarkStep"] = self._steps
-        return counters
+        return {name: metrics.counter_value(name) or 0 for name in metrics.counter_names()}
 
     def sync_sites(self) -> list[SyncSite]:
         import torch_xla

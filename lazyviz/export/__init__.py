@@ -1,1 +1,97 @@
-"""Renderers from trace data to text and files."""
+"""Renderers from trace data to text and files, and their registry.
+
+Every renderer takes one RenderRequest (the trace's data, loaded once on first use, and
+for the graph formats the execution and drawing options) and returns text. A new
+format is one module with a Renderer subclass plus one line in REPORT_FORMATS or
+EXPORT_FORMATS below; `--format` names it and `-o`'s suffix picks it.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from lazyviz.errors import LazyvizError
+
+if TYPE_CHECKING:
+    from lazyviz.trace import Execution, Graph, RunInfo, Trace
+
+
+class RunData:
+    """One trace's contents as renderers read them, each part read once."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.path = trace.path
+
+    @cached_property
+    def run(self) -> RunInfo:
+        return self.trace.run
+
+    @cached_property
+    def executions(self) -> list[Execution]:
+        return self.trace.executions()
+
+    @cached_property
+    def graphs(self) -> list[Graph]:
+        return self.trace.graphs()
+
+    @cached_property
+    def ir_texts(self) -> dict[str, str]:
+        return self.trace.ir_texts()
+
+
+@dataclass
+class RenderRequest:
+    data: RunData
+    execution: int | None = None  # the graph formats draw one execution
+    diff: bool = False  # mark what changed since the closest earlier graph
+    around: str | None = None  # only this node's neighbourhood
+    depth: int = 2
+    max_nodes: int = 300
+
+
+class Renderer:
+    name: ClassVar[str]
+    for_people: ClassVar[bool] = False  # text for a terminal: control characters are escaped
+    needs_execution: ClassVar[bool] = False
+
+    def render(self, request: RenderRequest) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Entry:
+    suffixes: tuple[str, ...]
+    target: str  # "module:Class", imported when used
+
+
+# `lazyviz report --format NAME`: the whole run.
+REPORT_FORMATS = {
+    "text": Entry((".txt",), "lazyviz.export.report:TextRenderer"),
+    "json": Entry((".json",), "lazyviz.export.report:JsonRenderer"),
+    "markdown": Entry((".md", ".markdown"), "lazyviz.export.markdown:MarkdownRenderer"),
+    "html": Entry((".html", ".htm"), "lazyviz.export.html:HtmlRenderer"),
+}
+# `lazyviz export --format NAME`: one execution's graph, or the run's timeline.
+EXPORT_FORMATS = {
+    "svg": Entry((".svg",), "lazyviz.export.graphviz:SvgRenderer"),
+    "dot": Entry((".dot", ".gv"), "lazyviz.export.graphviz:DotRenderer"),
+    "ir": Entry((".ir",), "lazyviz.export.graph_text:IrRenderer"),
+    "backend": Entry((".ts",), "lazyviz.export.graph_text:BackendRenderer"),
+    "chrome": Entry((".json",), "lazyviz.export.chrome:ChromeRenderer"),
+}
+
+
+def renderer_for(formats: dict[str, Entry], name: str | None, output: str | None, default: str) -> Renderer:
+    """The renderer --format names, else the one -o's suffix picks, else the default."""
+    if name is None:
+        suffix = Path(output or "").suffix.lower()
+        name = next((n for n, entry in formats.items() if suffix and suffix in entry.suffixes), default)
+    entry = formats.get(name)
+    if entry is None:
+        raise LazyvizError(f"unknown format {name!r} (known: {', '.join(formats)})")
+    module, _, cls = entry.target.partition(":")
+    return getattr(importlib.import_module(module), cls)()

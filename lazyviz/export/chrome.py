@@ -2,8 +2,10 @@
 track, executions on another, each named by cause and site, compiles marked."""
 from __future__ import annotations
 
-import os
+import json
 
+from lazyviz.export import Renderer, RenderRequest
+from lazyviz.present import site_text
 from lazyviz.trace.model import Execution, RunInfo
 
 PID = 1
@@ -20,7 +22,7 @@ def chrome_trace(run: RunInfo, executions: list[Execution]) -> dict:
     step_spans: dict[int, list[float]] = {}
     for e in executions:
         start_us = e.start_ms * 1000
-        site = f"{os.path.basename(e.frame.file)}:{e.frame.line}" if e.frame else "?"
+        site = site_text(e.frame, run.cwd)
         if e.trace_ms > 0:
             events.append({"ph": "X", "pid": PID, "tid": TRACING_TRACK, "name": f"tracing before #{e.index}",
                            "ts": start_us - e.trace_ms * 1000, "dur": e.trace_ms * 1000,
@@ -43,3 +45,10 @@ def chrome_trace(run: RunInfo, executions: list[Execution]) -> dict:
                        "dur": max(end - begin, 1.0)})
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"lazyviz": True, "backend": run.backend, "torch": run.versions.get("torch")}}
+
+
+class ChromeRenderer(Renderer):
+    name = "chrome"
+
+    def render(self, request: RenderRequest) -> str:
+        return json.dumps(chrome_trace(request.data.run, request.data.executions)) + "\n"

@@ -12,13 +12,18 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from lazyviz.analysis.findings import repeated_block
-from lazyviz.analysis.ir import IRGraph, Node
+from lazyviz.analysis.ir import IRGraph, Node, parsed
+from lazyviz.analysis.recompiles import Recompile
+from lazyviz.errors import LazyvizError
+from lazyviz.export import Renderer, RenderRequest
+from lazyviz.present import drawing_title
+from lazyviz.trace.model import Execution
 
 MAX_NODES = 300
 KEY_ATTRS = ("dim", "size", "p", "dims", "index", "value", "dtype", "eps", "keepdim", "alpha")
 
 
-class ExportError(Exception):
+class ExportError(LazyvizError):
     """One line for the user."""
 
 
@@ -147,6 +152,20 @@ def to_dot(graph: IRGraph, title: str, highlight: set[str] = frozenset(), keep: 
     return "\n".join(lines) + "\n"
 
 
+def execution_dot(ir_text: str, execution: Execution, explained: Recompile | None = None,
+                  diff_requested: bool = False, around: str | None = None, depth: int = 2,
+                  max_nodes: int = MAX_NODES) -> str:
+    """The drawing of one execution's graph, as `export`, the UI and the HTML report all
+    request it: titled, marked against `explained`'s closest graph, optionally only the
+    neighbourhood of one node."""
+    graph = parsed(ir_text)
+    if graph is None:
+        raise ExportError(f"cannot read the IR of graph {execution.graph}")
+    highlight = explained.diff.changed_nodes if explained is not None and explained.diff is not None else set()
+    keep = neighbourhood(graph, around, depth) if around else None
+    return to_dot(graph, drawing_title(execution, explained, diff_requested), highlight, keep, max_nodes)
+
+
 def dot_program() -> str:
     found = shutil.which("dot")
     if found is None:
@@ -166,3 +185,26 @@ def render_svg(dot_text: str, timeout: float = 120) -> str:
     if result.returncode != 0:
         raise ExportError(f"dot failed: {result.stderr.strip().splitlines()[0] if result.stderr.strip() else result.returncode}")
     return result.stdout
+
+
+class DotRenderer(Renderer):
+    name = "dot"
+    needs_execution = True
+
+    def render(self, request: RenderRequest) -> str:
+        from lazyviz.analysis.recompiles import explain_execution
+        from lazyviz.export.graph_text import execution_graph, require_ir
+
+        execution, graph = execution_graph(request)
+        ir_text = require_ir(request, graph)
+        data = request.data
+        explained = explain_execution(data.executions, data.ir_texts, execution.index) if request.diff else None
+        return execution_dot(ir_text, execution, explained, request.diff, request.around, request.depth,
+                             request.max_nodes)
+
+
+class SvgRenderer(DotRenderer):
+    name = "svg"
+
+    def render(self, request: RenderRequest) -> str:
+        return render_svg(super().render(request))

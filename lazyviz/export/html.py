@@ -4,13 +4,14 @@ table, per-step timing, and every distinct graph with its IR, backend code, draw
 diff against its closest graph. Everything from the trace is escaped."""
 from __future__ import annotations
 
-import os
 from html import escape
 
 from lazyviz.analysis import analyze
-from lazyviz.analysis.ir import IRParseError, parse_ir
-from lazyviz.analysis.recompiles import explain_execution
-from lazyviz.analysis.summary import chart_scale
+from lazyviz.analysis.ir import parsed
+from lazyviz.analysis.recompiles import Recompile, explain_execution
+from lazyviz.analysis.summary import chart_scale, step_times
+from lazyviz.export import Renderer, RenderRequest
+from lazyviz.present import ADDED, CARRIED, ORIGIN, diff_marks, site_text
 from lazyviz.trace.model import Execution, Graph, RunInfo
 
 MAX_DRAWN = 40  # graphs drawn with Graphviz; the rest say how to draw them
@@ -56,17 +57,13 @@ COLUMNS = [("index", "#", "num"), ("step", "step", "num"), ("cause", "cause", "t
 
 
 def _step_chart(executions: list[Execution]) -> str:
-    steps: dict[int, list] = {}
-    for e in executions:
-        entry = steps.setdefault(e.step, [0.0, False])
-        entry[0] += e.sync_ms + e.trace_ms
-        entry[1] = entry[1] or e.is_miss
+    steps = step_times(executions)
     if not steps:
         return "<p>no steps</p>"
-    top = chart_scale([total for total, _ in steps.values()])
+    top = chart_scale([s.total_ms for s in steps])
     width = max(4, min(24, 900 // len(steps)))
     bars = []
-    for n, (step, (total, missed)) in enumerate(sorted(steps.items())):
+    for n, (step, total, missed) in enumerate((s.step, s.total_ms, s.compiled) for s in steps):
         height = max(1.0, min(total, top) / top * 120)
         bars.append(f'<rect x="{n * width}" y="{130 - height:.1f}" width="{width - 1}" height="{height:.1f}" '
                     f'fill="{"#d1242f" if missed else "#54aeff"}"><title>step {step}: {total:.2f} ms'
@@ -76,35 +73,33 @@ def _step_chart(executions: list[Execution]) -> str:
             f"scale up to {top:.1f} ms (a taller first step, which includes start-up, is cut off)</p>")
 
 
-def _drawing(graph: Graph, execution: Execution, highlight: set[str]) -> str:
-    from lazyviz.export.graphviz import ExportError, render_svg, to_dot
+def _drawing(graph: Graph, execution: Execution, explained: Recompile | None) -> str:
+    from lazyviz.export.graphviz import ExportError, execution_dot, render_svg
 
     try:
-        svg = render_svg(to_dot(parse_ir(graph.ir_text), f"graph {graph.id}", highlight), timeout=30)
-    except (ExportError, IRParseError) as error:
+        svg = render_svg(execution_dot(graph.ir_text, execution, explained), timeout=30)
+    except ExportError as error:
         return f"<p>no drawing: {escape(str(error))}</p>"
     return svg[svg.find("<svg"):]  # inline: without the XML prolog and doctype
 
 
-def _diff_block(execution: Execution, executions: list[Execution], ir_texts: dict[str, str]) -> tuple[str, set[str]]:
+def _diff_block(execution: Execution, executions: list[Execution],
+                ir_texts: dict[str, str]) -> tuple[str, Recompile | None]:
     recompile = explain_execution(executions, ir_texts, execution.index)
     if recompile is None or recompile.diff is None:
-        return "<p>first graph of its kind: nothing to compare with</p>", set()
-    marks = {c.node: ("changed" if c.origin else "carried") for c in recompile.diff.changes if c.node}
-    marks.update({c.node: "added" for c in recompile.diff.changes if c.kind == "op_added"})
+        return "<p>first graph of its kind: nothing to compare with</p>", None
+    css = {ORIGIN: "changed", CARRIED: "carried", ADDED: "added"}
+    marks = {node: css[mark] for node, mark in diff_marks(recompile.diff).items()}
     lines = []
-    try:
-        graph = parse_ir(ir_texts.get(execution.graph, ""))
-    except IRParseError:
-        graph = None
+    graph = parsed(ir_texts.get(execution.graph, ""))
     raw = ir_texts.get(execution.graph, "").splitlines()
     for node in graph.nodes if graph else []:
-        css = marks.get(node.id, "")
-        lines.append(f'<span class="{css}">{escape(raw[node.line - 1].strip())}</span>')
+        mark = marks.get(node.id, "")
+        lines.append(f'<span class="{mark}">{escape(raw[node.line - 1].strip())}</span>')
     origins = "".join(f"<li>{escape(c.describe())}</li>" for c in recompile.diff.origins)
     return (f"<p>against graph <code>{escape(str(recompile.closest))}</code> (execution "
             f"{recompile.closest_execution}): {escape(recompile.headline())}</p><ul>{origins}</ul>"
-            f"<pre>{chr(10).join(lines)}</pre>"), {c.node for c in recompile.diff.changes if c.node}
+            f"<pre>{chr(10).join(lines)}</pre>"), recompile
 
 
 def html_report(run: RunInfo, executions: list[Execution], graphs: list[Graph], draw: bool = True) -> str:
@@ -142,7 +137,7 @@ def html_report(run: RunInfo, executions: list[Execution], graphs: list[Graph], 
     parts += [f'<th data-col="{col}" data-type="{kind}">{escape(title)}</th>' for col, title, kind in COLUMNS]
     parts.append("</tr></thead><tbody>")
     for e in executions:
-        site = escape(f"{os.path.basename(e.frame.file)}:{e.frame.line}" if e.frame else "?")
+        site = escape(site_text(e.frame, run.cwd))
         parts.append(
             f'<tr class="cause-{escape(e.cause)}{" miss" if e.is_miss else ""}"><td class=num>{e.index}</td>'
             f"<td class=num>{e.step}</td><td class=cause title=\"{escape(e.detail or '')}\">{escape(e.cause)}</td>"
@@ -155,10 +150,10 @@ def html_report(run: RunInfo, executions: list[Execution], graphs: list[Graph], 
         first_run.setdefault(e.graph, e)
     for number, graph in enumerate(g for g in graphs if g.id in first_run):
         execution = first_run[graph.id]
-        diff_html, changed = _diff_block(execution, executions, ir_texts) if graph.ir_text else ("", set())
+        diff_html, explained = _diff_block(execution, executions, ir_texts) if graph.ir_text else ("", None)
         drawing = ""
         if draw and graph.ir_text:
-            drawing = (_drawing(graph, execution, changed) if number < MAX_DRAWN else
+            drawing = (_drawing(graph, execution, explained) if number < MAX_DRAWN else
                        f"<p>not drawn here: <code>lazyviz export TRACE --execution {execution.index} -o g.svg</code></p>")
         parts.append(
             f'<details id="graph-{escape(graph.id)}"><summary>graph <code>{escape(graph.id)}</code>: '
@@ -169,3 +164,10 @@ def html_report(run: RunInfo, executions: list[Execution], graphs: list[Graph], 
     parts += [f"<script>{SCRIPT}</script></body></html>"]
     return "\n".join(parts) + "\n"
 
+
+
+class HtmlRenderer(Renderer):
+    name = "html"
+
+    def render(self, request: RenderRequest) -> str:
+        return html_report(request.data.run, request.data.executions, request.data.graphs)

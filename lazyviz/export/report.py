@@ -1,12 +1,15 @@
 """`lazyviz report`: the run summary as text (for people) or JSON (a versioned contract)."""
 from __future__ import annotations
 
-import os
+import json
 from pathlib import Path
 
 from lazyviz.analysis import Analysis, analyze
+from lazyviz.analysis.ranks import Divergence
 from lazyviz.analysis.recompiles import Recompile
 from lazyviz.analysis.summary import graph_stats
+from lazyviz.export import Renderer, RenderRequest, RunData
+from lazyviz.present import divergence_text, short_path, site_text
 from lazyviz.trace.model import Execution, RunInfo
 
 REPORT_FORMAT = "lazyviz-report"
@@ -35,15 +38,16 @@ def recompile_json(recompile: Recompile) -> dict:
     }
 
 
-def json_report(run: RunInfo, executions: list[Execution], ir_text: dict[str, str]) -> dict:
+def json_report(run: RunInfo, executions: list[Execution], ir_texts: dict[str, str]) -> dict:
     """The machine-readable report; field names and meanings are stable within a version."""
-    analysis = analyze(run, executions, ir_text)
+    analysis = analyze(run, executions, ir_texts)
     summary = analysis.summary
     return {
         "format": REPORT_FORMAT,
         "version": REPORT_VERSION,
         "run": {
             "argv": run.argv,
+            "module": run.module,
             "backend": run.backend,
             "capture": run.capture,
             "torch": run.versions.get("torch"),
@@ -89,23 +93,15 @@ def json_report(run: RunInfo, executions: list[Execution], ir_text: dict[str, st
     }
 
 
-def _short_site(site: str) -> str:
-    """Paths under the working directory print relative, the rest as they are."""
-    try:
-        return os.path.relpath(site) if site.startswith(os.getcwd() + os.sep) else site
-    except ValueError:
-        return site
-
-
 def _plural(count: int, word: str) -> str:
     if count == 1:
         return f"{count} {word}"
     return f"{count} {word}es" if word.endswith("s") else f"{count} {word}s"
 
 
-def text_report(run: RunInfo, executions: list[Execution], ir_text: dict[str, str],
+def text_report(run: RunInfo, executions: list[Execution], ir_texts: dict[str, str],
                 trace_path: Path | None = None) -> str:
-    analysis: Analysis = analyze(run, executions, ir_text)
+    analysis: Analysis = analyze(run, executions, ir_texts)
     summary = analysis.summary
     lines = [f"lazyviz: {' '.join(run.argv)} ({run.backend}, capture {run.capture}) {run.state}"]
     if summary.steps:
@@ -127,18 +123,18 @@ def text_report(run: RunInfo, executions: list[Execution], ir_text: dict[str, st
         lines.append("  most frequent sync sites:")
         for site in summary.sites[:5]:
             causes = ", ".join(f"{c} {n}" for c, n in site.causes.items())
-            lines.append(f"    {site.executions:6d}x  {_short_site(site.site)} in {site.function} ({causes})")
+            lines.append(f"    {site.executions:6d}x  {short_path(site.site, run.cwd)} in {site.function} ({causes})")
         lines.append("  slowest sync sites (total sync ms):")
         for site in summary.slowest_sites[:3]:
             lines.append(
-                f"    {site.total_ms:9.1f} ms  {_short_site(site.site)} "
+                f"    {site.total_ms:9.1f} ms  {short_path(site.site, run.cwd)} "
                 f"({site.executions}x, {site.mean_ms:.2f} ms each)"
             )
     if analysis.findings:
         lines.append("  findings:")
         recompiles = {r.execution: r for r in analysis.recompiles}
         for finding in analysis.findings:
-            where = f" [{_short_site(finding.frame.site)}]" if finding.frame else ""
+            where = f" [{site_text(finding.frame, run.cwd)}]" if finding.frame else ""
             lines.append(f"    {finding.severity}: {finding.message}{where}")
             # A recompile's other origins, once, under its headline (which shows the first).
             recompile = recompiles.get(finding.executions[0]) if finding.kind == "recompile" else None
@@ -152,3 +148,46 @@ def text_report(run: RunInfo, executions: list[Execution], ir_text: dict[str, st
     if trace_path is not None:
         lines.append(f"  trace: {trace_path}")
     return "\n".join(lines) + "\n"
+
+
+class TextRenderer(Renderer):
+    name = "text"
+    for_people = True
+
+    def render(self, request: RenderRequest) -> str:
+        data = request.data
+        return text_report(data.run, data.executions, data.ir_texts, data.path)
+
+
+class JsonRenderer(Renderer):
+    name = "json"
+
+    def render(self, request: RenderRequest) -> str:
+        data = request.data
+        return json.dumps(json_report(data.run, data.executions, data.ir_texts), indent=1) + "\n"
+
+
+def ranks_json_report(ranks: dict[int, RunData], divergence: Divergence | None) -> dict:
+    """The versioned report of a multi-process run: each rank's report, and where they diverge."""
+    return {
+        "format": REPORT_FORMAT, "version": REPORT_VERSION,
+        "ranks": [{"rank": rank, "trace": str(data.path), "report": json_report(data.run, data.executions, data.ir_texts)}
+                  for rank, data in ranks.items()],
+        "divergence": [] if divergence is None else [{
+            "kind": "divergence", "severity": "error", "step": divergence.step,
+            "message": divergence.message(),
+            "ranks": [{"ranks": ranks_, "graphs": list(seq)} for seq, ranks_ in divergence.groups.items()],
+            "graphs": {str(rank): graph for rank, graph in divergence.graphs.items()},
+            "site": divergence.frame.to_json() if divergence.frame else None,
+            "change": divergence.change, "divergent_steps": divergence.divergent_steps,
+        }],
+    }
+
+
+def ranks_text_report(folder: str, ranks: dict[int, RunData], divergence: Divergence | None) -> str:
+    parts = [f"lazyviz: {len(ranks)} ranks in {folder}"]
+    parts.append(f"  error: {divergence_text(divergence)}" if divergence is not None
+                 else "  ranks ran the same graphs at every common step")
+    for rank, data in ranks.items():
+        parts.append(f"\n[rank {rank}] " + text_report(data.run, data.executions, data.ir_texts, data.path))
+    return "\n".join(parts) + "\n"

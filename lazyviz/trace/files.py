@@ -14,6 +14,7 @@ import sqlite3
 import stat
 from pathlib import Path
 
+from lazyviz.errors import LazyvizError
 from lazyviz.trace.schema import FORMAT
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -21,7 +22,7 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 COMPANIONS = ("-wal", "-shm", "-journal", ".out")
 
 
-class TracePathError(Exception):
+class TracePathError(LazyvizError):
     """A path lazyviz must not write a trace to; the message is one line for the user."""
 
 

@@ -78,6 +78,7 @@ class RunInfo:
     # The backend's own names for what fixes mention: "mark_step", "step_closure".
     names: dict[str, str] = field(default_factory=lambda: dict(TS_NAMES))
     device: str = "lazy"  # the backend's device type
+    module: bool = False  # run as `-m MODULE`
     # False when the traced process could not record its own end (killed, os._exit, a
     # full disk): the trace then holds what was written before, and exit_status and
     # ended_by are what `lazyviz run` saw.

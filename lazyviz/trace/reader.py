@@ -11,14 +11,23 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+from lazyviz.errors import LazyvizError
 from lazyviz.trace.files import SQLITE_MAGIC
 from lazyviz.trace.model import CAUSES, TS_NAMES, Execution, Frame, Graph, RunInfo
-from lazyviz.trace.schema import COLUMNS, EXECUTION_COLUMNS, FORMAT, SCHEMA_VERSION
+from lazyviz.trace.schema import (
+    COLUMNS,
+    EXECUTION_COLUMNS,
+    FORMAT,
+    GRAPH_COLUMNS,
+    SCHEMA_VERSION,
+    ExecutionRecord,
+    GraphRecord,
+)
 
 
-class TraceError(Exception):
+class TraceError(LazyvizError):
     """The file is not a trace lazyviz can read; the message is one line for the user."""
 
 
@@ -81,35 +90,35 @@ def _shown(value: Any) -> str:
 
 
 def _execution(row: tuple) -> Execution:
-    (idx, step, cause, detail, file, line, function, stack_id, graph, nodes, cache, sync_ms, trace_ms,
-     compile_ms, execute_ms, start_ms, fallback_ops, counters) = row
-    index = _int(idx, "an execution's index")
+    r = ExecutionRecord(*row)
+    index = _int(r.idx, "an execution's index")
     try:
-        if cache not in ("hit", "miss"):
-            raise _Damaged(f"cache is {_shown(cache)}")
-        if cause not in CAUSES:
-            raise _Damaged(f"cause is {_shown(cause)}")
+        if r.cache not in ("hit", "miss"):
+            raise _Damaged(f"cache is {_shown(r.cache)}")
+        if r.cause not in CAUSES:
+            raise _Damaged(f"cause is {_shown(r.cause)}")
         frame = None
-        if file is not None:
-            frame = Frame(_str(file, "file"), _int(line, "line"), _str(function, "function"))
+        if r.file is not None:
+            frame = Frame(_str(r.file, "file"), _int(r.line, "line"), _str(r.function, "function"))
         return Execution(
-            index=index, step=_int(step, "step"), cause=cause, detail=_opt_str(detail, "detail"),
-            frame=frame, stack_id=_opt_int(stack_id, "stack id"), graph=_str(graph, "graph"),
-            nodes=_int(nodes, "nodes"), cache=cache,
-            sync_ms=_float(sync_ms, "sync_ms"), trace_ms=_float(trace_ms, "trace_ms"),
-            compile_ms=_float(compile_ms, "compile_ms"), execute_ms=_float(execute_ms, "execute_ms"),
-            start_ms=_float(start_ms, "start_ms"),
-            fallback_ops=_counts(fallback_ops, "fallback ops"), counters=_counts(counters, "counters"),
+            index=index, step=_int(r.step, "step"), cause=r.cause, detail=_opt_str(r.detail, "detail"),
+            frame=frame, stack_id=_opt_int(r.stack_id, "stack id"), graph=_str(r.graph, "graph"),
+            nodes=_int(r.nodes, "nodes"), cache=r.cache,
+            sync_ms=_float(r.sync_ms, "sync_ms"), trace_ms=_float(r.trace_ms, "trace_ms"),
+            compile_ms=_float(r.compile_ms, "compile_ms"), execute_ms=_float(r.execute_ms, "execute_ms"),
+            start_ms=_float(r.start_ms, "start_ms"),
+            fallback_ops=_counts(r.fallback_ops, "fallback ops"), counters=_counts(r.counters, "counters"),
         )
     except _Damaged as error:
         raise _Damaged(f"execution {index}: {error}") from None
 
 
 def _graph(row: tuple) -> Graph:
-    graph_id, nodes, ir_text, backend_text, first_execution = row
-    name = f"graph {_shown(graph_id)}"
-    return Graph(_str(graph_id, "a graph id"), _int(nodes, f"{name}'s nodes"), _str(ir_text, f"{name}'s IR"),
-                 _str(backend_text, f"{name}'s backend text"), _int(first_execution, f"{name}'s first execution"))
+    r = GraphRecord(*row)
+    name = f"graph {_shown(r.id)}"
+    return Graph(_str(r.id, "a graph id"), _int(r.nodes, f"{name}'s nodes"), _str(r.ir_text, f"{name}'s IR"),
+                 _str(r.backend_text, f"{name}'s backend text"),
+                 _int(r.first_execution, f"{name}'s first execution"))
 
 
 # What each run field must be, and its value when absent.
@@ -230,7 +239,7 @@ class Trace:
                 except _Damaged as error:
                     raise TraceError(f"{self.path}: damaged: {error}") from None
                 fields[key] = parsed
-        get = lambda key: fields.get(key, _RUN_FIELDS[key][1])  # noqa: E731
+        get = lambda key: fields.get(key, _RUN_FIELDS[key][1])
         argv = [str(a) for a in get("argv")]
         names = {str(k): str(v) for k, v in get("names").items()}
         finished = fields.get("exit_status") is not None or "ended_by" in fields
@@ -242,7 +251,7 @@ class Trace:
             rank={str(k): str(v) for k, v in get("rank").items()},
             finished=finished, exit_status=get("exit_status"), error=get("error"),
             traceback=get("traceback"), steps=get("steps"), elapsed_s=get("elapsed_s"),
-            names={**TS_NAMES, **names}, device=get("device"),
+            names={**TS_NAMES, **names}, device=get("device"), module=get("module"),
             # Traces from before the parent recorded endings: an exit status is the child's.
             complete=finished if complete is None else complete,
             ended_by=get("ended_by"), startup_ms=get("startup_ms"),
@@ -286,13 +295,11 @@ class Trace:
             raise TraceError(f"{self.path}: damaged: {error}") from None
 
     def graph(self, graph_id: str) -> Graph | None:
-        found = self._rows("SELECT id, nodes, ir_text, backend_text, first_execution FROM graphs WHERE id = ?",
-                           (graph_id,), _graph)
+        found = self._rows(f"SELECT {GRAPH_COLUMNS} FROM graphs WHERE id = ?", (graph_id,), _graph)
         return found[0] if found else None
 
     def graphs(self) -> list[Graph]:
-        return self._rows("SELECT id, nodes, ir_text, backend_text, first_execution FROM graphs "
-                          "ORDER BY first_execution", (), _graph)
+        return self._rows(f"SELECT {GRAPH_COLUMNS} FROM graphs ORDER BY first_execution", (), _graph)
 
     def ir_texts(self) -> dict[str, str]:
         """graph id -> IR text, for the analysis ("" where captured light)."""
@@ -300,6 +307,17 @@ class Trace:
             return _str(row[0], "a graph id"), _str(row[1], f"graph {_shown(row[0])}'s IR")
 
         return dict(self._rows("SELECT id, ir_text FROM graphs", (), pair))
+
+    def poll(self, next_index: int, limit: int | None = None, writer_gone: bool = False) -> Followed:
+        """One step of following a growing trace: executions from next_index on (at most
+        limit), the run as it stands, and whether everything the run will write is read
+        (writer_gone: its process is known to have exited, e.g. killed)."""
+        stop = None if limit is None else next_index + limit
+        executions = self.executions(next_index, stop)
+        run = self.run
+        read = next_index + len(executions)
+        done = not executions and (run.finished or writer_gone) and self.count() == read
+        return Followed(executions, run, done)
 
     def follow(
         self, poll_s: float = 0.25, should_stop: Callable[[], bool] = lambda: False
@@ -310,17 +328,23 @@ class Trace:
         Sleep-polls: select/poll on a regular file always reports ready and spins."""
         next_index = 0
         while not should_stop():
-            batch = self.executions(next_index)
-            if batch:
-                next_index = batch[-1].index + 1
-                yield batch
+            step = self.poll(next_index)
+            if step.executions:
+                next_index = step.executions[-1].index + 1
+                yield step.executions
                 continue
-            if self.run.finished and self.count() == next_index:
+            if step.done:
                 return
             time.sleep(poll_s)
 
 
-def open(path: str | os.PathLike[str]) -> Trace:  # noqa: A001 - mirrors the builtin on purpose
+class Followed(NamedTuple):
+    executions: list[Execution]
+    run: RunInfo
+    done: bool  # the run finished and every execution it wrote was read
+
+
+def open(path: str | os.PathLike[str]) -> Trace:
     return Trace(path)
 
 

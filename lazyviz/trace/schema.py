@@ -1,8 +1,53 @@
-"""The trace file's schema: the one place that knows table and column names."""
+"""The trace file's schema and its records: the one place that knows table and column
+names. The writer stores these records and the reader reads them back; column lists and
+INSERT statements are derived from the records' fields."""
 from __future__ import annotations
+
+from typing import NamedTuple
 
 FORMAT = "lazyviz-trace"
 SCHEMA_VERSION = 1
+
+
+class ExecutionRecord(NamedTuple):
+    """One row of `executions`, in column order."""
+
+    idx: int
+    step: int
+    cause: str
+    detail: str | None
+    file: str | None
+    line: int | None
+    function: str | None
+    stack_id: int | None
+    graph: str
+    nodes: int
+    cache: str  # "hit" or "miss"
+    sync_ms: float
+    trace_ms: float
+    compile_ms: float
+    execute_ms: float
+    start_ms: float
+    fallback_ops: dict[str, int]  # stored as JSON
+    counters: dict[str, int]  # stored as JSON
+
+
+class GraphRecord(NamedTuple):
+    """One row of `graphs`: a distinct graph, stored once."""
+
+    id: str
+    nodes: int
+    ir_text: str
+    backend_text: str
+    first_execution: int
+
+
+class StackRecord(NamedTuple):
+    """One row of `stacks`: a distinct Python stack, outermost frame first."""
+
+    id: int
+    frames: list[tuple[str, int, str]]  # stored as JSON
+
 
 TABLES = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -37,15 +82,23 @@ CREATE TABLE executions (
 );
 """
 
-EXECUTION_COLUMNS = (
-    "idx, step, cause, detail, file, line, function, stack_id, graph, nodes, cache, sync_ms, trace_ms, "
-    "compile_ms, execute_ms, start_ms, fallback_ops, counters"
-)
+
+def _insert(table: str, record: type[tuple], verb: str = "INSERT") -> str:
+    fields = record._fields  # type: ignore[attr-defined]
+    return f"{verb} INTO {table} ({', '.join(fields)}) VALUES ({', '.join('?' * len(fields))})"
+
+
+EXECUTION_COLUMNS = ", ".join(ExecutionRecord._fields)
+GRAPH_COLUMNS = ", ".join(GraphRecord._fields)
+INSERT_EXECUTION = _insert("executions", ExecutionRecord)
+# Graphs and stacks are stored once: a second insert of the same one is a no-op.
+INSERT_GRAPH = _insert("graphs", GraphRecord, "INSERT OR IGNORE")
+INSERT_STACK = _insert("stacks", StackRecord, "INSERT OR IGNORE")
 
 # The columns a reader needs, per table: checked when a trace is opened.
 COLUMNS = {
     "run": ("key", "value"),
-    "graphs": ("id", "nodes", "ir_text", "backend_text", "first_execution"),
-    "stacks": ("id", "frames"),
-    "executions": tuple(c.strip() for c in EXECUTION_COLUMNS.split(",")),
+    "graphs": GraphRecord._fields,
+    "stacks": StackRecord._fields,
+    "executions": ExecutionRecord._fields,
 }

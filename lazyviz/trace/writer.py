@@ -9,8 +9,39 @@ import sqlite3
 import threading
 import weakref
 from pathlib import Path
+from typing import NamedTuple
 
-from lazyviz.trace.schema import EXECUTION_COLUMNS, FORMAT, SCHEMA_VERSION, TABLES
+from lazyviz.trace.schema import (
+    FORMAT,
+    INSERT_EXECUTION,
+    INSERT_GRAPH,
+    INSERT_STACK,
+    SCHEMA_VERSION,
+    TABLES,
+    ExecutionRecord,
+    GraphRecord,
+    StackRecord,
+)
+
+
+class _RunFields(NamedTuple):
+    fields: list[tuple[str, str]]  # key, JSON value
+
+
+class _NewExecution(NamedTuple):
+    execution: ExecutionRecord
+    graph: GraphRecord | None
+    stack: StackRecord | None
+
+
+class _ExecuteTime(NamedTuple):
+    index: int
+    execute_ms: float
+
+
+# What the writer thread receives: a record to store, an Event to set once everything
+# before it is committed (flush), or None to stop.
+_Item = _RunFields | _NewExecution | _ExecuteTime | threading.Event | None
 
 # Writers alive in this process: a forked child must never use (or wait on) them.
 _WRITERS: weakref.WeakSet[TraceWriter] = weakref.WeakSet()
@@ -43,25 +74,26 @@ class TraceWriter:
         self.written = 0  # executions committed
         self._abandoned = False
         # SimpleQueue: a put is a few microseconds of C, on the traced step's hot path.
-        self._queue: queue.SimpleQueue[tuple | threading.Event | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._write_loop, name="lazyviz-trace-writer", daemon=True)
         self._thread.start()
         _WRITERS.add(self)
 
     def set_run(self, **fields: object) -> None:
         if not self._abandoned:
-            self._queue.put(("run", [(key, json.dumps(value)) for key, value in fields.items()]))
+            self._queue.put(_RunFields([(key, json.dumps(value)) for key, value in fields.items()]))
 
-    def add_execution(self, row: tuple, graph: tuple | None = None, stack: tuple | None = None) -> None:
-        """Queue one execution (its last two fields are dicts), with its graph and stack
-        when they are new. It is committed as one transaction."""
+    def add_execution(self, execution: ExecutionRecord, graph: GraphRecord | None = None,
+                      stack: StackRecord | None = None) -> None:
+        """Queue one execution, with its graph and stack when they are new. It is
+        committed as one transaction."""
         if not self._abandoned:
-            self._queue.put(("execution", row, graph, stack))
+            self._queue.put(_NewExecution(execution, graph, stack))
 
     def set_execute_ms(self, index: int, execute_ms: float) -> None:
         """An execute time learnt after the execution was queued (asynchronous backends)."""
         if not self._abandoned:
-            self._queue.put(("execute_ms", index, execute_ms))
+            self._queue.put(_ExecuteTime(index, execute_ms))
 
     def flush(self) -> None:
         """Wait until everything queued so far is committed."""
@@ -107,28 +139,28 @@ class TraceWriter:
                 except sqlite3.Error as error:
                     self.error = str(error)
 
-    def _write(self, item: tuple) -> None:
+    def _write(self, item: _RunFields | _NewExecution | _ExecuteTime) -> None:
         db = self._db
         db.execute("BEGIN")
         try:
-            if item[0] == "run":
-                db.executemany("INSERT OR REPLACE INTO run VALUES (?, ?)", item[1])
-            elif item[0] == "execute_ms":
-                _, index, execute_ms = item
+            if isinstance(item, _RunFields):
+                db.executemany("INSERT OR REPLACE INTO run VALUES (?, ?)", item.fields)
+            elif isinstance(item, _ExecuteTime):
                 db.execute("UPDATE executions SET execute_ms = ?, sync_ms = compile_ms + ? WHERE idx = ?",
-                           (execute_ms, execute_ms, index))
+                           (item.execute_ms, item.execute_ms, item.index))
             else:
-                _, row, graph, stack = item
-                if graph is not None:
-                    db.execute("INSERT OR IGNORE INTO graphs VALUES (?, ?, ?, ?, ?)", graph)
-                if stack is not None:
-                    db.execute("INSERT OR IGNORE INTO stacks VALUES (?, ?)", (stack[0], json.dumps(stack[1])))
-                db.execute(_INSERT_EXECUTION, (*row[:-2], json.dumps(row[-2]), json.dumps(row[-1])))
+                if item.graph is not None:
+                    db.execute(INSERT_GRAPH, item.graph)
+                if item.stack is not None:
+                    db.execute(INSERT_STACK, item.stack._replace(frames=json.dumps(item.stack.frames)))
+                execution = item.execution
+                db.execute(INSERT_EXECUTION, execution._replace(fallback_ops=json.dumps(execution.fallback_ops),
+                                                                counters=json.dumps(execution.counters)))
         except BaseException:
             db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
-        if item[0] == "execution":
+        if isinstance(item, _NewExecution):
             self.written += 1
 
 
@@ -147,5 +179,3 @@ def _abandon_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_abandon_after_fork)
-
-_INSERT_EXECUTION = f"INSERT INTO executions ({EXECUTION_COLUMNS}) VALUES ({', '.join('?' * 18)})"

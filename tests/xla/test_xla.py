@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
-
 from conftest import SAMPLES, cli, line_of, python
+
 from lazyviz.trace import open as open_trace
 from tui.app import build_app
 from tui.widgets.executions import ExecutionList

@@ -2,8 +2,6 @@
 20,000-row trace opens and scrolls without lag."""
 from __future__ import annotations
 
-import os
-
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
@@ -14,7 +12,9 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from lazyviz.present import site_text
 from lazyviz.trace.model import Execution
+from tui.details import matches
 
 # (title, width or 0 for the flexible column, align)
 COLUMNS = [("#", 5, ">"), ("step", 4, ">"), ("cause", 9, "<"), ("site", 0, "<"), ("graph", 8, "<"),
@@ -24,12 +24,6 @@ CAUSE_STYLES = {"mark_step": Style(color="grey70"), "fallback": Style(color="mag
 OTHER_CAUSE = Style(color="yellow", bold=True)
 MISS = Style(color="red", bold=True)
 HIT = Style(color="green")
-
-
-def short_site(execution: Execution) -> str:
-    if execution.frame is None:
-        return "?"
-    return f"{os.path.basename(execution.frame.file)}:{execution.frame.line}"
 
 
 SCROLLBAR = 2  # the table keeps its scrollbar gutter, so rows and header line up
@@ -85,6 +79,7 @@ class ExecutionList(ScrollView, can_focus=True):
         super().__init__(**kwargs)
         self.rows: list[Execution] = []
         self.follow = True
+        self.cwd = ""  # the run's folder: sites show relative to it
 
     # -- data ----------------------------------------------------------------------
     def add_executions(self, executions: list[Execution]) -> None:
@@ -122,6 +117,26 @@ class ExecutionList(ScrollView, can_focus=True):
                 self.set_follow(False)
             self.cursor = index
 
+    def find(self, term: str, graphs: set[str]) -> bool:
+        """Select the next execution after the cursor that the search term names (its
+        site, graph, cause, detail, or an op of its IR: graphs), wrapping around."""
+        count = len(self.rows)
+        for step in range(1, count + 1):
+            index = (self.cursor + step) % count
+            if matches(self.rows[index], term, graphs):
+                self.select(index)
+                return True
+        return False
+
+    def next_miss(self, direction: int) -> bool:
+        index = self.cursor + direction
+        while 0 <= index < len(self.rows):
+            if self.rows[index].is_miss:
+                self.select(index)
+                return True
+            index += direction
+        return False
+
     # -- keys and mouse --------------------------------------------------------------
     def action_move(self, delta: int) -> None:
         self.select(max(0, min(len(self.rows) - 1, self.cursor + delta)))
@@ -147,7 +162,7 @@ class ExecutionList(ScrollView, can_focus=True):
             return Strip.blank(width, base)
         execution = self.rows[index]
         cells = [
-            str(execution.index), str(execution.step), execution.cause, short_site(execution),
+            str(execution.index), str(execution.step), execution.cause, site_text(execution.frame, self.cwd),
             execution.graph[:8], str(execution.nodes), execution.cache,
             f"{execution.sync_ms:.2f}", f"{execution.trace_ms:.2f}",
         ]

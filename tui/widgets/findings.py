@@ -1,12 +1,11 @@
 """What the trace so far says to fix: findings from lazyviz.analysis, worst first."""
 from __future__ import annotations
 
-import os
-
 from rich.text import Text
 from textual.widgets import Static
 
 from lazyviz.analysis.findings import Finding
+from lazyviz.present import site_text
 
 SEVERITY_STYLES = {"error": "bold red", "warning": "bold yellow", "info": "cyan"}
 
@@ -19,7 +18,7 @@ class FindingsView(Static):
     def __init__(self, **kwargs: object) -> None:
         super().__init__("no findings yet", **kwargs)
 
-    def show(self, findings: list[Finding]) -> None:
+    def show(self, findings: list[Finding], cwd: str = "") -> None:
         if not findings:
             self.update(Text("no findings: one execution per step, no fallbacks, no recompiles", "green"))
             return
@@ -28,7 +27,7 @@ class FindingsView(Static):
             text.append(f"{finding.severity:<8}", SEVERITY_STYLES.get(finding.severity, ""))
             text.append(f"{finding.kind}  ", "bold")
             if finding.frame:
-                text.append(f"{os.path.basename(finding.frame.file)}:{finding.frame.line}", "cyan")
+                text.append(site_text(finding.frame, cwd), "cyan")
             text.append(f"\n  {finding.message}\n")
             if finding.fix:
                 text.append(f"  fix: {finding.fix}\n", "green")

@@ -1,0 +1,96 @@
+"""Parsers for what PyTorch/XLA writes about its executions (checked on torch_xla 2.9):
+the PT_XLA_DEBUG_LEVEL=2 analyses and the XLA_SAVE_TENSORS_FILE dump. Pure: text in,
+reports out; the adapter (xla.py) feeds them what the files gained since its last read.
+
+    Execution Analysis: ========...
+    Execution Analysis: Execution Cause
+    Execution Analysis:   user torch_xla.sync
+    Execution Analysis: Graph Info:
+    Execution Analysis:   Graph Hash: d3f0148b7de5c665cdb2a523e7ecc940
+    Execution Analysis: Python Frame Triggered Execution:
+    Execution Analysis:   main (/repo/train.py:34)
+    Execution Analysis: --------...
+"""
+from __future__ import annotations
+
+import re
+
+Frame = tuple[str, int, str]  # (file, line, function), as lazyviz.backends.Frame
+
+_FRAME = re.compile(r"^\s+(\S.*?) \((.+):(\d+)\)$")
+KINDS = ("Execution", "Compilation", "Post Compilation")
+
+
+class Report:
+    """One block of XLA's debug analysis."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind  # one of KINDS
+        self.lines: list[str] = []
+
+    def field(self, name: str) -> str:
+        prefix = f"{name}: "
+        return next((line.strip()[len(prefix):] for line in self.lines if line.strip().startswith(prefix)), "")
+
+    @property
+    def graph_hash(self) -> str:
+        return self.field("Graph Hash")
+
+    @property
+    def frames(self) -> list[Frame]:
+        """Innermost first, as XLA prints them."""
+        after = next((i for i, line in enumerate(self.lines) if line.startswith("Python Frame")), len(self.lines))
+        frames = []
+        for line in self.lines[after + 1:]:
+            match = _FRAME.match(line)
+            if match:
+                frames.append((match.group(2), int(match.group(3)), match.group(1)))
+        return frames
+
+
+class ReportParser:
+    """Feed it whole lines as the analysis file grows; it returns the reports completed."""
+
+    def __init__(self) -> None:
+        self._report: Report | None = None
+
+    def feed(self, text: str) -> list[Report]:
+        done = []
+        for line in text.splitlines():
+            kind, sep, body = line.partition(" Analysis: ")
+            if not sep or kind not in KINDS or body.startswith("===="):
+                continue
+            if body.startswith("----"):
+                if self._report is not None:
+                    done.append(self._report)
+                self._report = None
+                continue
+            if self._report is None or self._report.kind != kind:
+                self._report = Report(kind)
+            self._report.lines.append(body)
+        return done
+
+
+class GraphDumpParser:
+    """Feed it the tensors dump as it grows; it returns {graph hash: IR text} for the
+    graphs completed, each hash once (a graph is dumped at every sync)."""
+
+    def __init__(self) -> None:
+        self._buffer = ""
+        self._seen: set[str] = set()
+
+    def feed(self, text: str) -> dict[str, str]:
+        self._buffer += text
+        *entries, self._buffer = self._buffer.split("## END_GRAPH\n")
+        found = {}
+        for entry in entries:
+            start = entry.find("## BEGIN_GRAPH\n")
+            hash_at = entry.rfind("Graph Hash: ")
+            if start < 0 or hash_at < 0:
+                continue
+            words = entry[hash_at + len("Graph Hash: "):].split()
+            if not words or words[0] in self._seen:
+                continue
+            self._seen.add(words[0])
+            found[words[0]] = entry[start + len("## BEGIN_GRAPH\n"):hash_at].strip() + "\n"
+        return found

@@ -1,0 +1,65 @@
+"""The `lazyviz` command: one module per subcommand, registered here. Heavy imports
+(torch, textual) happen inside the subcommand that needs them, so `lazyviz --help` and
+`lazyviz report` stay fast."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import NoReturn
+
+from lazyviz import __version__
+from lazyviz.commands.base import Command, say
+from lazyviz.commands.check import CheckCommand
+from lazyviz.commands.diff import DiffCommand
+from lazyviz.commands.export import ExportCommand
+from lazyviz.commands.report import ReportCommand
+from lazyviz.commands.run import RunCommand
+from lazyviz.commands.view import ViewCommand
+from lazyviz.errors import LazyvizError
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes are one line too, with where to read more."""
+
+    def error(self, message: str) -> NoReturn:
+        say(f"{self.prog}: {message} (see {self.prog} --help)")
+        raise SystemExit(2)
+
+
+COMMANDS: list[Command] = [RunCommand(), ViewCommand(), ReportCommand(), ExportCommand(), CheckCommand(), DiffCommand()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="lazyviz",
+        description="Debug lazy-tensor PyTorch programs: every graph execution, what caused it, what changed.",
+    )
+    parser.add_argument("--version", action="version", version=f"lazyviz {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+    for command in COMMANDS:
+        sub = commands.add_parser(command.name, help=(command.__doc__ or "").strip().splitlines()[0])
+        command.prepare_parser(sub)
+        sub.set_defaults(handler=command)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = build_parser().parse_args(argv)
+    try:
+        return options.handler.run(options)
+    except LazyvizError as error:  # every error a user can cause, caught once
+        say(f"lazyviz: {' '.join(str(error).split())}")
+        return error.exit_status
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `lazyviz report t | head`: the reader went away; that is not an error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except Exception as error:
+        if os.environ.get("LAZYVIZ_DEBUG"):
+            raise
+        say(f"lazyviz: internal error: {type(error).__name__}: {error} "
+             "(a lazyviz bug: please report it; LAZYVIZ_DEBUG=1 shows the traceback)")
+        return 70

@@ -1,0 +1,81 @@
+"""What every command shares: the error they raise, opening a trace or a folder of
+rank traces, writing output safely, and the few argument types."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Protocol
+
+from lazyviz.errors import LazyvizError
+
+
+class CliError(LazyvizError):
+    """A problem the user can fix: one line on stderr, then this exit status."""
+
+
+class Command(Protocol):
+    """One subcommand: its name, its arguments, and what it does (returns the exit status)."""
+
+    name: str
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, options: argparse.Namespace) -> int: ...
+
+
+def open_trace(path: str | Path):  # -> Trace; imported here, not at `lazyviz --help`
+    from lazyviz.trace import open as open_trace_file
+
+    return open_trace_file(path)
+
+
+def open_ranks(folder: str | Path):  # -> dict[int, Trace]
+    from lazyviz.trace import open_ranks as open_rank_traces
+
+    return open_rank_traces(folder)
+
+
+def write_output(text: str, options: argparse.Namespace, output: str | None = None,
+                 inputs: tuple[str, ...] = (), for_people: bool = True) -> None:
+    """To stdout, or to -o without overwriting anything the rules forbid."""
+    from lazyviz._output import write_output as write
+
+    write(text, output, force=getattr(options, "force", False), inputs=inputs, for_people=for_people)
+
+
+def say(text: str) -> None:
+    """A line for the user on stderr; the terminal may be gone (SIGHUP), which is fine."""
+    from lazyviz._output import printable
+
+    if not text:
+        return
+    try:
+        sys.stderr.write(printable(text) + ("" if text.endswith("\n") else "\n"))
+        sys.stderr.flush()
+    except OSError:
+        pass
+
+
+def execution_index(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an execution index: {text!r}") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"no execution {text}: indexes start at 0")
+    return value
+
+
+def count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a count: {text!r}") from None
+    if not 0 <= value < 2**31:
+        raise argparse.ArgumentTypeError(f"{text} is out of range")
+    return value
+
+
+def add_force(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("-f", "--force", action="store_true", help=f"replace {what} if it exists")

@@ -1,0 +1,126 @@
+"""`lazyviz check`: exit 1 with one line per breach of a budget or a baseline."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from lazyviz.commands.base import CliError, add_force, count, open_ranks, open_trace, write_output
+
+
+class CheckCommand:
+    """Exit 1 with one line per breach when a run breaks its budget or its baseline."""
+
+    name = "check"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("trace", metavar="TRACE")
+        parser.add_argument("--warmup-steps", type=count, default=2, help="steps that may compile (default 2)")
+        parser.add_argument("--max-misses-after", type=count, metavar="N",
+                            help="cache misses allowed after warm-up (default 0)")
+        parser.add_argument("--max-executions-per-step", type=count, metavar="K",
+                            help="executions allowed per step after warm-up (default 1)")
+        fallbacks = parser.add_mutually_exclusive_group()
+        fallbacks.add_argument("--no-fallbacks", action="store_true", help="no op may fall back (the default)")
+        fallbacks.add_argument("--allow-fallback", action="append", metavar="OP", default=[],
+                               help="this op may fall back (repeat for more; e.g. aten::lerp.Scalar)")
+        fallbacks.add_argument("--any-fallbacks", action="store_true", help="do not check fallbacks")
+        parser.add_argument("--allow-unfinished", action="store_true",
+                            help="check what a trace holds even if its run was killed or its recording stopped")
+        parser.add_argument("--baseline", metavar="FILE", help="also fail on graphs, syncs or fallbacks it lacks")
+        parser.add_argument("--write-baseline", metavar="FILE", help="record this run's graph set and exit 0")
+        add_force(parser, "the --write-baseline file")
+        parser.add_argument("--same-graphs-across-ranks", action="store_true",
+                            help="with a folder of rank traces: fail when ranks ran different graphs")
+
+    def run(self, options: argparse.Namespace) -> int:
+        if Path(options.trace).is_dir():
+            return self._ranks(options)
+        return self._check(options)
+
+    def _check(self, options: argparse.Namespace) -> int:
+        from lazyviz.analysis.budget import Budget, baseline_of, check_baseline, check_budget
+        from lazyviz.analysis.recompiles import explain_recompiles
+        from lazyviz.analysis.summary import summarize
+
+        if options.same_graphs_across_ranks:
+            raise CliError("--same-graphs-across-ranks needs the folder of rank traces (lazyviz run -o DIR/)")
+        trace = open_trace(options.trace)
+        run, executions = trace.run, trace.executions()
+        if not executions:
+            raise CliError(f"{options.trace} holds no executions")
+        if options.write_baseline:
+            baseline = baseline_of(run, executions, options.warmup_steps)
+            write_output(json.dumps(baseline, indent=2) + "\n", options, options.write_baseline,
+                          (options.trace,), for_people=False)
+            print(f"lazyviz: wrote the baseline of {len(baseline['sites'])} sync sites to {options.write_baseline}")
+            return 0
+        baseline = self._read_baseline(options.baseline) if options.baseline else None
+        # With a baseline, only the thresholds given explicitly apply on top of it.
+        strict = baseline is None
+        if options.any_fallbacks or (not strict and not options.no_fallbacks and not options.allow_fallback):
+            allowed = None
+        else:
+            allowed = frozenset(options.allow_fallback)
+        budget = Budget(
+            warmup_steps=options.warmup_steps,
+            max_misses_after=options.max_misses_after if options.max_misses_after is not None else (0 if strict else None),
+            max_executions_per_step=(options.max_executions_per_step if options.max_executions_per_step is not None
+                                     else (1 if strict else None)),
+            allowed_fallbacks=allowed,
+            allow_unfinished=options.allow_unfinished,
+        )
+        ir_texts = trace.ir_texts()
+        recompiles = explain_recompiles(executions, ir_texts, options.warmup_steps)
+        breaches = check_budget(run, executions, recompiles, budget, ir_texts)
+        if baseline is not None:
+            breaches += check_baseline(run, executions, baseline)
+        steps = summarize(executions, run.steps).steps
+        return self._verdict(breaches, f"{len(executions)} executions, {steps} step{'s' if steps != 1 else ''}")
+
+    @staticmethod
+    def _ranks(options: argparse.Namespace) -> int:
+        from lazyviz.analysis.ranks import find_divergence
+        from lazyviz.present import divergence_text
+
+        traces = open_ranks(options.trace)
+        breaches = []
+        if not options.allow_unfinished:
+            breaches += [f"rank {rank}: the trace is unfinished: {trace.run.state}"
+                         for rank, trace in traces.items() if not trace.run.complete]
+        if options.same_graphs_across_ranks:
+            divergence = find_divergence({r: t.executions() for r, t in traces.items()},
+                                         {r: t.ir_texts() for r, t in traces.items()})
+            if divergence is not None:
+                breaches.append(divergence_text(divergence))
+        return CheckCommand._verdict(breaches, f"{len(traces)} ranks ran the same graphs")
+
+    @staticmethod
+    def _verdict(breaches: list[str], ok: str) -> int:
+        from lazyviz._output import printable
+
+        for breach in breaches:
+            print(printable(f"lazyviz check: {breach}"))
+        if not breaches:
+            print(f"lazyviz check: ok ({ok})")
+        return 1 if breaches else 0
+
+    @staticmethod
+    def _read_baseline(path: str) -> dict:
+        from lazyviz.analysis.budget import BASELINE_VERSION, baseline_problem
+
+        try:
+            baseline = json.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as error:
+            raise CliError(f"cannot read baseline {path}: {error.strerror}") from None
+        except (ValueError, RecursionError):
+            raise CliError(f"{path} is not a lazyviz baseline (not JSON)") from None
+        if isinstance(baseline, dict) and isinstance(baseline.get("version"), int) \
+                and baseline["version"] > BASELINE_VERSION:
+            raise CliError(f"{path} is a newer baseline version than this lazyviz reads; upgrade lazyviz")
+        problem = baseline_problem(baseline)
+        if problem:
+            raise CliError(f"{path} is not a lazyviz baseline: {problem}")
+        return baseline
+
+

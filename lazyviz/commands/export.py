@@ -1,0 +1,41 @@
+"""`lazyviz export`: one execution's graph (SVG, DOT, IR, backend code) or the run's
+timeline, with the renderers of lazyviz.export.EXPORT_FORMATS."""
+from __future__ import annotations
+
+import argparse
+
+from lazyviz.commands.base import add_force, count, execution_index, open_trace, write_output
+from lazyviz.export import EXPORT_FORMATS, RenderRequest, RunData, renderer_for
+
+
+class ExportCommand:
+    """Write one execution's graph: SVG or DOT drawing, IR text or backend code."""
+
+    name = "export"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("trace", metavar="TRACE")
+        parser.add_argument("--execution", type=execution_index, metavar="N",
+                            help="execution index (all formats but chrome)")
+        parser.add_argument("--format", choices=tuple(EXPORT_FORMATS),
+                            help="default: from -o's extension, else svg; chrome: a timeline for Perfetto")
+        parser.add_argument("-o", "--output", help="file to write (default: standard output)")
+        add_force(parser, "the -o file (never a trace)")
+        parser.add_argument("--diff", action="store_true",
+                            help="highlight the nodes that changed since the closest earlier graph")
+        parser.add_argument("--around", metavar="NODE", help="draw only the neighbourhood of this node (e.g. %%12)")
+        parser.add_argument("--depth", type=count, default=2, help="edges around --around (default 2)")
+        parser.add_argument("--max-nodes", type=count, default=300,
+                            help="collapse larger graphs down to about this many boxes (default 300)")
+
+    def run(self, options: argparse.Namespace) -> int:
+        from lazyviz._output import check_output_path
+
+        renderer = renderer_for(EXPORT_FORMATS, options.format, options.output, "svg")
+        inputs = (options.trace,)
+        if options.output:  # refuse a bad -o before the work, not after it
+            check_output_path(options.output, options.force, inputs)
+        request = RenderRequest(RunData(open_trace(options.trace)), options.execution, options.diff,
+                                options.around, options.depth, options.max_nodes)
+        write_output(renderer.render(request), options, options.output, inputs, for_people=renderer.for_people)
+        return 0

@@ -1,0 +1,266 @@
+"""`lazyviz run`: the script runs in a child process under the tracer; this side
+claims the trace, supervises the child (lazyviz._supervisor), and shows the live UI or
+prints the summary."""
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from lazyviz.backends import BACKENDS
+from lazyviz.commands.base import CliError, add_force, say
+
+
+def under_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+class RunCommand:
+    """Run a script on a lazy backend under the tracer."""
+
+    name = "run"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.usage = ("%(prog)s [-h] [-o TRACE] [-f] [--no-tui] [--backend {ts,xla}] [--capture {full,light}]\n"
+                        "       [-m] SCRIPT | MODULE [ARGS ...]")
+        parser.add_argument("-o", "--output", metavar="TRACE",
+                            help="trace file to write (default: lazyviz-<script>.<pid>.trace; "
+                                                   "under torchrun a folder of rank<R>.trace)")
+        add_force(parser, "the -o trace (only ever a lazyviz trace that no run is writing)")
+        parser.add_argument("--no-tui", action="store_true", help="no live UI: print a summary at the end")
+        parser.add_argument(
+            "--backend", choices=tuple(BACKENDS),
+            help="lazy backend: ts (torch's TorchScript backend) or xla (PyTorch/XLA); "
+                 "default: picked from the script's imports (torch._lazy: ts, torch_xla: xla), else ts",
+        )
+        parser.add_argument(
+            "--capture", choices=("full", "light"), default="full",
+            help="full: IR, stacks and counters per execution; light: sites, timings, counters and backend text",
+        )
+        parser.add_argument("-m", dest="module", action="store_true", help="run a module, as python -m does")
+        parser.add_argument("target", metavar="SCRIPT | MODULE", nargs="?",
+                            help="the script (or, with -m, the module) to run")
+        parser.add_argument("args", nargs=argparse.REMAINDER, metavar="[ARGS ...]", help="the script's own arguments")
+
+    def run(self, options: argparse.Namespace) -> int:
+        from lazyviz._source import imported_modules
+        from lazyviz.backends import detect_backend, prepare_backend
+        from lazyviz.trace.files import claim_trace_path
+
+        if options.target is None:
+            raise CliError("run: give the script to run (or -m MODULE)")
+        if not options.module:
+            self._check_script(options.target)
+        if options.backend is None:
+            options.backend = detect_backend(imported_modules(options.target, options.module))
+        trace_path = self._trace_path(options)
+        self._check_space(trace_path.parent)
+        claim = claim_trace_path(trace_path, options.force)
+        started = False
+        try:
+            prepare_backend(options.backend)
+            command = [sys.executable, "-m", "lazyviz._child", "--trace", str(trace_path),
+                       "--capture", options.capture, "--backend", options.backend]
+            if options.module:
+                command.append("--module")
+            command += ["--", options.target, *options.args]
+            started = True
+            if under_torchrun() and os.environ["RANK"] != "0":
+                # Under torchrun, rank 0 talks to the terminal; the others write beside their traces.
+                with open(f"{trace_path}.out", "xb") as output:
+                    return self._finish(trace_path, self._run_plain(command, output), quiet=True)
+            if options.no_tui or not (sys.stdout.isatty() and sys.stdin.isatty()):
+                return self._finish(trace_path, self._run_plain(command))
+            return self._run_with_ui(command, trace_path)
+        finally:
+            if not started:
+                trace_path.unlink(missing_ok=True)  # the empty file we made; nothing ran
+            claim.release()
+
+    @staticmethod
+    def _trace_path(options: argparse.Namespace) -> Path:
+        from lazyviz.tracer import default_trace_path
+
+        if under_torchrun():
+            # One trace per rank, always in a folder: ranks never share a file.
+            folder = Path(options.output or _default_rank_folder(options.target)).resolve()
+            if folder.exists() and not folder.is_dir():
+                raise CliError(f"under torchrun -o names a folder of rank traces, and {folder} is a file")
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise CliError(f"cannot create {folder}: {error.strerror}") from None
+            return folder / f"rank{os.environ['RANK']}.trace"
+        trace_path = Path(options.output or default_trace_path(options.target)).resolve()
+        if options.output and (trace_path.is_dir() or options.output.endswith(os.sep)):
+            trace_path.mkdir(parents=True, exist_ok=True)
+            trace_path = trace_path / "rank0.trace"
+        if not trace_path.parent.is_dir():
+            raise CliError(f"cannot write {trace_path}: no such directory {trace_path.parent}")
+        return trace_path
+
+    @staticmethod
+    def _check_space(folder: Path, minimum: int = 1 << 20) -> None:
+        try:
+            stats = os.statvfs(folder)
+        except OSError:
+            return
+        if stats.f_bavail * stats.f_frsize < minimum:
+            raise CliError(f"no space left in {folder} for the trace")
+
+    def _run_with_ui(self, command: list[str], trace_path: Path) -> int:
+        """The script runs in its own session with its output going to a file beside the
+        trace (shown in the Output tab), so nothing it prints lands over the UI."""
+        from lazyviz._supervisor import Supervised
+        from tui.app import build_app
+
+        output_path = Path(f"{trace_path}.out")
+        with open(output_path, "xb") as output:
+            child = Supervised(command, own_session=True, stdin=subprocess.DEVNULL, stdout=output,
+                               stderr=subprocess.STDOUT)
+        # SIGTERM reaches the script through the supervisor; the UI notices (child.received)
+        # on its own timer and closes, restoring the terminal. A signal handler must not
+        # call into Textual: it may be in the middle of the very call it would re-enter.
+        if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+            signal.signal(signal.SIGHUP, lambda number, frame: _hang_up(child, trace_path, number, frame))
+        try:
+            app = build_app(trace_path, child.process, output_path, close_when=lambda: child.received is not None)
+            app.run()
+        finally:
+            if child.poll() is None and (_run_finished(trace_path) or child.received is not None):
+                _wait_quietly(child)  # done, or told to end: let it tear down by itself
+            stopped = child.poll() is None
+            if stopped:
+                child.stop()
+            returncode = child.wait()
+            child.restore()
+        say(_script_traceback(trace_path))  # its stderr went to the Output tab
+        status = self._finish(trace_path, returncode)  # the same summary as --no-tui
+        if stopped:
+            say(f"lazyviz: stopped the script when the UI quit (status {status}); "
+                 f"the trace keeps what it recorded: {trace_path}")
+        say(f"  the script's output: {output_path}")
+        return status
+
+    @staticmethod
+    def _check_script(script: str) -> None:
+        path = Path(script)
+        if not path.is_file():
+            raise CliError(f"can't open file {script!r}: no such file")
+        try:
+            ast.parse(path.read_bytes(), filename=script)
+        except SyntaxError as error:
+            raise CliError(f"{script}:{error.lineno}: {error.msg}") from None
+        except (OSError, ValueError) as error:
+            raise CliError(f"can't read {script!r}: {error}") from None
+
+    @staticmethod
+    def _run_plain(command: list[str], output: object = None) -> int:
+        """The script shares our terminal and process group: Ctrl-C reaches it directly.
+        Returns its raw return code (negative: killed by that signal)."""
+        from lazyviz._supervisor import Supervised
+
+        child = Supervised(command, stdout=output, stderr=output)
+        try:
+            return child.wait()
+        finally:
+            child.restore()
+
+    @staticmethod
+    def _finish(trace_path: Path, returncode: int, quiet: bool = False) -> int:
+        from lazyviz._supervisor import exit_status_of, record_ending
+
+        record_ending(trace_path, returncode)
+        status = exit_status_of(returncode)
+        if not quiet:
+            text = _summary_text(trace_path, status)
+            if text:
+                say(text)
+        return status
+
+
+def _hang_up(child, trace_path: Path, number: int, frame: object) -> None:
+    """The terminal closed under the UI: pass SIGHUP on to the script, wait for it,
+    record how it ended, and exit with its status. Nothing is left to restore on a
+    terminal that is gone, and Textual's teardown would block writing to it. Runs once:
+    the shell passes the terminal's SIGHUP on too, so a second one may come."""
+    from lazyviz._supervisor import exit_status_of, record_ending
+
+    if child.received == signal.SIGHUP:
+        return
+    child._forward(number, frame)
+    returncode = child.reap(30)
+    if returncode is None:
+        try:
+            os.killpg(child.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        returncode = child.reap(5)
+    if returncode is None:
+        returncode = -signal.SIGKILL
+    record_ending(trace_path, returncode)
+    os._exit(exit_status_of(returncode))
+
+
+def _summary_text(trace_path: Path, status: int) -> str:
+    """The end-of-run summary, or one line when there is nothing to summarise."""
+    from lazyviz.export.report import text_report
+    from lazyviz.trace import TraceError
+    from lazyviz.trace import open as open_trace
+
+    if not trace_path.exists():
+        return ""  # the tracer never started; it said why
+    try:
+        with open_trace(trace_path) as trace:
+            run, executions, ir_texts = trace.run, trace.executions(), trace.ir_texts()
+    except TraceError as error:
+        return f"lazyviz: cannot read the trace: {error}"
+    if not run.argv:
+        return ""
+    if not executions:
+        return (f"lazyviz: {run.script} ran no lazy-tensor graph (nothing on device '{run.device}'), "
+                f"{run.state}; trace: {trace_path}")
+    return text_report(run, executions, ir_texts, trace_path)
+
+
+def _script_traceback(trace_path: Path) -> str:
+    from lazyviz.trace import TraceError
+    from lazyviz.trace import open as open_trace
+
+    try:
+        with open_trace(trace_path) as trace:
+            return trace.run.traceback or ""
+    except TraceError:
+        return ""
+
+
+def _default_rank_folder(target: str) -> Path:
+    """One folder shared by the ranks of one torchrun job (they have different pids)."""
+    stem = Path(target).stem if target.endswith(".py") else target.rsplit(".", 1)[-1]
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    job = run_id if run_id and run_id != "none" and run_id.replace("-", "").isalnum() else str(os.getppid())
+    return Path.cwd() / f"lazyviz-{stem}.{job}"
+
+
+def _run_finished(trace_path: Path) -> bool:
+    from lazyviz.trace import TraceError
+    from lazyviz.trace import open as open_trace
+
+    try:
+        with open_trace(trace_path) as trace:
+            return trace.run.finished
+    except TraceError:
+        return False
+
+
+def _wait_quietly(child, grace_s: float = 30.0) -> None:
+    try:
+        child.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+
+

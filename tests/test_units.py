@@ -1,0 +1,296 @@
+"""Unit tests of the pure parts: analysis, budgets, comparison, ranks, the presentation
+layer and every renderer, on traces made by the trace factory (no torch)."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import lazyviz.trace
+from lazyviz.analysis import analyze
+from lazyviz.analysis.budget import Budget, baseline_of, baseline_problem, check_baseline, check_budget, site_key
+from lazyviz.analysis.compare import compare_runs
+from lazyviz.analysis.diff import diff_texts
+from lazyviz.analysis.findings import extra_sync_findings, fallback_findings, growth_findings, repeated_block
+from lazyviz.analysis.ranks import find_divergence, step_graphs
+from lazyviz.analysis.recompiles import explain_recompiles
+from lazyviz.analysis.summary import chart_scale, step_times, summarize
+from lazyviz.backends import BackendError, detect_backend
+from lazyviz.export import EXPORT_FORMATS, REPORT_FORMATS, RenderRequest, RunData, renderer_for
+from lazyviz.present import ADDED, CARRIED, ORIGIN, diff_marks, short_path, site_text
+from lazyviz.trace.model import Execution, Frame, RunInfo
+from lazyviz.trace.schema import GraphRecord
+from lazyviz.trace.synthetic import chain_ir, execution, write_trace
+
+
+def ex(index: int, **fields: object) -> Execution:
+    """An Execution as the reader makes it, from the factory's record defaults."""
+    record = execution(index, **fields)
+    return Execution(index=record.idx, step=record.step, cause=record.cause, detail=record.detail,
+                     frame=Frame(record.file, record.line, record.function) if record.file else None,
+                     stack_id=record.stack_id, graph=record.graph, nodes=record.nodes, cache=record.cache,
+                     sync_ms=record.sync_ms, trace_ms=record.trace_ms, compile_ms=record.compile_ms,
+                     execute_ms=record.execute_ms, start_ms=record.start_ms,
+                     fallback_ops=record.fallback_ops, counters=record.counters)
+
+
+def run_info(**fields: object) -> RunInfo:
+    base = dict(argv=["train.py"], backend="ts", capture="full", versions={}, start_time="", pid=1, cwd="/repo",
+                rank={}, finished=True, exit_status=0, error=None, traceback=None, steps=None, elapsed_s=1.0,
+                complete=True)
+    return RunInfo(**{**base, **fields})  # type: ignore[arg-type]
+
+
+def clean(steps: int = 6) -> list[Execution]:
+    return [ex(i, step=i, cache="miss" if i == 0 else "hit") for i in range(steps)]
+
+
+IR16, IR24 = chain_ir(6, rows=16), chain_ir(6, rows=24)
+
+
+# -- summary ------------------------------------------------------------------------------
+def test_summary_counts_causes_sites_and_misses() -> None:
+    executions = clean(4) + [ex(4, step=3, cause="item", line=31, detail="Tensor.item()")]
+    summary = summarize(executions, 4)
+    assert (summary.executions, summary.steps, summary.misses, summary.graphs) == (5, 4, 1, 1)
+    assert summary.causes == {"mark_step": 4, "item": 1}
+    assert [s.site for s in summary.sites] == ["/repo/train.py:30", "/repo/train.py:31"]
+
+
+def test_steps_default_to_the_last_step_seen() -> None:
+    assert summarize([ex(0, step=0), ex(1, step=5)]).steps == 5
+
+
+def test_step_times_add_tracing_and_sync_per_step() -> None:
+    steps = step_times([ex(0, step=0, cache="miss"), ex(1, step=0, cause="item"), ex(2, step=1)])
+    assert [(s.step, s.total_ms, s.executions, s.compiled) for s in steps] == [(0, 6.0, 2, True), (1, 3.0, 1, False)]
+    assert step_times([]) == []
+
+
+def test_chart_scale_ignores_a_slow_first_step_when_there_are_enough() -> None:
+    assert chart_scale([1000, 5, 6, 7, 8]) == 8
+    assert chart_scale([1000, 5]) == 1000
+    assert chart_scale([]) == 1.0
+
+
+# -- findings -----------------------------------------------------------------------------
+def test_clean_run_has_no_findings() -> None:
+    assert analyze(run_info(steps=6), clean(), {"g0": IR16}).findings == []
+
+
+def test_extra_sync_every_step_is_a_warning_with_its_fix() -> None:
+    executions = []
+    for step in range(6):
+        executions += [ex(2 * step, step=step, cause="item", detail="Tensor.item()", line=31),
+                       ex(2 * step + 1, step=step)]
+    [finding] = extra_sync_findings(executions, 6)
+    assert finding.severity == "warning" and finding.frame.line == 31
+    assert "Tensor.item() forces 1 extra execution per step in 6 of 6 steps" in finding.message
+    assert "torch._lazy.add_step_closure" in finding.fix
+
+
+def test_extra_sync_in_one_step_of_many_is_info() -> None:
+    executions = clean(10) + [ex(10, step=4, cause="cpu", detail="Tensor.cpu()", line=40)]
+    [finding] = extra_sync_findings(executions, 10)
+    assert finding.severity == "info"
+
+
+def test_collective_sync_gets_bucket_advice() -> None:
+    executions = [ex(i, step=i, cause="other", detail="distributed.all_reduce()") for i in range(4)]
+    [finding] = extra_sync_findings(executions + clean(4), 4)
+    assert "one collective per step" in finding.fix
+
+
+def test_fallback_finding_counts_calls_and_forced_executions() -> None:
+    executions = [ex(i, step=i, cause="fallback", detail="aten::mse_loss", fallback_ops={"aten::mse_loss": 1})
+                  for i in range(4)]
+    [finding] = fallback_findings(executions, 4)
+    assert finding.details == {"op": "aten::mse_loss", "calls": 4, "executions_forced": 4, "per_step": 1.0}
+    assert "((output - target) ** 2).mean()" in finding.fix
+
+
+def test_fallback_without_a_forced_execution_is_info() -> None:
+    [finding] = fallback_findings([ex(0, fallback_ops={"aten::sin": 2})], 1)
+    assert finding.severity == "info" and "2 calls, forcing 0 executions" in finding.message
+
+
+def test_repeated_block_finds_the_loop_body() -> None:
+    ops = ["a", "b"] + ["mm", "tanh", "mul", "add"] * 6 + ["sum"]
+    block, repeats, start = repeated_block(ops)
+    assert (block, repeats, start) == (["mm", "tanh", "mul", "add"], 6, 2)
+    assert repeated_block(["a", "b", "c"]) is None
+
+
+def test_growth_finding_for_an_unrolled_loop() -> None:
+    ir = chain_ir(41, ops=("aten::mm", "aten::tanh", "aten::mul", "aten::add"))
+    [finding] = growth_findings([ex(0, cause="item", graph="big", nodes=41)], {"big": ir})
+    assert finding.kind == "missing_mark_step" and finding.details["repeats"] == 10
+    assert "torch._lazy.mark_step()" in finding.fix
+
+
+def test_input_shape_recompile_after_warmup_is_explained() -> None:
+    executions = [ex(i, step=i, graph="b16", cache="miss" if i == 0 else "hit") for i in range(4)]
+    executions.append(ex(4, step=4, graph="b24", cache="miss"))
+    recompiles = explain_recompiles(executions, {"b16": IR16, "b24": IR24})
+    assert len(recompiles) == 1 and not recompiles[0].warmup
+    assert recompiles[0].closest == "b16" and "Float[16,64] -> Float[24,64]" in recompiles[0].headline()
+    [finding] = analyze(run_info(steps=5), executions, {"b16": IR16, "b24": IR24}).findings
+    assert finding.kind == "recompile" and "pad or bucket" in finding.fix
+
+
+def test_aliasing_recompile_gets_its_own_advice() -> None:
+    executions = [ex(i, step=i, graph="g0", cache="miss" if i == 0 else "hit") for i in range(3)]
+    executions.append(ex(3, step=3, graph="g1", cache="miss"))
+    [finding] = analyze(run_info(steps=4), executions, {"g0": IR16, "g1": IR16}).findings
+    assert "share buffers" in finding.message and "Python numbers" in finding.fix
+
+
+# -- budget and baseline -------------------------------------------------------------------
+def test_budget_passes_a_clean_run_and_fails_misses_syncs_and_fallbacks() -> None:
+    run = run_info(steps=6)
+    assert check_budget(run, clean(), [], Budget()) == []
+    late_miss = clean() + [ex(6, step=5, graph="g1", cache="miss")]
+    assert any("cache misses after warm-up: 1" in b for b in check_budget(run, late_miss, [], Budget()))
+    synced = clean() + [ex(6, step=3, cause="item", detail="Tensor.item()", line=31)]
+    assert any("executions per step: up to 2" in b for b in check_budget(run, synced, [], Budget()))
+    fell = clean() + [ex(6, step=3, cause="fallback", detail="aten::sin", fallback_ops={"aten::sin": 1})]
+    assert any("--allow-fallback aten::sin" in b for b in check_budget(run, fell, [], Budget()))
+    assert check_budget(run, fell, [], Budget(allowed_fallbacks=frozenset({"aten::sin"}),
+                                              max_executions_per_step=None)) == []
+
+
+def test_budget_fails_an_unfinished_trace_unless_allowed() -> None:
+    killed = run_info(complete=False, ended_by="killed by SIGKILL", steps=6)
+    assert any("unfinished" in b or "stopped early" in b for b in check_budget(killed, clean(), [], Budget()))
+    assert check_budget(killed, clean(), [], Budget(allow_unfinished=True)) == []
+
+
+def test_baseline_round_trip_and_new_graph() -> None:
+    run = run_info(steps=6)
+    baseline = baseline_of(run, clean(), 2)
+    assert baseline_problem(json.loads(json.dumps(baseline))) is None
+    assert check_baseline(run, clean(), baseline) == []
+    changed = clean()[:-1] + [ex(5, step=5, graph="g9", cache="miss")]
+    assert any("graph(s) the baseline does not have: g9" in b for b in check_baseline(run, changed, baseline))
+
+
+@pytest.mark.parametrize("bad", [[], {"format": "x"}, {"format": "lazyviz-baseline", "sites": []},
+                                 {"format": "lazyviz-baseline", "warmup_steps": "2"},
+                                 {"format": "lazyviz-baseline", "sites": {"a": {"graphs": []}}}])
+def test_baseline_problems_are_named(bad: object) -> None:
+    assert baseline_problem(bad)
+
+
+def test_site_key_is_relative_to_the_run_folder() -> None:
+    assert site_key(ex(0), "/repo") == "train.py:30 mark_step"
+    assert site_key(ex(0, file=None), "/repo") == "? mark_step"
+
+
+# -- comparing runs and ranks -----------------------------------------------------------------
+def test_compare_same_runs_and_a_changed_graph() -> None:
+    run = run_info(steps=6)
+    same = compare_runs(run, clean(), {"g0": IR16}, run, clean(), {"g0": IR16})
+    assert same.same_graphs and same.a.executions_per_step == same.b.executions_per_step == 1
+    other = [e for e in clean()]
+    other = [ex(i, step=i, graph="g1", cache="miss" if i == 0 else "hit") for i in range(6)]
+    changed = compare_runs(run, clean(), {"g0": IR16}, run, other, {"g1": IR24})
+    assert changed.only_a == [("train.py:30 mark_step", "g0")] and "Float[16,64]" in changed.changed[0].headline
+
+
+def test_ranks_diverge_at_the_first_differing_step() -> None:
+    rank0 = clean(4)
+    rank1 = clean(2) + [ex(2, step=2, graph="g1", cache="miss"), ex(3, step=3)]
+    divergence = find_divergence({0: rank0, 1: rank1}, {0: {"g0": IR16}, 1: {"g0": IR16, "g1": IR24}})
+    assert divergence is not None and divergence.step == 2 and divergence.divergent_steps == 1
+    assert "rank 1 vs rank 0" in divergence.change
+    assert find_divergence({0: rank0, 1: clean(4)}, {0: {}, 1: {}}) is None
+    assert step_graphs(rank1)[2] == ("g1",)
+
+
+# -- the presentation layer ---------------------------------------------------------------------
+def test_short_path_rules() -> None:
+    home = str(Path.home())
+    assert short_path("/repo/src/train.py", "/repo") == "src/train.py"
+    assert short_path(os.path.join(home, "x", "t.py"), "/elsewhere").startswith("~" + os.sep)
+    assert short_path("/opt/t.py", "/repo") == "/opt/t.py"
+    assert site_text(Frame("/repo/t.py", 3, "f"), "/repo") == "t.py:3" and site_text(None) == "?"
+
+
+def test_diff_marks_keep_the_origin() -> None:
+    diff = diff_texts(IR16, IR24)
+    marks = diff_marks(diff)
+    assert marks["%0"] == ORIGIN and set(marks.values()) <= {ORIGIN, CARRIED, ADDED}
+    assert list(marks.values()).count(ORIGIN) == len({c.node for c in diff.origins if c.node})
+    assert CARRIED in marks.values()
+
+
+def test_diff_texts_is_none_for_text_that_is_not_ir() -> None:
+    assert diff_texts("not ir", IR16) is None and diff_texts("", "") is None
+
+
+# -- backends registry --------------------------------------------------------------------------
+def test_backend_detection() -> None:
+    assert detect_backend({"torch", "torch._lazy", "torch._lazy.ts_backend"}) == "ts"
+    assert detect_backend({"torch", "torch_xla.core.xla_model"}) == "xla"
+    assert detect_backend({"torch"}) == "ts" and detect_backend(None) == "ts"
+    with pytest.raises(BackendError, match="pass --backend ts or --backend xla"):
+        detect_backend({"torch._lazy", "torch_xla"})
+
+
+# -- renderers ---------------------------------------------------------------------------------
+@pytest.fixture
+def small_trace(tmp_path: Path) -> Path:
+    path = tmp_path / "t.trace"
+    records = [execution(i, step=i, graph="b16" if i < 4 else "b24", cache="miss" if i in (0, 4) else "hit")
+               for i in range(6)]
+    write_trace(path, records, [GraphRecord("b16", 6, IR16, "graph()", 0), GraphRecord("b24", 6, IR24, "graph()", 4)])
+    return path
+
+
+@pytest.fixture
+def empty_trace(tmp_path: Path) -> Path:
+    path = tmp_path / "e.trace"
+    write_trace(path, [])
+    return path
+
+
+@pytest.mark.parametrize("fmt", list(REPORT_FORMATS))
+def test_report_renderers_on_an_empty_and_a_small_trace(fmt: str, small_trace: Path, empty_trace: Path) -> None:
+    renderer = renderer_for(REPORT_FORMATS, fmt, None, "text")
+    for path in (empty_trace, small_trace):
+        with lazyviz.trace.open(path) as trace:
+            text = renderer.render(RenderRequest(RunData(trace)))
+        assert text.endswith("\n") and "train.py" in text
+    assert "recompiled" in text and "Float[16,64]" in text
+
+
+@pytest.mark.parametrize("fmt", [f for f in EXPORT_FORMATS if f != "svg"])
+def test_export_renderers(fmt: str, small_trace: Path, empty_trace: Path) -> None:
+    renderer = renderer_for(EXPORT_FORMATS, fmt, None, "svg")
+    with lazyviz.trace.open(small_trace) as trace:
+        text = renderer.render(RenderRequest(RunData(trace), execution=4, diff=True))
+    assert text
+    with lazyviz.trace.open(empty_trace) as trace:
+        if renderer.needs_execution:
+            with pytest.raises(lazyviz.trace.TraceError, match="no execution 0"):
+                renderer.render(RenderRequest(RunData(trace), execution=0))
+        else:
+            assert json.loads(renderer.render(RenderRequest(RunData(trace))))["traceEvents"]
+
+
+def test_renderer_from_suffix() -> None:
+    assert renderer_for(REPORT_FORMATS, None, "r.md", "text").name == "markdown"
+    assert renderer_for(REPORT_FORMATS, None, "r.html", "text").name == "html"
+    assert renderer_for(REPORT_FORMATS, None, "r.json", "text").name == "json"
+    assert renderer_for(EXPORT_FORMATS, None, "t.json", "svg").name == "chrome"
+    assert renderer_for(EXPORT_FORMATS, None, None, "svg").name == "svg"
+
+
+def test_markdown_table_survives_pipes(tmp_path: Path) -> None:
+    path = tmp_path / "p.trace"
+    write_trace(path, [execution(0, file="/repo/a|b.py")], argv=["a|b.py"])
+    with lazyviz.trace.open(path) as trace:
+        text = renderer_for(REPORT_FORMATS, "markdown", None, "text").render(RenderRequest(RunData(trace)))
+    assert "a\\|b.py" in text

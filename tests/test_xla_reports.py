@@ -1,0 +1,42 @@
+"""PyTorch/XLA's debug reports and tensors dump, parsed from fixture text that torch_xla
+2.9 wrote for samples/xla/batch_size_change.py (paths shortened): no torch_xla needed."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from lazyviz.analysis.ir import parse_ir
+from lazyviz.backends.xla_reports import GraphDumpParser, ReportParser
+
+FIXTURES = Path(__file__).parent / "fixtures" / "xla"
+
+
+def test_reports_in_order_with_hash_and_frames() -> None:
+    reports = ReportParser().feed((FIXTURES / "analysis.txt").read_text())
+    kinds = [r.kind for r in reports]
+    assert kinds[:4] == ["Compilation", "Post Compilation", "Execution", "Execution"]
+    assert kinds.count("Execution") == 4 and kinds.count("Compilation") == 2
+    first = reports[0]
+    assert first.graph_hash == "d3f0148b7de5c665cdb2a523e7ecc940"
+    assert first.frames[0] == ("/venv/site-packages/torch_xla/torch_xla.py", 87, "sync")
+    assert first.frames[1:] == [("/repo/batch_size_change.py", 34, "main"), ("/repo/batch_size_change.py", 39, "<module>")]
+    assert first.field("Number of Graph Inputs") == "9"
+
+
+def test_reports_split_across_reads() -> None:
+    text = (FIXTURES / "analysis.txt").read_text()
+    parser = ReportParser()
+    middle = text.index("Execution Analysis: Graph Info")
+    cut = text.rfind("\n", 0, middle) + 1  # the adapter hands on whole lines only
+    reports = parser.feed(text[:cut]) + parser.feed(text[cut:])
+    assert [r.graph_hash for r in reports] == [r.graph_hash for r in ReportParser().feed(text)]
+
+
+def test_graph_dump_gives_each_graph_once_with_locations() -> None:
+    text = (FIXTURES / "graphs.txt").read_text()
+    parser = GraphDumpParser()
+    half = len(text) // 2
+    found = {**parser.feed(text[:half]), **parser.feed(text[half:])}
+    assert list(found) == ["d3f0148b7de5c665cdb2a523e7ecc940"]  # dumped twice, stored once
+    graph = parse_ir(found["d3f0148b7de5c665cdb2a523e7ecc940"])
+    assert len(graph) > 10 and any(node.location.endswith("batch_size_change.py:28") for node in graph.nodes)
+    assert parser.feed("") == {}

@@ -1,0 +1,142 @@
+"""The detail tabs, in one registry: what each shows and where its key comes from.
+
+An execution panel turns the selected execution into text (off the UI thread) for a
+CodeView; a run panel is a widget fed by the app as the trace grows. A new tab is one
+class here (or one widget in tui/widgets/) plus one line in TABS; its number key and
+its line in the help follow from its place in TABS.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+from textual.containers import VerticalScroll
+from textual.widget import Widget
+
+from lazyviz.analysis.ir import parsed
+from lazyviz.analysis.recompiles import explain_execution
+from lazyviz.trace import Execution, Trace
+from tui.details import counters_text, diff_text, stack_text
+from tui.widgets.code_view import CodeView
+from tui.widgets.findings import FindingsView
+from tui.widgets.output import OutputView
+from tui.widgets.step_chart import StepChart
+
+
+@dataclass(frozen=True)
+class DetailContext:
+    """What panels may read for one selection: the open trace and snapshots of what the
+    UI has read so far (the UI thread only appends to its own lists)."""
+
+    trace: Trace
+    executions: list[Execution]
+    ir_texts: dict[str, str]
+
+
+class ExecutionPanel:
+    id: ClassVar[str]
+    title: ClassVar[str]
+    language: ClassVar[str] = "plain"
+    placeholder: ClassVar[str] = ""
+    about: ClassVar[str]  # one line for the help
+
+    def text(self, execution: Execution, context: DetailContext) -> str:
+        raise NotImplementedError
+
+
+class IrPanel(ExecutionPanel):
+    id, title, language, placeholder = "ir", "IR", "ir", "select an execution"
+    about = "the graph's IR: one node per line, shapes and ops"
+
+    def text(self, execution: Execution, context: DetailContext) -> str:
+        graph = context.trace.graph(execution.graph)
+        ir = graph.ir_text if graph and graph.ir_text else "no IR recorded for this graph (capture light)"
+        return f"# execution {execution.index}: graph {execution.graph}, {execution.nodes} nodes, {execution.cache}\n{ir}"
+
+
+class BackendPanel(ExecutionPanel):
+    id, title, language = "backend", "Backend", "torchscript"
+    about = "the backend's code for the graph (TorchScript; on XLA, what XLA reported)"
+
+    def text(self, execution: Execution, context: DetailContext) -> str:
+        graph = context.trace.graph(execution.graph)
+        return graph.backend_text if graph and graph.backend_text else "no backend text"
+
+
+class DiffPanel(ExecutionPanel):
+    id, title, language = "diff", "Diff", "diff"
+    about = "what changed since the closest earlier graph: ! origin, ~ carried, + added, - removed"
+
+    def text(self, execution: Execution, context: DetailContext) -> str:
+        recompile = explain_execution(context.executions, context.ir_texts, execution.index)
+        old_ir = context.ir_texts.get(recompile.closest, "") if recompile and recompile.closest else ""
+        return diff_text(execution, recompile, old_ir, context.ir_texts.get(execution.graph, ""))
+
+
+class StackPanel(ExecutionPanel):
+    id, title, language = "stack", "Stack", "stack"
+    about = "the Python stack that synced, your line marked, with its source"
+
+    def text(self, execution: Execution, context: DetailContext) -> str:
+        stack = context.trace.stack(execution.stack_id)
+        return f"# {execution.detail or execution.cause} at {execution.site}\n" + stack_text(stack, execution.frame)
+
+
+class CountersPanel(ExecutionPanel):
+    id, title = "counters", "Counters"
+    about = "the lazy core's counters that moved with this execution, and its timings"
+
+    def text(self, execution: Execution, context: DetailContext) -> str:
+        return counters_text(execution)
+
+
+class OpsPanel(ExecutionPanel):
+    id, title = "ops", "Ops"
+    about = "what the graph is made of: each op and how many times it appears"
+
+    def text(self, execution: Execution, context: DetailContext) -> str:
+        graph = parsed(context.ir_texts.get(execution.graph, ""))
+        if graph is None:
+            return "no IR recorded for this graph (capture light)"
+        counts = Counter(node.op for node in graph.nodes)
+        lines = [f"# graph {execution.graph}: {len(graph)} nodes, {len(counts)} distinct ops"]
+        lines += [f"{count:7d}  {op}" for op, count in counts.most_common()]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Tab:
+    id: str
+    title: str
+    about: str
+    make: Callable[[], Widget]
+    panel: ExecutionPanel | None = None  # None: a run panel the app feeds itself
+
+
+def _execution_tab(panel: ExecutionPanel) -> Tab:
+    return Tab(panel.id, panel.title, panel.about,
+               lambda: CodeView(panel.language, panel.placeholder, id=f"{panel.id}-view"), panel)
+
+
+TABS: list[Tab] = [
+    _execution_tab(IrPanel()),
+    _execution_tab(BackendPanel()),
+    _execution_tab(DiffPanel()),
+    _execution_tab(StackPanel()),
+    _execution_tab(CountersPanel()),
+    Tab("findings", "Findings", "what the run so far says to fix, worst first",
+        lambda: VerticalScroll(FindingsView(id="findings-view"))),
+    Tab("timing", "Timing", "time per step, compiles marked", lambda: StepChart(id="timing-view")),
+    Tab("output", "Output", "the script's own stdout and stderr", lambda: OutputView(id="output-view")),
+    Tab("ranks", "Ranks", "a torchrun folder: which graphs each rank ran per step",
+        lambda: CodeView("diff", "one process: no other ranks", id="ranks-view")),
+    _execution_tab(OpsPanel()),
+]
+EXECUTION_PANELS = [tab.panel for tab in TABS if tab.panel is not None]
+
+
+def tab_key(position: int) -> str:
+    """1..9, then 0, then letters: every tab gets a key."""
+    return str(position + 1) if position < 9 else "0" if position == 9 else "abcdeghijk"[position - 10]
