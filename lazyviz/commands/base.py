@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -57,24 +58,22 @@ def say(text: str) -> None:
         pass
 
 
-def execution_index(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an execution index: {text!r}") from None
-    if not 0 <= value < 2**63:
-        raise argparse.ArgumentTypeError(f"no execution {text}: indexes start at 0")
-    return value
+def _whole_number(what: str, limit: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from 0 below limit, named in its error."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+        if not 0 <= value < limit:
+            raise argparse.ArgumentTypeError(f"{text} is out of range for {what} (0 to {limit - 1})")
+        return value
+
+    return parse
 
 
-def count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a count: {text!r}") from None
-    if not 0 <= value < 2**31:
-        raise argparse.ArgumentTypeError(f"{text} is out of range")
-    return value
+execution_index = _whole_number("an execution index", 2**63)
+count = _whole_number("a count", 2**31)
 
 
 def add_force(parser: argparse.ArgumentParser, what: str) -> None:
