@@ -41,7 +41,7 @@ def step_times(mode: str, warmup: int, steps: int, folder: Path, backend: str) -
         command = [sys.executable, *loop]
     else:
         capture = mode.split()[-1]
-        command = [sys.executable, "-m", "lazyviz", "run", "--no-tui", "--backend", backend, "--capture", capture,
+        command = [sys.executable, "-m", "lazyviz", "run", "--no-tui", "--force", "--backend", backend, "--capture", capture,
                    "-o", str(folder / f"{capture}.trace"), *loop]
     result = subprocess.run(command, capture_output=True, text=True, env=env)
     if result.returncode != 0:

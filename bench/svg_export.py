@@ -48,7 +48,7 @@ def main() -> None:
                             ("dot on the raw graph", ["--max-nodes", str(nodes + 1)])):
             svg = str(Path(folder) / "out.svg")
             try:
-                seconds, result = run_cli("export", trace, "--execution", "0", "-o", svg, *extra,
+                seconds, result = run_cli("export", trace, "--execution", "0", "-o", svg, "--force", *extra,
                                           timeout=options.raw_timeout)
                 if result.returncode == 0:
                     shown = f"{seconds:10.2f}"
