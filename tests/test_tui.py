@@ -139,6 +139,7 @@ def _normalised_copy(trace: Path, folder: Path) -> Path:
 ])
 def test_snapshots(snap_compare, sample_trace, tmp_path: Path, sample: str, keys: list[str]) -> None:
     app = build_app(_normalised_copy(sample_trace(sample), tmp_path), poll_s=0.05)
+    app.animation_level = "none"  # the tab underline must not be caught mid-slide on a loaded machine
 
     async def settle(pilot) -> None:
         table = app.query_one(ExecutionList)
@@ -146,6 +147,7 @@ def test_snapshots(snap_compare, sample_trace, tmp_path: Path, sample: str, keys
                        and app.analysis is not None)
         await pilot.press(*keys)
         await wait_for(pilot, lambda: "execution" in view(app, "ir-view"))
+        await pilot.wait_for_scheduled_animations()
         await pilot.pause(0.3)
 
     assert snap_compare(app, terminal_size=(100, 30), run_before=settle)

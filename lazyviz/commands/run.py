@@ -29,7 +29,7 @@ class RunCommand:
                         "       [-m] SCRIPT | MODULE [ARGS ...]")
         parser.add_argument("-o", "--output", metavar="TRACE",
                             help="trace file to write (default: lazyviz-<script>.<pid>.trace; "
-                                                   "under torchrun a folder of rank<R>.trace)")
+                                 "under torchrun a folder of rank<R>.trace)")
         add_force(parser, "the -o trace (only ever a lazyviz trace that no run is writing)")
         parser.add_argument("--no-tui", action="store_true", help="no live UI: print a summary at the end")
         parser.add_argument(
