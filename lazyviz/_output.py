@@ -57,11 +57,10 @@ def write_output(text: str, output: str | None, *, force: bool = False,
         sys.stdout.write(printable(text) if for_people or sys.stdout.isatty() else text)
         return
     path = check_output_path(output, force, inputs)
-    folder = path.parent if str(path.parent) else Path(".")
     try:
         # Closed below, then renamed into place: the output appears whole or not at all.
         handle = tempfile.NamedTemporaryFile(  # noqa: SIM115
-            "w", encoding="utf-8", dir=folder, prefix=f".{path.name}.", suffix=".tmp", delete=False)
+            "w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False)
     except OSError as error:
         raise OutputRefused(f"cannot write {path}: {error.strerror}") from None
     try:

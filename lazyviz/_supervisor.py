@@ -40,8 +40,14 @@ class Supervised:
     """The traced process, with lazyviz's signal handling in place while it runs."""
 
     def __init__(self, command: list[str], *, own_session: bool = False, stdin: int | IO | None = None,
-                 stdout: int | IO | None = None, stderr: int | IO | None = None) -> None:
+                 stdout: int | IO | None = None, stderr: int | IO | None = None,
+                 exit_on_hangup: Path | None = None) -> None:
+        """exit_on_hangup: the trace of a run whose terminal belongs to a UI. When that
+        terminal closes (SIGHUP), nothing is left to restore and Textual's teardown would
+        block writing to it: pass SIGHUP on, wait for the script, record how it ended in
+        that trace, and exit with its status from the handler itself."""
         self.own_session = own_session
+        self.exit_on_hangup = exit_on_hangup
         self.received: int | None = None  # a SIGTERM/SIGHUP passed on to the script
         self._previous: dict[int, object] = {}
         self._install()
@@ -57,7 +63,12 @@ class Supervised:
             current = signal.getsignal(number)
             if current == signal.SIG_IGN:
                 continue  # ignored by whoever started us: the script inherits that, as untraced
-            handler = self._survive if number == signal.SIGINT else self._forward
+            if number == signal.SIGINT:
+                handler = self._survive
+            elif number == signal.SIGHUP and self.exit_on_hangup is not None:
+                handler = self._hang_up
+            else:
+                handler = self._forward
             self._previous[number] = signal.signal(number, handler)
 
     def _survive(self, number: int, frame: FrameType | None) -> None:
@@ -69,6 +80,23 @@ class Supervised:
         # Only async-signal-safe work here: note it and pass it on.
         self.received = number
         self._send(number)
+
+    def _hang_up(self, number: int, frame: FrameType | None) -> None:
+        # Once: the shell passes the terminal's SIGHUP on too, so a second one may come.
+        if self.received == number or self.exit_on_hangup is None:
+            return
+        self._forward(number, frame)
+        returncode = self.reap(30)
+        if returncode is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            returncode = self.reap(5)
+        if returncode is None:
+            returncode = -signal.SIGKILL
+        record_ending(self.exit_on_hangup, returncode)
+        os._exit(exit_status_of(returncode))
 
     def _send(self, number: int) -> None:
         process = getattr(self, "process", None)

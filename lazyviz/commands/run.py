@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import ast
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -121,12 +120,10 @@ class RunCommand:
         output_path = Path(f"{trace_path}.out")
         with open(output_path, "xb") as output:
             child = Supervised(command, own_session=True, stdin=subprocess.DEVNULL, stdout=output,
-                               stderr=subprocess.STDOUT)
+                               stderr=subprocess.STDOUT, exit_on_hangup=trace_path)
         # SIGTERM reaches the script through the supervisor; the UI notices (child.received)
         # on its own timer and closes, restoring the terminal. A signal handler must not
         # call into Textual: it may be in the middle of the very call it would re-enter.
-        if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
-            signal.signal(signal.SIGHUP, lambda number, frame: _hang_up(child, trace_path, number, frame))
         try:
             app = build_app(trace_path, child.process, output_path, close_when=lambda: child.received is not None)
             app.run()
@@ -181,29 +178,6 @@ class RunCommand:
             if text:
                 say(text)
         return status
-
-
-def _hang_up(child, trace_path: Path, number: int, frame: object) -> None:
-    """The terminal closed under the UI: pass SIGHUP on to the script, wait for it,
-    record how it ended, and exit with its status. Nothing is left to restore on a
-    terminal that is gone, and Textual's teardown would block writing to it. Runs once:
-    the shell passes the terminal's SIGHUP on too, so a second one may come."""
-    from lazyviz._supervisor import exit_status_of, record_ending
-
-    if child.received == signal.SIGHUP:
-        return
-    child._forward(number, frame)
-    returncode = child.reap(30)
-    if returncode is None:
-        try:
-            os.killpg(child.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        returncode = child.reap(5)
-    if returncode is None:
-        returncode = -signal.SIGKILL
-    record_ending(trace_path, returncode)
-    os._exit(exit_status_of(returncode))
 
 
 def _summary_text(trace_path: Path, status: int) -> str:
