@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 
 from rich.text import Text
-from textual.widgets import Static
+from textual.widget import Widget
 
 from lazyviz.analysis.summary import chart_scale, step_times
 from lazyviz.trace.model import Execution
@@ -13,27 +13,25 @@ from lazyviz.trace.model import Execution
 BARS = " ▁▂▃▄▅▆▇█"
 
 
-class StepChart(Static):
+class StepChart(Widget):
     DEFAULT_CSS = """
     StepChart { padding: 0 1; height: 1fr; }
     """
 
     def __init__(self, **kwargs: object) -> None:
-        super().__init__("no steps yet", **kwargs)
+        super().__init__(**kwargs)
         self.executions: list[Execution] = []
 
     def show(self, executions: list[Execution]) -> None:
         self.executions = executions
-        self.refresh_chart()
+        self.refresh()
 
-    def on_resize(self) -> None:
-        self.refresh_chart()
-
-    def refresh_chart(self) -> None:
+    def render(self) -> Text:
+        # Drawn at paint time from the size it is painted at: a chart computed when the
+        # data arrived (often while its tab was hidden, size 0) could be shown stale.
         steps = step_times(self.executions)
         if not steps:
-            self.update("no steps yet")
-            return
+            return Text("no steps yet")
         width = max(10, self.size.width - 4)
         height = max(2, min(8, self.size.height - 4))
         # More steps than columns: each column shows the slowest of its steps.
@@ -66,4 +64,4 @@ class StepChart(Static):
             ("■ compiled", "red"), " ", ("■ cached", "cyan"),
             f"\nsync (lower+compile+run) {sync_ms:.0f} ms = {share:.0f}% · python tracing {trace_ms:.0f} ms",
         )
-        self.update(Text("\n").join([*rows, legend]))
+        return Text("\n").join([*rows, legend])
