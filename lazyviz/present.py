@@ -25,8 +25,16 @@ def short_path(file: str, cwd: str | None = None) -> str:
     return file
 
 
+def plural(count: int, word: str) -> str:
+    if count == 1:
+        return f"{count} {word}"
+    return f"{count} {word}es" if word.endswith("s") else f"{count} {word}s"
+
+
 def site_text(frame: Frame | None, cwd: str | None = None) -> str:
-    return f"{short_path(frame.file, cwd)}:{frame.line}" if frame is not None else "?"
+    if frame is None:
+        return "?"
+    return frame.site if frame.file.startswith("In [") else f"{short_path(frame.file, cwd)}:{frame.line}"
 
 
 # The mark of a node in a diff against the closest earlier graph. The origin of a

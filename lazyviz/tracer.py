@@ -14,6 +14,7 @@ from pathlib import Path
 from types import FrameType
 
 from lazyviz.backends import CompiledGraph, Frame, LazyBackend
+from lazyviz.errors import LazyvizError
 from lazyviz.trace.schema import ExecutionRecord, GraphRecord, StackRecord
 from lazyviz.trace.writer import TraceWriter
 
@@ -36,9 +37,42 @@ class _SyncCause(threading.local):
     detail: str | None = None
 
 
+class TracerBusy(LazyvizError):
+    """A second trace asked for while one records in this process."""
+
+
+class _Process:
+    """What is installed once per process and kept: the fork handler, and which tracer
+    records now. Tracers come and go (lazyviz.trace runs several one after another);
+    the backend's hook stays and reports to the current one."""
+
+    current: Tracer | None = None
+    fork_handler = False
+    # Compiled graphs by the backend's key, kept by tracers that ask (lazyviz.trace): a
+    # graph compiled during an earlier trace is a cache hit in a later one, and the later
+    # trace must still hold its IR.
+    graphs: dict[int, CompiledGraph] = {}
+
+    @classmethod
+    def after_fork_in_child(cls) -> None:
+        if cls.current is not None:
+            cls.current._after_fork()
+            cls.current = None  # the child runs on untraced, and may start a trace of its own
+
+
+def current_tracer() -> Tracer | None:
+    """The tracer recording in this process, if any."""
+    return _Process.current
+
+
 class Tracer:
     def __init__(self, backend: LazyBackend, writer: TraceWriter, capture: str = "full",
-                 started: float | None = None) -> None:
+                 started: float | None = None, outer_files: frozenset[str] = frozenset(),
+                 file_label: Callable[[str], str] | None = None, keep_graphs: bool = False) -> None:
+        """outer_files: files whose frames are below the traced code (a runner, a
+        notebook's shell): stack walks stop there. file_label: how to name a code
+        object's file in the trace (a notebook cell as "In [3]"). keep_graphs: keep every
+        compiled graph for later tracers in this process (costs their texts' memory)."""
         self.backend = backend
         self.writer = writer
         self.capture = capture
@@ -47,7 +81,10 @@ class Tracer:
         self._sync = _SyncCause()  # set by the sync-site wrappers while they run
         self._last_fallback_call: tuple[int, int] | None = None
         self._last_fallback_op: str | None = None
-        self._graph_of: dict[int, tuple[str, int]] = {}  # computation key -> (graph id, nodes)
+        # The backend's computation key -> its graph; without keep_graphs, without its texts
+        # (they are written once, on the miss, and need not stay in the script's memory).
+        self._graph_of: dict[int, CompiledGraph] = _Process.graphs if keep_graphs else {}
+        self._keep_graphs = keep_graphs
         self._graphs_seen: set[str] = set()
         self._stack_ids: dict[tuple, int] = {}
         self._user_file: dict[str, bool] = {}
@@ -58,6 +95,9 @@ class Tracer:
         self._started = time.perf_counter() if started is None else started
         self._last_end: float | None = None  # None until the first execution: start-up is apart
         self._not_user = [_LAZYVIZ_DIR, *self._stdlib_paths()]  # + the backend's, once initialised
+        self._outer_files = RUNNER_FILES | outer_files
+        self._file_label = file_label
+        self._wrapped: list[tuple[object, str, Callable, Callable]] = []  # owner, name, original, wrapper
 
     @staticmethod
     def _stdlib_paths() -> list[str]:
@@ -66,15 +106,22 @@ class Tracer:
 
     # -- set-up -----------------------------------------------------------------------
     def install(self) -> None:
+        if _Process.current is not None:
+            raise TracerBusy(f"a trace is already recording in this process ({_Process.current.writer.path}): "
+                             "stop it first (traces do not nest)")
         self.backend.init()
         self._not_user += self.backend.framework_paths()
         self.backend.install_hook(self._on_execution, self._on_execute_time)
-        os.register_at_fork(after_in_child=self._after_fork)
+        if not _Process.fork_handler:  # register_at_fork cannot be undone: once per process
+            os.register_at_fork(after_in_child=_Process.after_fork_in_child)
+            _Process.fork_handler = True
+        _Process.current = self
         for site in self.backend.sync_sites():
             original = getattr(site.owner, site.attribute, None)
             if original is not None:
                 wrapper = self._wrap_sync_site(original, site.cause, site.label, isinstance(site.owner, type))
                 setattr(site.owner, site.attribute, wrapper)
+                self._wrapped.append((site.owner, site.attribute, original, wrapper))
 
     def _wrap_sync_site(self, original: Callable, cause: str, detail: str, is_method: bool = False) -> Callable:
         tracer = self
@@ -88,7 +135,9 @@ class Tracer:
 
         @functools.wraps(original)
         def sync_site(*args: object, **kwargs: object) -> object:
-            if sync.cause is not None:  # the outermost cause wins (print calls item)
+            # The outermost cause wins (print calls item); a stopped tracer's wrapper that
+            # someone kept (wrapped again on top of it) only passes the call on.
+            if sync.cause is not None or _Process.current is not tracer:
                 return original(*args, **kwargs)
             if poll is not None and is_method and getattr(getattr(args[0], "device", None), "type", device) != device:
                 # A CPU tensor's .item() (AdamW's step counts) syncs nothing: skip the polls.
@@ -112,9 +161,19 @@ class Tracer:
         return sync_site
 
     def stop(self) -> None:
-        if self.backend.polls:
-            self.backend.poll(final=True)
-        self.backend.set_hook_enabled(False)
+        """Report what is pending, turn the hook off and put the sync sites back."""
+        if _Process.current is not self:
+            return
+        try:
+            if self.backend.polls:
+                self.backend.poll(final=True)
+        finally:
+            self.backend.set_hook_enabled(False)
+            for owner, name, original, wrapper in reversed(self._wrapped):
+                if getattr(owner, name, None) is wrapper:  # not when wrapped again on top of ours
+                    setattr(owner, name, original)
+            self._wrapped.clear()
+            _Process.current = None
 
     def _after_fork(self) -> None:
         """A forked child stops tracing: the writer's thread was not copied with it, and
@@ -171,8 +230,11 @@ class Tracer:
         else:
             self._last_fallback_call = None
         if graph is not None:
-            self._graph_of[key] = (graph.graph_id, graph.nodes)
-        graph_id, nodes = self._graph_of.get(key, (f"unknown-{key:x}", 0))
+            known = graph
+            self._graph_of[key] = graph if self._keep_graphs else CompiledGraph(graph.graph_id, graph.nodes, "", "", 0.0)
+        else:
+            known = self._graph_of.get(key)
+        graph_id, nodes = (known.graph_id, known.nodes) if known is not None else (f"unknown-{key:x}", 0)
         compile_ms = graph.compile_ms if graph else 0.0
         sync_ms = compile_ms + execute_ms
         start = end - sync_ms / 1000
@@ -185,9 +247,9 @@ class Tracer:
         self._last_end = end
 
         new_graph = None
-        if graph is not None and graph.graph_id not in self._graphs_seen:
-            self._graphs_seen.add(graph.graph_id)
-            new_graph = GraphRecord(graph.graph_id, graph.nodes, graph.ir_text, graph.backend_text,
+        if known is not None and known.graph_id not in self._graphs_seen:  # new to this trace
+            self._graphs_seen.add(known.graph_id)
+            new_graph = GraphRecord(known.graph_id, known.nodes, known.ir_text, known.backend_text,
                                     self.execution_count)
         stack_id = new_stack = None
         if self.capture == "full":
@@ -218,7 +280,7 @@ class Tracer:
         stack = []
         for frame in frames:
             file = frame[0]
-            if file in RUNNER_FILES:
+            if file in self._outer_files:
                 break
             if not file.startswith(_LAZYVIZ_DIR):
                 stack.append(frame)
@@ -229,6 +291,7 @@ class Tracer:
         with to_user_frame, only as far as the user frame."""
         stack = []
         entries = self._frame_entries
+        outer_files, label = self._outer_files, self._file_label
         while frame is not None:
             # f_lineno walks the code's line table: cache it per (code, instruction).
             key = (id(frame.f_code), frame.f_lasti)
@@ -237,12 +300,13 @@ class Tracer:
                 code = frame.f_code
                 if code.co_name == "sync_site" and code.co_filename == __file__:
                     kind = _SKIP
-                elif code.co_filename in RUNNER_FILES:
+                elif code.co_filename in outer_files:
                     kind = _STOP
                 else:
                     kind = _USER if self._is_user_file(code.co_filename) else _FRAMEWORK
+                file = label(code.co_filename) if label is not None else code.co_filename
                 # The code object rides along so its id cannot be reused while cached.
-                cached = entries[key] = (kind, (code.co_filename, frame.f_lineno, code.co_name), code)
+                cached = entries[key] = (kind, (file, frame.f_lineno, code.co_name), code)
             kind = cached[0]
             if kind is _STOP:
                 break

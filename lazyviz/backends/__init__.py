@@ -72,6 +72,9 @@ class LazyBackend(ABC):
     # `torch_xla.step()` syncs on entry with nothing to run: there only a sync that ran
     # a graph ends a step.
     empty_sync_ends_step: bool = True
+    # True where the backend's reporting is set up at import time (XLA's debug files):
+    # then lazyviz.trace can record only one trace per process.
+    one_trace_per_process: bool = False
 
     def __init__(self, capture_ir: bool = True) -> None:
         self.capture_ir = capture_ir

@@ -101,7 +101,7 @@ class RecordingBackend : public BackendImplInterface {
     pending_ = CompiledGraph();
     pending_.nodes = static_cast<int64_t>(post_order.size());
     pending_.graph_id = GraphId(post_order);
-    if (capture_ir_) {
+    if (capture_ir_.load()) {
       pending_.ir_text = DumpUtil::PostOrderToText(post_order, Roots(post_order));
     }
     have_pending_ = true;
@@ -156,7 +156,12 @@ class RecordingBackend : public BackendImplInterface {
     return inner_->GetComputationBackendText(computation);
   }
 
-  void set_enabled(bool enabled) { enabled_.store(enabled); }
+  // Turned on again (a new trace in the same process): counters count from now.
+  void set_enabled(bool enabled) {
+    if (enabled && !enabled_.load()) ResetCounterBaseline();
+    enabled_.store(enabled);
+  }
+  void set_capture_ir(bool capture_ir) { capture_ir_.store(capture_ir); }
 
   // Deltas count from here: what ran before lazyviz installed is not the script's.
   void ResetCounterBaseline() {
@@ -262,7 +267,7 @@ class RecordingBackend : public BackendImplInterface {
 
   const BackendImplInterface* inner_;
   py::object on_execution_;
-  bool capture_ir_;
+  std::atomic<bool> capture_ir_;
   std::atomic<bool> enabled_{true};
   mutable std::mutex mu_;
   mutable bool have_pending_ = false;
@@ -286,9 +291,17 @@ void set_enabled(bool enabled) {
   if (g_backend != nullptr) g_backend->set_enabled(enabled);
 }
 
+void set_capture_ir(bool capture_ir) {
+  if (g_backend != nullptr) g_backend->set_capture_ir(capture_ir);
+}
+
+bool has_backend() { return hasBackend(); }
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("install", &install, "Wrap the registered lazy backend and report each execution.");
   m.def("set_enabled", &set_enabled, "Turn reporting on or off.");
+  m.def("set_capture_ir", &set_capture_ir, "Record the IR text of each new graph, or not.");
+  m.def("has_backend", &has_backend, "Is a lazy backend registered (initialised) in this process?");
 }

@@ -113,23 +113,37 @@ class TorchScriptBackend(LazyBackend):
     def __init__(self, capture_ir: bool = True) -> None:
         super().__init__(capture_ir)
         self._hook: ModuleType | None = None
+        self._on_execution: ExecutionHook | None = None
 
     def init(self) -> None:
         import torch._lazy.ts_backend
 
+        hook = load_hook()
         # Checked on torch 2.13: a second init() raises "Tried to register multiple
-        # backend fallbacks", so the user's own call becomes a no-op once we ran it.
+        # backend fallbacks", so the user's own call becomes a no-op once the backend is
+        # up. From Python (lazyviz.trace) the user may have initialised it already.
+        if not hook.has_backend():
+            torch._lazy.ts_backend.init()
         original_init = torch._lazy.ts_backend.init
-        original_init()
+        if getattr(original_init, "__wrapped_by_lazyviz__", False):
+            return
 
         def init() -> None:
             return None
 
         init.__doc__ = original_init.__doc__
+        init.__wrapped_by_lazyviz__ = True  # type: ignore[attr-defined]
         torch._lazy.ts_backend.init = init
 
     def install_hook(self, on_execution: ExecutionHook, on_execute_time: ExecuteTimeHook) -> None:
         # Execute times are measured in the hook itself: on_execute_time is never needed.
+        # The C++ hook wraps the backend once per process; a later trace in the same
+        # process (lazyviz.trace) only points it at its own callback and turns it on.
+        self._on_execution = on_execution
+        if self._hook is not None:
+            self._hook.set_capture_ir(self.capture_ir)
+            self._hook.set_enabled(True)
+            return
         self._hook = load_hook()
 
         def on_raw_execution(key: int, graph: tuple | None, execute_ms: float, counters: dict) -> None:
@@ -140,7 +154,7 @@ class TorchScriptBackend(LazyBackend):
                     graph_id, nodes, ir_text.decode("utf-8", "replace"),
                     backend_text.decode("utf-8", "replace"), compile_ms,
                 )
-            on_execution(key, compiled, execute_ms, counters)
+            self._on_execution(key, compiled, execute_ms, counters)
 
         self._hook.install(on_raw_execution, self.capture_ir)
 

@@ -62,6 +62,7 @@ class XlaBackend(LazyBackend):
     polls = True
     names = {"mark_step": "torch_xla.sync()", "step_closure": "xm.add_step_closure"}
     empty_sync_ends_step = False
+    one_trace_per_process = True
 
     def __init__(self, capture_ir: bool = True) -> None:
         super().__init__(capture_ir)

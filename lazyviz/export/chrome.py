@@ -14,7 +14,7 @@ STEP_TRACK, TRACING_TRACK, EXECUTION_TRACK = 1, 2, 3
 
 def chrome_trace(run: RunInfo, executions: list[Execution]) -> dict:
     events: list[dict] = [
-        {"ph": "M", "pid": PID, "name": "process_name", "args": {"name": f"lazyviz: {' '.join(run.argv)}"}},
+        {"ph": "M", "pid": PID, "name": "process_name", "args": {"name": f"lazyviz: {run.command}"}},
         {"ph": "M", "pid": PID, "tid": STEP_TRACK, "name": "thread_name", "args": {"name": "steps"}},
         {"ph": "M", "pid": PID, "tid": TRACING_TRACK, "name": "thread_name", "args": {"name": "python tracing"}},
         {"ph": "M", "pid": PID, "tid": EXECUTION_TRACK, "name": "thread_name", "args": {"name": "executions"}},

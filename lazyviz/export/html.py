@@ -109,8 +109,8 @@ def html_report(run: RunInfo, executions: list[Execution], graphs: list[Graph], 
     state = run.state
     parts = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
-        f"<title>lazyviz: {escape(' '.join(run.argv))}</title><style>{STYLE}</style></head><body>",
-        f"<h1>lazyviz: <code>{escape(' '.join(run.argv))}</code></h1>",
+        f"<title>lazyviz: {escape(run.command)}</title><style>{STYLE}</style></head><body>",
+        f"<h1>lazyviz: <code>{escape(run.command)}</code></h1>",
         f"<p>{escape(run.backend)} backend, capture {escape(run.capture)}, torch "
         f"{escape(str(run.versions.get('torch')))}, {escape(state)}; started {escape(run.start_time)}</p>",
         f"<p><b>{summary.executions}</b> executions in <b>{summary.steps}</b> steps, <b>{summary.graphs}</b> "

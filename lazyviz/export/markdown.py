@@ -20,7 +20,7 @@ class MarkdownRenderer(Renderer):
         run = data.run
         analysis = analyze(run, data.executions, data.ir_texts)
         summary = analysis.summary
-        lines = [f"### lazyviz: `{_cell(' '.join(run.argv))}`", "",
+        lines = [f"### lazyviz: `{_cell(run.command)}`", "",
                  f"{run.backend} backend, capture {run.capture}, torch {run.versions.get('torch', '?')}: "
                  f"{_cell(run.state)}", ""]
         lines.append("**Findings**" if analysis.findings else "**No findings**: one execution per step, "

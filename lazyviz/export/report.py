@@ -9,7 +9,7 @@ from lazyviz.analysis.ranks import Divergence
 from lazyviz.analysis.recompiles import Recompile
 from lazyviz.analysis.summary import graph_stats
 from lazyviz.export import Renderer, RenderRequest, RunData
-from lazyviz.present import divergence_text, short_path, site_text
+from lazyviz.present import divergence_text, plural, short_path, site_text
 from lazyviz.trace.model import Execution, RunInfo
 
 REPORT_FORMAT = "lazyviz-report"
@@ -47,6 +47,7 @@ def json_report(run: RunInfo, executions: list[Execution], ir_texts: dict[str, s
         "version": REPORT_VERSION,
         "run": {
             "argv": run.argv,
+            "source": run.source,
             "module": run.module,
             "backend": run.backend,
             "capture": run.capture,
@@ -93,24 +94,18 @@ def json_report(run: RunInfo, executions: list[Execution], ir_texts: dict[str, s
     }
 
 
-def _plural(count: int, word: str) -> str:
-    if count == 1:
-        return f"{count} {word}"
-    return f"{count} {word}es" if word.endswith("s") else f"{count} {word}s"
-
-
 def text_report(run: RunInfo, executions: list[Execution], ir_texts: dict[str, str],
                 trace_path: Path | None = None) -> str:
     analysis: Analysis = analyze(run, executions, ir_texts)
     summary = analysis.summary
-    lines = [f"lazyviz: {' '.join(run.argv)} ({run.backend}, capture {run.capture}) {run.state}"]
+    lines = [f"lazyviz: {run.command} ({run.backend}, capture {run.capture}) {run.state}"]
     if summary.steps:
-        steps = f"in {_plural(summary.steps, 'step')} ({summary.executions / summary.steps:.1f} per step)"
+        steps = f"in {plural(summary.steps, 'step')} ({summary.executions / summary.steps:.1f} per step)"
     else:
         steps = "and no mark_step() (no steps)"
     lines.append(
-        f"  {_plural(summary.executions, 'execution')} {steps}, {_plural(summary.graphs, 'distinct graph')}, "
-        f"{_plural(summary.misses, 'cache miss')}, sync {summary.sync_ms:.1f} ms, "
+        f"  {plural(summary.executions, 'execution')} {steps}, {plural(summary.graphs, 'distinct graph')}, "
+        f"{plural(summary.misses, 'cache miss')}, sync {summary.sync_ms:.1f} ms, "
         f"tracing between graphs {summary.trace_ms:.1f} ms"
         + (f", start-up before the first graph {run.startup_ms:.0f} ms" if run.startup_ms is not None else "")
     )

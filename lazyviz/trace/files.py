@@ -74,17 +74,18 @@ class TraceClaim:
             self._fd = -1
 
 
-def claim_trace_path(path: Path, force: bool = False) -> TraceClaim:
+def claim_trace_path(path: Path, force: bool = False, force_hint: str = "--force") -> TraceClaim:
     """Create an empty trace file at path and lock it. An existing path is refused unless
-    force, and even then only a lazyviz trace that no other run holds is replaced."""
+    force, and even then only a lazyviz trace that no other run holds is replaced.
+    force_hint: how the caller's user asks for force ("--force", "force=True")."""
     path = Path(path)
     taken = [Path(f"{path}{suffix}") for suffix in ("", *COMPANIONS) if os.path.lexists(f"{path}{suffix}")]
     if taken:
         what = describe(path) if os.path.lexists(path) else describe(taken[0])
         if not force:
-            raise TracePathError(f"{taken[0]} exists ({what}); use --force to replace a lazyviz trace")
+            raise TracePathError(f"{taken[0]} exists ({what}); use {force_hint} to replace a lazyviz trace")
         if not os.path.lexists(path) or not is_lazyviz_trace(path):
-            raise TracePathError(f"{taken[0]} is {what}: lazyviz replaces only its own traces, even with --force")
+            raise TracePathError(f"{taken[0]} is {what}: lazyviz replaces only its own traces, even with {force_hint}")
         _refuse_if_locked(path)
         for old in taken:
             old.unlink(missing_ok=True)

@@ -16,6 +16,8 @@ class Frame:
 
     @property
     def site(self) -> str:
+        if self.file.startswith("In ["):  # a notebook cell, named as IPython numbers it
+            return f"{self.file}, line {self.line}"
         return f"{self.file}:{self.line}"
 
     def to_json(self) -> dict:
@@ -86,10 +88,18 @@ class RunInfo:
     ended_by: str | None = None  # "killed by SIGKILL"
     startup_ms: float | None = None  # from the process start to the first graph
     tracer_errors: list[str] = field(default_factory=list)  # lazyviz's own, swallowed
+    source: str = "script"  # "script" (lazyviz run), "api" (lazyviz.trace) or "notebook" (%%lazyviz)
 
     @property
     def script(self) -> str:
         return self.argv[0] if self.argv else "?"
+
+    @property
+    def command(self) -> str:
+        """What was traced, as a user would name it."""
+        if self.source == "script" or self.argv:
+            return " ".join(self.argv)
+        return "a notebook" if self.source == "notebook" else "lazyviz.trace() in Python"
 
     @property
     def state(self) -> str:
@@ -100,6 +110,8 @@ class RunInfo:
             ending = self.ended_by
         elif self.error:
             ending = f"raised {self.error}"
+        elif self.source != "script":
+            ending = "ended"
         else:
             ending = f"exited {self.exit_status}"
         return ending if self.complete else f"{ending}; the trace stopped early (it keeps what was recorded before)"

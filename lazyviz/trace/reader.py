@@ -129,7 +129,7 @@ _RUN_FIELDS: dict[str, tuple[type | tuple[type, ...], object]] = {
     "traceback": ((str, type(None)), None), "steps": ((int, type(None)), None),
     "elapsed_s": ((int, float, type(None)), None), "names": (dict, {}), "device": (str, "lazy"),
     "complete": (bool, None), "ended_by": ((str, type(None)), None),
-    "startup_ms": ((int, float, type(None)), None), "tracer_errors": (list, []),
+    "startup_ms": ((int, float, type(None)), None), "tracer_errors": (list, []), "source": (str, "script"),
 }
 
 
@@ -255,7 +255,7 @@ class Trace:
             # Traces from before the parent recorded endings: an exit status is the child's.
             complete=finished if complete is None else complete,
             ended_by=get("ended_by"), startup_ms=get("startup_ms"),
-            tracer_errors=[str(e) for e in get("tracer_errors")],
+            tracer_errors=[str(e) for e in get("tracer_errors")], source=get("source"),
         )
 
     def count(self) -> int:

@@ -144,3 +144,31 @@ async def test_ui_shows_xla_executions(xla_trace) -> None:
             await pilot.pause(0.05)
         assert [e.cause for e in table.rows[:2]] == ["item", "mark_step"]
         assert "item_in_loop.py" in table.render_line(0).text
+
+
+def test_the_python_api_traces_xla_once_per_process(tmp_path: Path) -> None:
+    script = XLA_SAMPLES / "batch_size_change.py"
+    user = tmp_path / "user.py"
+    user.write_text(f"""
+import runpy, sys
+import lazyviz
+
+sys.argv = ["batch_size_change.py", "--steps", "6", "--change-at", "3"]
+with lazyviz.trace("api.trace", backend="xla") as run:  # before torch_xla is imported, as the README says
+    runpy.run_path({str(script)!r}, run_name="__main__")
+print([f.kind for f in run.findings])
+try:
+    lazyviz.trace("again.trace").start()
+except lazyviz.LazyvizError as error:
+    print("second:", error)
+""")
+    result = python(user, cwd=tmp_path)
+    assert result.status == 0, result.stderr
+    assert "'recompile'" in result.stdout and "second: the xla backend" in result.stdout
+    assert not (tmp_path / "again.trace").exists()
+    data = report(tmp_path / "api.trace")
+    assert data["run"]["backend"] == "xla" and data["run"]["source"] == "api"
+    assert [e["cache"] for e in data["executions"]] == ["miss", "hit", "hit", "miss", "hit", "hit"]
+    (recompile,) = [r for r in data["recompiles"] if not r["warmup"]]
+    locations = [c.get("location") or "" for c in recompile["changes"] if c["kind"] == "input_shape"]
+    assert any(loc.endswith(f"{script.name}:{line_of(script, 'inputs = torch.randn')}") for loc in locations)

@@ -32,7 +32,7 @@ class RunHeader(Static):
         state, state_style = run_state(run, process_status)
         first = Text.assemble(("lazyviz ", "bold"), (rank, "bold magenta"))
         if run is not None:
-            first.append(shlex.join(run.argv), "bold cyan")
+            first.append(shlex.join(run.argv) if run.argv else run.command, "bold cyan")
             first.append(f"  {run.backend} · capture {run.capture} · ")
         else:
             first.append(source + "  ")

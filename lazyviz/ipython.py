@@ -1,0 +1,82 @@
+"""Jupyter and IPython: `%load_ext lazyviz`, then
+
+    %%lazyviz [-o run.trace] [--capture full|light] [--backend ts|xla] [--force]
+
+on a cell traces that cell and shows a summary under it (findings first), and
+`%lazyviz report run.trace` shows a saved trace the same way."""
+from __future__ import annotations
+
+import argparse
+import shlex
+from typing import Any
+
+from lazyviz.errors import LazyvizError
+
+USAGE = ("%%lazyviz [-o TRACE] [--capture full|light] [--backend ts|xla] [--force]  (on a cell), "
+         "or %lazyviz report TRACE")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one line, as IPython shows a UsageError
+        raise LazyvizError(f"{message}; usage: {USAGE}")
+
+
+def _cell_options(line: str) -> argparse.Namespace:
+    parser = _Parser(prog="%%lazyviz", add_help=False)
+    parser.add_argument("-o", "--output", default=None)
+    parser.add_argument("--capture", choices=("full", "light"), default="full")
+    parser.add_argument("--backend", default=None)
+    parser.add_argument("-f", "--force", action="store_true")
+    return parser.parse_args(shlex.split(line))
+
+
+def lazyviz_magic(line: str, cell: str | None = None) -> None:
+    from IPython import get_ipython
+    from IPython.core.error import UsageError
+
+    shell = get_ipython()
+    try:
+        if cell is None:
+            _line_magic(line)
+        else:
+            _trace_cell(shell, _cell_options(line), cell)
+    except LazyvizError as error:
+        raise UsageError(f"lazyviz: {error}") from None
+
+
+def _line_magic(line: str) -> None:
+    from IPython.display import HTML, display
+
+    from lazyviz.export import RunData
+    from lazyviz.export.notebook import summary_html
+    from lazyviz.trace import open as open_trace
+
+    words = shlex.split(line)
+    if len(words) != 2 or words[0] != "report":
+        raise LazyvizError(f"usage: {USAGE}")
+    with open_trace(words[1]) as trace:
+        display(HTML(summary_html(RunData(trace))))
+
+
+def _trace_cell(shell: Any, options: argparse.Namespace, cell: str) -> None:
+    from IPython.display import display
+
+    from lazyviz.session import Session
+
+    number = shell.execution_count  # the cell being run: "In [N]"
+    # A blank first line keeps the cell's own line numbers (line 1 is %%lazyviz).
+    source = "\n" + shell.transform_cell(cell)
+    filename = shell.compile.cache(source, number, raw_code="\n" + cell)  # named "In [N]" in the trace
+    code = shell.compile(source, filename, "exec")
+    session = Session(options.output, capture=options.capture, backend=options.backend, force=options.force,
+                      source="notebook")
+    try:
+        with session:
+            exec(code, shell.user_global_ns, shell.user_ns)
+    finally:
+        if session.recorded:  # also when the cell raised: the summary shows what was recorded
+            display(session)
+
+
+def register(shell: Any) -> None:
+    shell.register_magic_function(lazyviz_magic, magic_kind="line_cell", magic_name="lazyviz")

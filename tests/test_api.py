@@ -1,0 +1,189 @@
+"""lazyviz from Python (`lazyviz.trace`) on the real TorchScript backend. Each case is a
+real script run in its own interpreter, as a user's program would be: the hook is
+installed into that process, not into pytest's."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from lazyviz.trace import open as open_trace
+
+pytestmark = pytest.mark.torch
+
+PRELUDE = """
+import sys, torch, torch._lazy, torch._lazy.ts_backend
+import lazyviz
+
+torch._lazy.ts_backend.init()  # the user's own init, before lazyviz starts: it must still work
+
+def step(batch):
+    x = torch.ones(batch, 8, device="lazy")
+    loss = torch.nn.functional.mse_loss(x * 2, x)  # falls back on this backend
+    torch._lazy.mark_step()
+    return loss
+"""
+
+
+def run_python(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "user.py"
+    script.write_text(PRELUDE + textwrap.dedent(body))
+    return subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+
+def line_of(tmp_path: Path, text: str) -> int:
+    lines = (tmp_path / "user.py").read_text().splitlines()
+    return next(n for n, line in enumerate(lines, 1) if text in line)
+
+
+def test_with_block_records_the_same_report_the_cli_prints(tmp_path: Path) -> None:
+    done = run_python(tmp_path, """
+        with lazyviz.trace("run.trace") as run:
+            for batch in (16, 16, 16, 16, 24):
+                step(batch)
+        import json
+        json.dump(run.report(), open("report.json", "w"))
+        print([(f.kind, f.frame.line) for f in run.findings])
+    """)
+    assert done.returncode == 0, done.stderr
+    cli = subprocess.run([sys.executable, "-m", "lazyviz", "report", "--format", "json", "run.trace"],
+                         cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert json.loads((tmp_path / "report.json").read_text()) == json.loads(cli.stdout)
+    report = json.loads(cli.stdout)
+    assert report["run"]["source"] == "api" and report["run"]["argv"] == []
+    assert report["summary"]["executions"] == 10 and report["steps"] == 5
+    fallback = next(f for f in report["findings"] if f["kind"] == "fallback")
+    assert fallback["site"]["line"] == line_of(tmp_path, "mse_loss(x * 2")
+    assert "recompile" in {f["kind"] for f in report["findings"]}  # the batch of 24 after warm-up
+    with open_trace(tmp_path / "run.trace") as trace:
+        assert trace.run.complete and trace.run.state == "ended"
+
+
+def test_several_traces_in_one_process_and_sync_sites_put_back(tmp_path: Path) -> None:
+    done = run_python(tmp_path, """
+        original = torch._lazy.mark_step
+        with lazyviz.trace("first.trace"):
+            step(4)
+        assert torch._lazy.mark_step is original, "mark_step still wrapped after the trace"
+        step(4)  # untraced between traces
+        with lazyviz.trace("second.trace", capture="light"):
+            step(4)   # compiled during the first trace: a cache hit here
+            step(6)
+        session = lazyviz.trace("third.trace").start()  # as a framework callback would
+        step(6)
+        session.stop()
+        print("ok")
+    """)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    with open_trace(tmp_path / "first.trace") as first:
+        assert first.count() == 2
+    with open_trace(tmp_path / "second.trace") as second:
+        executions = second.executions()
+        assert len(executions) == 4 and second.run.capture == "light"
+        assert executions[0].cache == "hit" and executions[2].cache == "miss"
+        # The graph compiled by the first trace is still in the second, under its real id.
+        assert not executions[0].graph.startswith("unknown") and executions[0].nodes > 0
+        assert {g.id for g in second.graphs()} >= {executions[0].graph}
+    with open_trace(tmp_path / "third.trace") as third:
+        assert third.count() == 2 and third.run.steps == 1
+
+
+def test_an_exception_in_the_block_goes_on_unchanged_and_the_trace_keeps_it(tmp_path: Path) -> None:
+    done = run_python(tmp_path, """
+        boom = ValueError("boom")
+        try:
+            with lazyviz.trace("run.trace"):
+                step(4)
+                raise boom
+        except ValueError as caught:
+            print("same object:", caught is boom)
+    """)
+    assert done.returncode == 0 and "same object: True" in done.stdout, done.stderr
+    with open_trace(tmp_path / "run.trace") as trace:
+        run = trace.run
+        assert run.error == "ValueError: boom" and "raise boom" in run.traceback
+        assert run.state == "raised ValueError: boom" and trace.count() == 2
+
+
+def test_decorator_records_one_trace_per_call(tmp_path: Path) -> None:
+    done = run_python(tmp_path, """
+        @lazyviz.trace("train.trace")
+        def train(batch):
+            return step(batch).item()
+
+        print(train(4), train(8))
+    """)
+    assert done.returncode == 0, done.stderr
+    for name, batch in (("train.trace", 4), ("train-2.trace", 8)):
+        with open_trace(tmp_path / name) as trace:
+            graphs = trace.graphs()
+            assert graphs and f"[{batch},8]" in graphs[0].ir_text
+
+
+def test_bad_use_is_one_clear_lazyviz_error_and_harms_nothing(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    done = run_python(tmp_path, """
+        def error(make):
+            try:
+                make()
+            except lazyviz.LazyvizError as caught:
+                return str(caught)
+            return "no error"
+
+        print("not a trace:", error(lambda: lazyviz.trace("notes.txt", force=True).start()))
+        print("capture:", error(lambda: lazyviz.trace("x.trace", capture="everything")))
+        print("backend:", error(lambda: lazyviz.trace("y.trace", backend="tpu").start()))
+        print("nested:", error(lambda: [lazyviz.trace("outer.trace").start(), lazyviz.trace("inner.trace").start()]))
+        step(4)  # the outer trace goes on, and is never stopped
+    """)
+    assert done.returncode == 0, done.stderr
+    said = dict(line.split(": ", 1) for line in done.stdout.splitlines())
+    assert "already recording" in said["nested"] and "outer.trace" in said["nested"]
+    assert "lazyviz replaces only its own traces" in said["not a trace"]
+    assert "capture must be one of full, light" in said["capture"]
+    assert "unknown backend 'tpu'" in said["backend"]
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert not (tmp_path / "inner.trace").exists() and not (tmp_path / "y.trace").exists()
+    with open_trace(tmp_path / "outer.trace") as outer:  # never stopped: closed at the interpreter's exit
+        assert outer.count() == 2 and outer.run.complete and outer.run.state == "ended"
+
+
+def test_an_existing_trace_is_replaced_only_with_force(tmp_path: Path) -> None:
+    done = run_python(tmp_path, """
+        with lazyviz.trace("run.trace"):
+            step(4)
+        try:
+            lazyviz.trace("run.trace").start()
+        except lazyviz.LazyvizError as caught:
+            print(caught)
+        with lazyviz.trace("run.trace", force=True):
+            step(6)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert "run.trace exists (a lazyviz trace); use force=True" in done.stdout
+    with open_trace(tmp_path / "run.trace") as trace:
+        assert "[6,8]" in trace.graphs()[0].ir_text
+
+
+async def test_the_terminal_ui_reads_a_trace_written_from_python(tmp_path: Path) -> None:
+    from tests.test_tui import wait_for
+    from tui.app import build_app
+    from tui.widgets.executions import ExecutionList
+    from tui.widgets.header import RunHeader
+
+    done = run_python(tmp_path, """
+        with lazyviz.trace("run.trace"):
+            step(4)
+            step(4)
+    """)
+    assert done.returncode == 0, done.stderr
+    app = build_app(tmp_path / "run.trace")
+    async with app.run_test(size=(120, 30)) as pilot:
+        table = app.query_one(ExecutionList)
+        await wait_for(pilot, lambda: len(table.rows) == 4 and app.analysis is not None)
+        header = str(app.query_one(RunHeader).render())
+        assert "lazyviz.trace() in Python" in header and "ended" in header
