@@ -68,6 +68,8 @@ def drawing_title(execution: Execution, explained: Recompile | None = None, diff
     if explained is not None and explained.diff is not None:
         title += (f"\nred: {len(explained.diff.changed_nodes)} nodes changed since execution "
                   f"{explained.closest_execution} ({explained.headline()})")
+    elif explained is not None and explained.new_graph:
+        title += f"\n{explained.note}"
     elif diff_requested:
         title += "\n(no earlier graph to compare with)"
     return title

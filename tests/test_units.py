@@ -147,6 +147,47 @@ def test_aliasing_recompile_gets_its_own_advice() -> None:
     assert "share buffers" in finding.message and "Python numbers" in finding.fix
 
 
+
+def test_a_recompile_is_compared_with_the_structurally_closest_earlier_graph() -> None:
+    # Site 30 compiles the model's step (40 nodes), then nine small unrelated graphs,
+    # then the step again with a wider batch: the step of step 0 is the one to compare with,
+    # however many graphs came between.
+    small = chain_ir(3, ops=("aten::sum",))
+    irs = {"step16": chain_ir(40, rows=16), "step24": chain_ir(40, rows=24)}
+    executions = [ex(0, step=0, graph="step16", cache="miss")]
+    for n in range(1, 10):
+        irs[f"small{n}"] = small.replace("Float[16,64]", f"Float[{n},64]")
+        executions.append(ex(n, step=n, graph=f"small{n}", cache="miss"))
+    executions.append(ex(10, step=10, graph="step24", cache="miss"))
+    explained = explain_recompiles(executions, irs)[-1]
+    assert explained.closest == "step16" and not explained.new_graph
+    assert explained.headline().startswith("input shape: lazy_tensors::device_data %0: Float[16,64] -> Float[24,64]")
+    assert "compared with execution 0's graph step16: the closest of 10 earlier graphs at this site" in explained.choice
+
+
+def test_an_unrelated_graph_is_a_new_graph_not_hundreds_of_added_ops() -> None:
+    irs = {"tiny": chain_ir(2, ops=("aten::sum",)), "model": chain_ir(300, ops=("aten::mm", "aten::relu"))}
+    executions = [ex(i, step=i, graph="tiny", cache="miss" if i == 0 else "hit") for i in range(3)]
+    executions.append(ex(3, step=3, graph="model", cache="miss"))
+    [explained] = explain_recompiles(executions, irs)
+    assert explained.new_graph and explained.diff is None and explained.closest == "tiny"
+    assert explained.headline().startswith("new graph (300 nodes): no earlier graph at this site is close")
+    [finding] = [f for f in analyze(run_info(steps=4), executions, irs).findings if f.kind == "recompile"]
+    assert "pad or bucket" not in finding.fix and "no earlier step ran" in finding.fix
+
+
+def test_batch_advice_only_when_input_shapes_alone_changed() -> None:
+    # The batch changed and an op was added: another code path, not a batch to pad.
+    branched = chain_ir(7, rows=24).replace(", ROOT=0", "")
+    branched = branched.replace("}\n", "  %7 = [Float[24,64]] aten::tanh(%6), NodeType=N, ROOT=0\n}\n")
+    irs = {"b16": chain_ir(7, rows=16), "branch": branched}
+    executions = [ex(i, step=i, graph="b16", cache="miss" if i == 0 else "hit") for i in range(3)]
+    executions.append(ex(3, step=3, graph="branch", cache="miss"))
+    [finding] = analyze(run_info(steps=4), executions, irs).findings
+    kinds = {c.kind for c in explain_recompiles(executions, irs)[0].diff.origins}
+    assert {"input_shape", "op_added"} <= kinds
+    assert "pad or bucket" not in finding.fix and "another path" in finding.fix
+
 # -- budget and baseline -------------------------------------------------------------------
 def test_budget_passes_a_clean_run_and_fails_misses_syncs_and_fallbacks() -> None:
     run = run_info(steps=6)

@@ -52,6 +52,8 @@ def diff_text(execution: Execution, recompile: Recompile | None, old_ir: str, ne
         return "\n".join(header + ["# same graph: nothing changed"])
     if recompile.diff is None:
         return "\n".join(header + [f"# {recompile.note or 'no IR to compare'}"])
+    if recompile.choice:
+        header.append(f"# {recompile.choice}")
     header.append(f"# {recompile.headline()}")
     for change in recompile.diff.origins:
         header.append(f"#   {change.describe()}")

@@ -6,7 +6,6 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from lazyviz.analysis.diff import Change
 from lazyviz.analysis.ir import parsed
 from lazyviz.analysis.recompiles import Recompile
 from lazyviz.trace.model import TS_NAMES, Execution, Frame
@@ -105,8 +104,9 @@ def recompile_findings(recompiles: list[Recompile]) -> list[Finding]:
             "recompile", "warning",
             f"step {recompile.step} recompiled: {recompile.headline()}",
             recompile.frame, (recompile.execution,),
-            fix=_recompile_fix(origins) if recompile.diff is None or recompile.diff.changes else _ALIASING_FIX,
-            details={"closest_graph": recompile.closest, "closest_execution": recompile.closest_execution},
+            fix=_recompile_fix(recompile),
+            details={"closest_graph": recompile.closest, "closest_execution": recompile.closest_execution,
+                     "new_graph": recompile.new_graph},
         ))
     for _site, group in shape_only.items():
         history = [{"step": r.step, "execution": r.execution,
@@ -133,13 +133,32 @@ _ALIASING_FIX = ("two Python numbers used in the step became equal (or stopped b
 _SHAPE_FIX = "pad or bucket batches to a few fixed shapes (or drop_last=True in the DataLoader)"
 
 
-def _recompile_fix(origins: tuple[Change, ...]) -> str:
-    kinds = {change.kind for change in origins}
-    if "input_shape" in kinds:
+_PATH_FIX = ("the step's code took another path (ops were added or removed: a Python branch, a setting that "
+             "changed, a first optimizer step): compare the two graphs with lazyviz export --diff")
+_NEW_GRAPH_FIX = ("the step ran code no earlier step ran at this site (a new phase or branch, e.g. evaluation); "
+                  "if it recurs every few steps, make the steps alike or move it out of the step")
+
+
+def _recompile_fix(recompile: Recompile) -> str:
+    """Advice that fits the change: batch advice only where input shapes alone changed."""
+    if recompile.new_graph:
+        return _NEW_GRAPH_FIX
+    if recompile.diff is None:
+        return "record with --capture full (the IR of every graph) to see what changed"
+    if not recompile.diff.changes:
+        return _ALIASING_FIX
+    kinds = {change.kind for change in recompile.diff.origins}
+    if kinds & {"op_added", "op_removed", "structure"}:
+        return _PATH_FIX
+    if kinds == {"input_shape"}:
         return _SHAPE_FIX
+    if "dtype" in kinds:
+        return "an input's dtype changed between steps: cast it once, where it is made, so every step sees one dtype"
     if "attribute" in kinds:
         return "keep values that change between steps out of op attributes (pass them as tensors)"
-    return "the step's code took another path: compare the two graphs with lazyviz export --diff"
+    if "input_shape" in kinds:
+        return _SHAPE_FIX
+    return _PATH_FIX
 
 
 def extra_sync_findings(executions: list[Execution], steps: int,

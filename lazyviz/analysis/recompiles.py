@@ -2,8 +2,10 @@
 compiled before (same site first, then any), and what differs, origins first."""
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 from lazyviz.analysis.diff import Change, GraphDiff, diff_texts
 from lazyviz.analysis.ir import parsed
@@ -12,7 +14,11 @@ from lazyviz.trace.model import Execution, Frame
 # Misses in the first steps are warm-up: step 0 also runs initialisation, step 1 is the
 # first steady-state step (optimizer state now exists).
 WARMUP_STEPS = 2
-MAX_CANDIDATES = 8
+MAX_RANKED = 64  # the most recent candidates ranked by shared ops: bounded time on sites with hundreds
+MAX_DIFFED = 3  # of those, the best few are diffed node by node
+# Below this share of ops in common with every earlier graph, a graph is new: listing
+# hundreds of "op added" lines against an unrelated graph explains nothing.
+NEW_GRAPH_OVERLAP = 0.5
 
 
 @dataclass(frozen=True)
@@ -25,8 +31,10 @@ class Recompile:
     same_site: bool
     frame: Frame | None
     warmup: bool
-    diff: GraphDiff | None  # None when the IR was not captured or did not parse
+    diff: GraphDiff | None  # None when the IR was not captured or did not parse, or for a new graph
     note: str = ""
+    new_graph: bool = False  # no earlier graph is close: closest is only the nearest one
+    choice: str = ""  # which graph was compared against and why, in one line
 
     @property
     def changes(self) -> tuple[Change, ...]:
@@ -63,6 +71,19 @@ def explain_recompiles(
     return explained
 
 
+@lru_cache(maxsize=4096)
+def _ops(ir_text: str) -> tuple[Counter[str], int]:
+    graph = parsed(ir_text)
+    return (Counter(node.op for node in graph.nodes), len(graph)) if graph is not None else (Counter(), 0)
+
+
+def op_overlap(a_text: str, b_text: str) -> float:
+    """The ops two graphs share (as a multiset) over the larger one's size: 1.0 for the
+    same ops, near 0 for unrelated graphs. Cheap enough to rank every candidate."""
+    (a, a_size), (b, b_size) = _ops(a_text), _ops(b_text)
+    return sum((a & b).values()) / max(a_size, b_size, 1)
+
+
 def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[str, str],
              warmup: bool) -> Recompile:
     same_site = [e for e in compiled if e.site == execution.site and e.graph != execution.graph]
@@ -77,21 +98,42 @@ def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[
         latest = candidates[-1]
         return Recompile(closest=latest.graph, closest_execution=latest.index, same_site=bool(same_site),
                          diff=None, note="no IR captured (run with --capture full)", **base)
-    best: tuple[tuple[int, int, int], Execution, GraphDiff] | None = None
-    # The most recent few: a site that compiled dozens of graphs compares in bounded time.
-    for order, candidate in enumerate(reversed(candidates[-MAX_CANDIDATES:])):  # most recent first on ties
+    # Rank every candidate by the ops it shares with the new graph (most recent first on
+    # ties), then diff the best few node by node and keep the one with the fewest changes.
+    new_text = ir_texts.get(execution.graph, "")
+    ranked = sorted(((op_overlap(ir_texts.get(e.graph, ""), new_text), order, e)
+                     for order, e in enumerate(reversed(candidates[-MAX_RANKED:]))
+                     if parsed(ir_texts.get(e.graph, "")) is not None), key=lambda t: (-t[0], t[1]))
+    if not ranked:
+        return Recompile(closest=None, closest_execution=None, same_site=False, diff=None,
+                         note="no IR of earlier graphs to compare with", **base)
+    where = "at this site" if same_site else "in the run"
+    overlap, _, nearest = ranked[0]
+    if overlap < NEW_GRAPH_OVERLAP:
+        return Recompile(
+            closest=nearest.graph, closest_execution=nearest.index, same_site=bool(same_site), diff=None,
+            new_graph=True, **base,
+            note=f"new graph ({len(new)} nodes): no earlier graph {where} is close (the closest, "
+                 f"execution {nearest.index}'s, shares {overlap:.0%} of its ops)")
+    best: tuple[tuple[int, int, float, int], Execution, GraphDiff] | None = None
+    for overlap, order, candidate in ranked[:MAX_DIFFED]:
         diff = diff_texts(ir_texts.get(candidate.graph, ""), ir_texts.get(execution.graph, ""))
         if diff is None:
             continue
-        score = (len(diff.origins), len(diff.changes), order)
+        score = (len(diff.changed_nodes) + sum(1 for c in diff.changes if not c.node), len(diff.origins),
+                 -overlap, order)
         if best is None or score < best[0]:
             best = (score, candidate, diff)
     if best is None:
         return Recompile(closest=None, closest_execution=None, same_site=False, diff=None,
                          note="no IR of earlier graphs to compare with", **base)
     _, closest, diff = best
+    shared = op_overlap(ir_texts.get(closest.graph, ""), new_text)
+    choice = (f"compared with execution {closest.index}'s graph {closest.graph}: the closest of "
+              f"{len(candidates)} earlier graph{'s' if len(candidates) != 1 else ''} {where} "
+              f"({shared:.0%} of ops shared, {len(diff.changed_nodes)} nodes differ)")
     return Recompile(closest=closest.graph, closest_execution=closest.index, same_site=bool(same_site),
-                     diff=diff, **base)
+                     diff=diff, choice=choice, **base)
 
 
 def explain_execution(

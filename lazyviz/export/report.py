@@ -24,6 +24,8 @@ def recompile_json(recompile: Recompile) -> dict:
         "closest_graph": recompile.closest,
         "closest_execution": recompile.closest_execution,
         "same_site": recompile.same_site,
+        "new_graph": recompile.new_graph,  # no earlier graph is close: closest_graph is only the nearest
+        "choice": recompile.choice,
         "warmup": recompile.warmup,
         "site": recompile.frame.to_json() if recompile.frame else None,
         "summary": recompile.headline(),
