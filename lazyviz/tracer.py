@@ -116,12 +116,16 @@ class Tracer:
             os.register_at_fork(after_in_child=_Process.after_fork_in_child)
             _Process.fork_handler = True
         _Process.current = self
-        for site in self.backend.sync_sites():
-            original = getattr(site.owner, site.attribute, None)
-            if original is not None:
-                wrapper = self._wrap_sync_site(original, site.cause, site.label, isinstance(site.owner, type))
-                setattr(site.owner, site.attribute, wrapper)
-                self._wrapped.append((site.owner, site.attribute, original, wrapper))
+        try:
+            for site in self.backend.sync_sites():
+                original = getattr(site.owner, site.attribute, None)
+                if original is not None:
+                    wrapper = self._wrap_sync_site(original, site.cause, site.label, isinstance(site.owner, type))
+                    setattr(site.owner, site.attribute, wrapper)
+                    self._wrapped.append((site.owner, site.attribute, original, wrapper))
+        except BaseException:
+            self.stop()  # half installed is not installed: unwrap, turn the hook off, free the process
+            raise
 
     def _wrap_sync_site(self, original: Callable, cause: str, detail: str, is_method: bool = False) -> Callable:
         tracer = self
