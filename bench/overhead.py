@@ -1,5 +1,6 @@
 """Tracing overhead on the transformer+AdamW sample: untraced, `--capture light`,
-`--capture full` and the backend's raw dump, in one run, side by side.
+`--capture full --no-source-lines`, `--capture full` (with source lines, the default) and
+the backend's raw dump, in one run, side by side.
 
     python bench/overhead.py [--steps 30] [--warmup 3] [--rounds 3]
     PJRT_DEVICE=CPU .venv-xla/bin/python bench/overhead.py --backend xla
@@ -40,9 +41,10 @@ def step_times(mode: str, warmup: int, steps: int, folder: Path, backend: str) -
             env.update(LTC_SAVE_TENSORS_FILE=str(dump), LTC_SAVE_TENSORS_FMT="text")
         command = [sys.executable, *loop]
     else:
-        capture = mode.split()[-1]
-        command = [sys.executable, "-m", "lazyviz", "run", "--no-tui", "--force", "--backend", backend, "--capture", capture,
-                   "-o", str(folder / f"{capture}.trace"), *loop]
+        capture = mode.split()[1]
+        lines = [] if mode.endswith("+ lines") or capture == "light" else ["--no-source-lines"]
+        command = [sys.executable, "-m", "lazyviz", "run", "--no-tui", "--force", "--backend", backend,
+                   "--capture", capture, *lines, "-o", str(folder / f"{mode.split(' ', 1)[1].replace(' + ', '-')}.trace"), *loop]
     result = subprocess.run(command, capture_output=True, text=True, env=env)
     if result.returncode != 0:
         sys.exit(f"bench: {mode} failed:\n{result.stderr}")
@@ -58,7 +60,11 @@ def main() -> None:
     parser.add_argument("--backend", choices=("ts", "xla"), default="ts")
     options = parser.parse_args()
 
-    modes = ["untraced", "lazyviz light", "lazyviz full", "raw dump"]
+    # "full + lines" is full as `lazyviz run` records by default: each IR node tagged with
+    # the line that built it (ts; XLA's own locations come with its raw dump).
+    modes = ["untraced", "lazyviz light", "lazyviz full", "lazyviz full + lines", "raw dump"]
+    if options.backend == "xla":
+        modes.remove("lazyviz full + lines")
     times: dict[str, list[float]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory() as folder:
         for round_ in range(options.rounds):
@@ -71,10 +77,10 @@ def main() -> None:
     baseline = statistics.median(times["untraced"])
     print(f"transformer+AdamW on {options.backend}, {options.steps} steps x {options.rounds} rounds "
           f"after {options.warmup} warm-up")
-    print(f"{'mode':<16}{'median step ms':>16}{'vs untraced':>14}")
+    print(f"{'mode':<22}{'median step ms':>16}{'vs untraced':>14}")
     for mode in modes:
         median = statistics.median(times[mode])
-        print(f"{mode:<16}{median:>16.2f}{median / baseline:>13.3f}x")
+        print(f"{mode:<22}{median:>16.2f}{median / baseline:>13.3f}x")
     print("file sizes (last round): " + ", ".join(f"{k} {v / 1024:.0f} KiB" for k, v in sizes.items()))
 
 

@@ -77,6 +77,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--capture", required=True)
     parser.add_argument("--backend", required=True)
     parser.add_argument("--module", action="store_true")
+    parser.add_argument("--no-source-lines", dest="source_lines", action="store_false")
     parser.add_argument("target")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     options = parser.parse_args(argv)
@@ -94,7 +95,7 @@ def main(argv: list[str]) -> int:
         # and show them then (at its start), so its stderr stays its own. The filters
         # stay the user's: under PYTHONWARNINGS=ignore nothing is recorded.
         with warnings.catch_warnings(record=True) as import_warnings:
-            tracer = Tracer(backend, writer, options.capture, started=started)
+            tracer = Tracer(backend, writer, options.capture, started=started, source_lines=options.source_lines)
             tracer.install()
     except BackendError as error:
         print(f"lazyviz: {error}", file=sys.stderr)

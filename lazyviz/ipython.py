@@ -1,6 +1,6 @@
 """Jupyter and IPython: `%load_ext lazyviz`, then
 
-    %%lazyviz [-o run.trace] [--capture full|light] [--backend ts|xla] [--force]
+    %%lazyviz [-o run.trace] [--capture full|light] [--backend ts|xla] [--force] [--no-source-lines]
 
 on a cell traces that cell and shows a summary under it (findings first), and
 `%lazyviz report run.trace` shows a saved trace the same way."""
@@ -12,7 +12,7 @@ from typing import Any
 
 from lazyviz.errors import LazyvizError
 
-USAGE = ("%%lazyviz [-o TRACE] [--capture full|light] [--backend ts|xla] [--force]  (on a cell), "
+USAGE = ("%%lazyviz [-o TRACE] [--capture full|light] [--backend ts|xla] [--force] [--no-source-lines]  (on a cell), "
          "or %lazyviz report TRACE")
 
 
@@ -27,6 +27,7 @@ def _cell_options(line: str) -> argparse.Namespace:
     parser.add_argument("--capture", choices=("full", "light"), default="full")
     parser.add_argument("--backend", default=None)
     parser.add_argument("-f", "--force", action="store_true")
+    parser.add_argument("--no-source-lines", dest="source_lines", action="store_false")
     return parser.parse_args(shlex.split(line))
 
 
@@ -69,6 +70,7 @@ def _trace_cell(shell: Any, options: argparse.Namespace, cell: str) -> None:
     filename = shell.compile.cache(source, number, raw_code="\n" + cell)  # named "In [N]" in the trace
     code = shell.compile(source, filename, "exec")
     session = Session(options.output, capture=options.capture, backend=options.backend, force=options.force,
+                      source_lines=options.source_lines,
                       source="notebook")
     try:
         with session:

@@ -69,11 +69,14 @@ class Session:
     with start() and stop() (framework callbacks). Make it with `lazyviz.trace(...)`."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, capture: str = "full",
-                 backend: str | None = None, force: bool = False, source: str | None = None) -> None:
+                 backend: str | None = None, force: bool = False, source: str | None = None,
+                 source_lines: bool = True) -> None:
         """path: the trace to write (default: lazyviz-<script>.<pid>-<n>.trace here); an
         existing file is refused unless force=True, and even then only a lazyviz trace
         is replaced. capture: "full" (IR, backend code, stacks) or "light". backend:
-        "ts" or "xla"; default: xla when torch_xla is imported, else ts."""
+        "ts" or "xla"; default: xla when torch_xla is imported, else ts. source_lines:
+        with capture "full", tag each IR node with the line that built it (on ts; XLA
+        records its own)."""
         if capture not in CAPTURES:
             raise LazyvizError(f"capture must be one of {', '.join(CAPTURES)}, not {capture!r}")
         self._in_notebook = _ipython_shell() is not None
@@ -82,6 +85,7 @@ class Session:
         self.capture = capture
         self.backend_name = backend
         self.force = force
+        self.source_lines = source_lines
         self.source = source or ("notebook" if self._in_notebook else "api")
         self._tracer: Tracer | None = None
         self._writer: TraceWriter | None = None
@@ -121,7 +125,7 @@ class Session:
             raise LazyvizError(f"cannot write the trace {self.path}: {error}") from None
         outer_files, file_label = _notebook_frames() if self._in_notebook else (frozenset(), None)
         tracer = Tracer(backend, writer, self.capture, started=started, outer_files=outer_files,
-                        file_label=file_label, keep_graphs=True)
+                        file_label=file_label, keep_graphs=True, source_lines=self.source_lines)
         try:
             tracer.install()
         except BaseException as error:
@@ -186,6 +190,7 @@ class Session:
             self._calls += 1
             session = self if self._calls == 1 else Session(
                 _numbered(self.path, self._calls), capture=self.capture, backend=self.backend_name,
+                source_lines=self.source_lines,
                 force=self.force, source=self.source)
             traced.last = session  # type: ignore[attr-defined]
             with session:
@@ -232,7 +237,7 @@ class Session:
 
 
 def trace(path: str | os.PathLike[str] | None = None, *, capture: str = "full", backend: str | None = None,
-          force: bool = False) -> Session:
+          force: bool = False, source_lines: bool = True) -> Session:
     """Record lazy-tensor graph executions in this process into a trace file:
 
         with lazyviz.trace("run.trace", capture="light") as run:
@@ -241,7 +246,7 @@ def trace(path: str | os.PathLike[str] | None = None, *, capture: str = "full", 
 
     Also a decorator (`@lazyviz.trace("run.trace")`) and, for callbacks,
     `session = lazyviz.trace(...).start()` ... `session.stop()`. See Session."""
-    return Session(path, capture=capture, backend=backend, force=force)
+    return Session(path, capture=capture, backend=backend, force=force, source_lines=source_lines)
 
 
 # -- notebooks -------------------------------------------------------------------------

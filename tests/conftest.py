@@ -83,6 +83,9 @@ SAMPLE_ARGS = {
     "missing_mark_step": ["--steps", "12"],
     "fallback_mse": ["--steps", "4"],
     "transformer_adamw": ["--steps", "3"],
+    "python_number_aliasing": ["--steps", "6"],
+    "dtype_change": ["--steps", "6"],
+    "python_branch": ["--steps", "6"],
 }
 
 

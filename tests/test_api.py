@@ -67,8 +67,10 @@ def test_several_traces_in_one_process_and_sync_sites_put_back(tmp_path: Path) -
     done = run_python(tmp_path, """
         original = torch._lazy.mark_step
         with lazyviz.trace("first.trace"):
+            assert "to" in vars(torch.Tensor)  # wrapped to note the line that moves data to the device
             step(4)
         assert torch._lazy.mark_step is original, "mark_step still wrapped after the trace"
+        assert "to" not in vars(torch.Tensor) and torch.Tensor.to is torch._C.TensorBase.to
         step(4)  # untraced between traces
         with lazyviz.trace("second.trace", capture="light"):
             step(4)   # compiled during the first trace: a cache hit here

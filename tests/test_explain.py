@@ -30,8 +30,38 @@ def test_batch_size_change_is_explained_as_a_batch_shape_change(sample_trace) ->
     origins = [c for c in recompile["changes"] if c["origin"]]
     assert {(c["kind"], c["before"], c["after"]) for c in origins} == {
         ("input_shape", "Float[16,32]", "Float[24,32]"), ("input_shape", "Float[16,1]", "Float[24,1]")}
-    assert origins[0]["source"]["line"] == line_of(SAMPLES / "batch_size_change.py", "torch._lazy.mark_step()")
-    assert [f["kind"] for f in found["findings"]] == ["recompile"]
+    script = SAMPLES / "batch_size_change.py"
+    assert origins[0]["source"]["line"] == line_of(script, "torch._lazy.mark_step()")  # where it synced
+    # ... and the lines that built the changed inputs (TS, per-node source lines).
+    built = {c["after"]: c["built_at"] for c in origins}
+    assert built["Float[24,32]"] == {"file": "batch_size_change.py", "function": "main",
+                                     "line": line_of(script, 'inputs = torch.randn(batch, 32).to("lazy")')}
+    assert built["Float[24,1]"]["line"] == line_of(script, 'targets = torch.randn(batch, 1).to("lazy")')
+    [finding] = found["findings"]
+    assert finding["kind"] == "recompile"
+    assert finding["message"].endswith(f"built at batch_size_change.py:{built['Float[24,32]']['line']}")
+
+
+@pytest.mark.parametrize(("sample", "kind", "built_by", "fix"), [
+    ("python_number_aliasing", "aliasing", "p.sub_(p.grad * lr + p * weight_decay)", "as tensors"),
+    ("dtype_change", "dtype", 'weights = load_weights(step, args.steps // 2).to("lazy")', "cast it once"),
+    ("python_branch", "op_added", "loss = loss + l2 * sum(", "another path"),
+])
+def test_each_kind_of_recompile_names_the_line_that_built_the_change(
+        sample_trace, sample: str, kind: str, built_by: str, fix: str) -> None:
+    # One recompile after warm-up, compared with the graph of the step before at the
+    # same site, its first origin of the expected kind, built at the expected line.
+    found = report(sample_trace(sample))
+    [late] = [r for r in found["recompiles"] if not r["warmup"]]
+    with lazyviz.trace.open(sample_trace(sample)) as trace:
+        step_before = trace.execution(late["execution"] - 1).graph
+    assert late["same_site"] and late["closest_graph"] == step_before
+    first = next(c for c in late["changes"] if c["origin"])
+    assert first["kind"] == kind, late["summary"]
+    line = line_of(SAMPLES / f"{sample}.py", built_by)
+    assert first["built_at"]["file"] == f"{sample}.py" and first["built_at"]["line"] == line
+    [finding] = [f for f in found["findings"] if f["kind"] == "recompile"]
+    assert f"{sample}.py:{line}" in finding["message"] and fix in finding["fix"]
 
 
 def test_clean_run_has_no_findings(sample_trace) -> None:
@@ -85,8 +115,17 @@ def test_export_svg_draws_every_node(sample_trace, tmp_path: Path) -> None:
         nodes = trace.execution(4).nodes
     drawn = svg_nodes(out.read_text())
     assert len(drawn) == nodes
-    red = [g for g in drawn if any(shape.get("fill") == "#ffb3b3" for shape in g)]
-    assert len(red) > 2  # the two inputs and what their shapes flow into
+    def filled(colour: str) -> list[ET.Element]:
+        return [g for g in drawn if any(shape.get("fill") == colour for shape in g.iter())]
+
+    # The two inputs whose shapes changed are the origins, drawn as inputs (rounded);
+    # what their shapes flow into is marked apart; the key says which is which.
+    origins, carried = filled("#ff8a8a"), filled("#ffe0e0")
+    assert len(origins) == 2 and len(carried) > 2
+    assert all(g.find(f"{SVG}title").text.startswith("%") for g in origins)
+    text = out.read_text()
+    assert "origin of the change" in text and "changed through its inputs" in text
+    assert "built at batch_size_change.py:" in text  # tooltips name each node's line
 
 
 def test_export_formats(sample_trace, tmp_path: Path) -> None:

@@ -53,7 +53,7 @@ def test_the_traced_cell_runs_as_usual_and_shows_its_findings_first(executed) ->
         next(line for line in definitions.source.splitlines() if "mse_loss" in line)) + 1
     # Findings come first, each named by its cell and line.
     assert text.index("Findings") < text.index("executions in")
-    assert "aten::mse_loss falls back to the CPU: 7 calls" in text
+    assert "aten::mse_loss falls back to the CPU in mse_loss(): 7 calls" in text
     assert f"In [{number}], line {loss_line}" in text
     assert "recompiled: input shape Float[16,32] -> Float[4,32]" in text  # the last, short batch
     assert "<svg" in html  # the graph the first finding points at
@@ -66,7 +66,7 @@ def test_a_saved_trace_and_the_python_api_show_the_same_way(executed) -> None:
     notebook, _ = executed
     assert "aten::mse_loss falls back" in text_of(html_of(outputs(notebook, "%lazyviz report")))
     result = next(o for o in outputs(notebook, "import lazyviz") if o["output_type"] == "execute_result")
-    assert "aten::mse_loss falls back to the CPU: 1 call" in result["data"]["text/plain"]
+    assert "aten::mse_loss falls back to the CPU in mse_loss(): 1 call" in result["data"]["text/plain"]
 
 
 @needs_chromium

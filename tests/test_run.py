@@ -3,6 +3,7 @@ happens to the script, and says clearly when the input is wrong."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -91,6 +92,23 @@ def test_newer_schema_is_one_line(sample_trace, tmp_path: Path) -> None:
         db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
     result = cli("report", newer)
     assert result.status == 2 and result.stderr.count("\n") == 1 and "upgrade lazyviz" in result.stderr
+
+
+def test_a_version_1_trace_still_reads(sample_trace, tmp_path: Path) -> None:
+    # Version 1 had no `call` and `context` columns: they read as None, the rest as before.
+    old = tmp_path / "v1.trace"
+    shutil.copy(sample_trace("fallback_mse"), old)
+    current = cli("report", "--format", "json", old)
+    with sqlite3.connect(old) as db:
+        db.execute("ALTER TABLE executions DROP COLUMN call")
+        db.execute("ALTER TABLE executions DROP COLUMN context")
+        db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    result = cli("report", "--format", "json", old)
+    assert result.status == 0, result.stderr
+    before, after = json.loads(current.stdout), json.loads(result.stdout)
+    messages = [f["message"] for f in before["findings"]]
+    assert "aten::mse_loss falls back to the CPU in mse_loss():" in messages[0], messages
+    assert [f["message"] for f in after["findings"]] == [re.sub(r" in [\w.]+\(\):", ":", m) for m in messages]
 
 
 def test_script_without_lazy_tensors_is_one_line(tmp_path: Path) -> None:

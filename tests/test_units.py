@@ -33,7 +33,8 @@ def ex(index: int, **fields: object) -> Execution:
                      stack_id=record.stack_id, graph=record.graph, nodes=record.nodes, cache=record.cache,
                      sync_ms=record.sync_ms, trace_ms=record.trace_ms, compile_ms=record.compile_ms,
                      execute_ms=record.execute_ms, start_ms=record.start_ms,
-                     fallback_ops=record.fallback_ops, counters=record.counters)
+                     fallback_ops=record.fallback_ops, counters=record.counters, call=record.call,
+                     context=record.context)
 
 
 def run_info(**fields: object) -> RunInfo:
@@ -107,8 +108,20 @@ def test_fallback_finding_counts_calls_and_forced_executions() -> None:
     executions = [ex(i, step=i, cause="fallback", detail="aten::mse_loss", fallback_ops={"aten::mse_loss": 1})
                   for i in range(4)]
     [finding] = fallback_findings(executions, 4)
-    assert finding.details == {"op": "aten::mse_loss", "calls": 4, "executions_forced": 4, "per_step": 1.0}
+    assert finding.details == {"op": "aten::mse_loss", "calls": 4, "executions_forced": 4, "per_step": 1.0,
+                               "call": None}
     assert "((output - target) ** 2).mean()" in finding.fix
+
+
+def test_fallback_finding_names_the_users_call_and_fits_its_advice() -> None:
+    executions = [ex(i, step=i, cause="fallback", detail="aten::linalg_vector_norm", call="clip_grad_norm_",
+                     fallback_ops={"aten::linalg_vector_norm": 1}) for i in range(4)]
+    [finding] = fallback_findings(executions, 4)
+    assert "aten::linalg_vector_norm falls back to the CPU in clip_grad_norm_()" in finding.message
+    assert "clip_grad_norm_" in finding.fix and "(p.grad * p.grad).sum()" in finding.fix
+    # With no mark_step() there are no steps: no per-step figure.
+    [no_steps] = fallback_findings(executions, 0)
+    assert "per step" not in no_steps.message
 
 
 def test_fallback_without_a_forced_execution_is_info() -> None:
@@ -145,6 +158,50 @@ def test_aliasing_recompile_gets_its_own_advice() -> None:
     executions.append(ex(3, step=3, graph="g1", cache="miss"))
     [finding] = analyze(run_info(steps=4), executions, {"g0": IR16, "g1": IR16}).findings
     assert "share buffers" in finding.message and "Python numbers" in finding.fix
+
+
+SCALE_IR = """IR {
+  %0 = [Float[4,4]] lazy_tensors::device_data(), device=CPU0, location=<module>@train.py:3, NodeType=D
+  %1 = [Double[]] lazy_tensors::device_data(), location=<module>@train.py:7, device=CPU0, NodeType=D
+  %2 = [Double[]] lazy_tensors::device_data(), location=<module>@train.py:8, device=CPU0, NodeType=D
+  %3 = [Float[4,4]] aten::mul(%0, %1), location=<module>@train.py:9, NodeType=M
+  %4 = [Float[4,4]] aten::add(%3, %2), location=<module>@train.py:9, ROOT=0, NodeType=A
+}
+"""
+
+
+def test_aliasing_names_both_inputs_and_their_lines() -> None:
+    # The hook marks an input that shares its buffer with an earlier one (alias=%j): two
+    # Python numbers that became equal. Inputs are paired by type, not by position.
+    aliased = SCALE_IR.replace("location=<module>@train.py:8, device=CPU0,",
+                               "location=<module>@train.py:8, device=CPU0, alias=%1,")
+    reordered = "\n".join([aliased.splitlines()[0], *aliased.splitlines()[2:4], aliased.splitlines()[1],
+                           *aliased.splitlines()[4:]])
+    executions = [ex(i, step=i, graph="g0", cache="miss" if i == 0 else "hit") for i in range(3)]
+    executions.append(ex(3, step=3, graph="g1", cache="miss"))
+    for new in (aliased, reordered.replace("%0", "%9").replace("%1", "%0").replace("%9", "%1")):
+        [recompile] = explain_recompiles(executions, {"g0": SCALE_IR, "g1": new})
+        assert [c.kind for c in recompile.diff.origins] == ["aliasing"], recompile.diff.changes
+        headline = recompile.headline()
+        assert "now shares one buffer with input" in headline and headline.endswith(": equal Python numbers")
+        assert "(built at train.py:7)" in headline and "(built at train.py:8)" in headline
+    [finding] = analyze(run_info(steps=4), executions, {"g0": SCALE_IR, "g1": aliased}).findings
+    assert "create such values once as tensors" in finding.fix
+
+
+def test_under_pytest_each_test_is_judged_on_its_own() -> None:
+    # Two tests compile different graphs at the same line of a shared helper: the second
+    # test's first graph is not a recompile of the first test's.
+    executions = [ex(i, step=i, graph="b16", context="t.py::test_a", cache="miss" if i == 0 else "hit")
+                  for i in range(3)]
+    executions += [ex(i, step=i, graph="b24", context="t.py::test_b", cache="miss" if i == 3 else "hit")
+                   for i in range(3, 6)]
+    assert explain_recompiles(executions, {"b16": IR16, "b24": IR24}) == []
+    executions.append(ex(6, step=6, graph="b16", context="t.py::test_b", cache="miss"))
+    [recompile] = explain_recompiles(executions, {"b16": IR16, "b24": IR24})
+    assert recompile.closest == "b24" and not recompile.warmup  # test_b's warm-up counts from its step 3
+    [finding] = analyze(run_info(steps=7), executions, {"b16": IR16, "b24": IR24}).findings
+    assert finding.message.startswith("t.py::test_b: step 6 recompiled: input shape Float[24,64] -> Float[16,64]")
 
 
 

@@ -14,7 +14,8 @@ from functools import lru_cache
 from lazyviz.analysis.ir import IRGraph, Node, parsed
 
 # Change kinds, in the order a user should read them.
-KINDS = ("input_shape", "dtype", "attribute", "op_added", "op_removed", "structure", "shape")
+# Aliasing comes last among origins: it explains a miss only when nothing else changed.
+KINDS = ("input_shape", "dtype", "structure", "op_added", "op_removed", "attribute", "aliasing", "shape")
 
 
 @dataclass(frozen=True)
@@ -27,10 +28,21 @@ class Change:
     origin: bool  # True where the change came in; False where it was carried by operands
     old_node: str = ""
     location: str = ""  # the source line that built the node, where the backend records it
+    partner_location: str = ""  # aliasing: where the input it shares a buffer with was built
 
     def describe(self) -> str:
         where = self.node or self.old_node
         at = f", built at {self.source_line}" if self.location else ""
+        if self.kind == "aliasing":
+            # Python numbers that became equal share one cached device buffer.
+            built = f" (built at {self.source_line})" if self.location else ""
+            partner_at = self.partner_location.rpartition("@")[2]
+            partner_built = f" (built at {partner_at})" if partner_at else ""
+            if self.after != "-":
+                inputs = "inputs" if "," in self.after else "input"
+                return (f"aliasing: input {where}{built} now shares one buffer with {inputs} "
+                        f"{self.after}{partner_built}: equal Python numbers")
+            return f"aliasing: input {where}{built} no longer shares a buffer with input {self.before}"
         if self.kind in ("op_added", "op_removed"):
             return f"{self.kind.replace('_', ' ')}: {self.op} ({where}){at}"
         return f"{self.kind.replace('_', ' ')}: {self.op} {where}: {self.before} -> {self.after}{at}"
@@ -76,14 +88,37 @@ def align(old: IRGraph, new: IRGraph) -> dict[str, str]:
     old_keys, new_keys = _structure_keys(old), _structure_keys(new)
     pool: dict[int, list[str]] = {}
     for node in old.nodes:
-        pool.setdefault(old_keys[node.id], []).append(node.id)
+        if not node.is_input:
+            pool.setdefault(old_keys[node.id], []).append(node.id)
     mapping: dict[str, str] = {}
     for node in new.nodes:
-        candidates = pool.get(new_keys[node.id])
+        candidates = pool.get(new_keys[node.id]) if not node.is_input else None
         if candidates:
-            mapping[node.id] = candidates.pop(0)
-    # The rest (downstream of an added or removed op): same op, in order.
+            same_type = next((i for i, old_id in enumerate(candidates)
+                              if old.by_id[old_id].outputs == node.outputs), 0)
+            mapping[node.id] = candidates.pop(same_type)
+    # Inputs all look alike (device data, no operands): an input is the one that feeds
+    # the same operand of the op it was matched through.
     used = set(mapping.values())
+    for node in new.nodes:
+        before = old.by_id.get(mapping.get(node.id, ""))
+        if before is None:
+            continue
+        for new_operand, old_operand in zip(node.operands, before.operands):
+            new_input, old_input = new.by_id[node.operand_node(new_operand)], old.by_id[before.operand_node(old_operand)]
+            if new_input.is_input and old_input.is_input and new_input.id not in mapping \
+                    and old_input.id not in used:
+                mapping[new_input.id] = old_input.id
+                used.add(old_input.id)
+    # The rest: inputs by type, then anything by op in order (downstream of an added op).
+    spare_inputs = [n for n in old.nodes if n.is_input and n.id not in used]
+    for node in new.nodes:
+        if node.is_input and node.id not in mapping:
+            match = next((o for o in spare_inputs if o.outputs == node.outputs), None)
+            if match is not None:
+                mapping[node.id] = match.id
+                spare_inputs.remove(match)
+                used.add(match.id)
     rest_old = [n for n in old.nodes if n.id not in used]
     rest_new = [n for n in new.nodes if n.id not in mapping]
     matcher = difflib.SequenceMatcher(a=[n.op for n in rest_old], b=[n.op for n in rest_new], autojunk=False)
@@ -116,6 +151,7 @@ def diff_graphs(old: IRGraph, new: IRGraph) -> GraphDiff:
         if node.id not in mapped_old:
             changes.append(Change("op_removed", "", node.op, node.type_text, "", True, old_node=node.id,
                                   location=node.location))
+    changes += _aliasing(old, new, mapping)
     changes = _carry_shape_constants(changes)
     changes.sort(key=lambda c: (not c.origin, KINDS.index(c.kind) if c.origin else 0))
     return GraphDiff(tuple(changes), len(mapping))
@@ -169,6 +205,8 @@ def _compare(before: Node, after: Node, operands_changed: bool) -> list[Change]:
         changes.append(Change(kind, after.id, after.op, before.type_text, after.type_text,
                               origin or after.is_input, before.id, location))
     for name in sorted(set(before.attrs) | set(after.attrs)):
+        if name == "alias":  # which input it shares a buffer with: compared by position below
+            continue
         if before.attrs.get(name) != after.attrs.get(name):
             changes.append(Change(
                 "attribute", after.id, f"{after.op}.{name}", before.attrs.get(name, "-"),
@@ -178,6 +216,45 @@ def _compare(before: Node, after: Node, operands_changed: bool) -> list[Change]:
         changes.append(Change("structure", after.id, after.op, ", ".join(before.operands),
                               ", ".join(after.operands), False, before.id, location))
     return changes
+
+
+def _buffer_groups(graph: IRGraph) -> dict[str, frozenset[str]]:
+    """Input id -> the inputs sharing its buffer (itself included), from the hook's
+    `alias=%j` marks (the later users of a buffer point at its first)."""
+    groups: dict[str, set[str]] = {}
+    for node in graph.nodes:
+        if node.is_input:
+            first = node.attrs.get("alias", node.id)
+            groups.setdefault(first, set()).add(node.id)
+    return {member: frozenset(group) for group in groups.values() for member in group}
+
+
+def _aliasing(old: IRGraph, new: IRGraph, mapping: dict[str, str]) -> list[Change]:
+    """Inputs that now share one buffer, or no longer do: the executor's cache key covers
+    that sharing (equal Python numbers get one buffer), so the same IR can miss. One
+    change per group of the new graph whose members' partners differ from before."""
+    old_groups, new_groups = _buffer_groups(old), _buffer_groups(new)
+    reverse = {old_id: new_id for new_id, old_id in mapping.items()}
+    changes, reported = [], set()
+    for node in new.nodes:
+        group = new_groups.get(node.id)
+        if group is None or group in reported or node.id not in mapping:
+            continue
+        before = {reverse[o] for o in old_groups.get(mapping[node.id], ()) if o in reverse}
+        after = {m for m in group if m in mapping}
+        if before == after:
+            continue
+        reported.add(group)
+        partner = next((new.by_id[m] for m in sorted(group, key=_order) if m != node.id), None)
+        changes.append(Change(
+            "aliasing", node.id, node.op, ", ".join(sorted(before - {node.id}, key=_order)) or "-",
+            ", ".join(sorted(after - {node.id}, key=_order)) or "-", True, mapping[node.id], node.location,
+            partner.location if partner else ""))
+    return changes
+
+
+def _order(node_id: str) -> int:
+    return int(node_id.lstrip("%").split(".")[0])
 
 
 def _rewired_shape(before: Node, after: Node) -> bool:

@@ -37,6 +37,15 @@ FALLBACK_FIXES = {
     "aten::where.self_out": "part of scaled_dot_product_attention's fallback path",
 }
 
+# Advice by the user-facing call that issued a fallback op (Tracer._user_call), where the op
+# alone does not say what to change.
+CALL_FIXES = {
+    "clip_grad_norm_": "clip_grad_norm_ takes the norm with an op that has no lowering here, once per "
+                       "parameter: compute it with ops that lower, total = torch.stack([(p.grad * p.grad).sum() "
+                       "for p in params]).sum().sqrt(), then p.grad.mul_(torch.clamp(max_norm / (total + 1e-6), "
+                       "max=1.0)) for each p (checked: no fallback on torch 2.13's TorchScript backend)",
+}
+
 MIN_REPEATS = 4  # a block seen this many times in a row in one graph is a loop, unrolled
 
 
@@ -74,7 +83,7 @@ FINDERS: tuple[Callable[[RunFacts], list[Finding]], ...] = (
     lambda facts: recompile_findings(facts.recompiles),
     lambda facts: extra_sync_findings(facts.executions, facts.steps, facts.names),
     lambda facts: fallback_findings(facts.executions, facts.steps),
-    lambda facts: growing_site_findings(facts.executions, facts.names),
+    lambda facts: growing_site_findings(facts.executions, facts.names, facts.ir_texts),
     lambda facts: growth_findings(facts.executions, facts.ir_texts, facts.names,
                                   skip=growing_graphs(facts.executions)),
 )
@@ -98,11 +107,11 @@ def recompile_findings(recompiles: list[Recompile]) -> list[Finding]:
     for recompile in after_warmup:
         origins = recompile.diff.origins if recompile.diff else ()
         if origins and all(c.kind == "input_shape" for c in origins):
-            shape_only[recompile.frame.site if recompile.frame else "?"].append(recompile)
+            shape_only[(recompile.context, recompile.frame.site if recompile.frame else "?")].append(recompile)
             continue
         findings.append(Finding(
             "recompile", "warning",
-            f"step {recompile.step} recompiled: {recompile.headline()}",
+            f"{_in_test(recompile.context)}step {recompile.step} recompiled: {recompile.headline()}",
             recompile.frame, (recompile.execution,),
             fix=_recompile_fix(recompile),
             details={"closest_graph": recompile.closest, "closest_execution": recompile.closest_execution,
@@ -113,11 +122,13 @@ def recompile_findings(recompiles: list[Recompile]) -> list[Finding]:
                     "changes": [f"{c.node} {c.before} -> {c.after}" for c in r.diff.origins]}
                    for r in group]
         first = group[0].diff.origins[0]
+        built = f", built at {first.source_line}" if first.location else ""
         if len(group) == 1:
-            message = f"step {group[0].step} recompiled: input shape {first.before} -> {first.after}"
+            message = f"step {group[0].step} recompiled: input shape {first.before} -> {first.after}{built}"
         else:
             message = (f"input shapes change at {len(group)} steps, each a recompile "
-                       f"(first {first.before} -> {first.after})")
+                       f"(first {first.before} -> {first.after}{built})")
+        message = _in_test(group[0].context) + message
         findings.append(Finding(
             "dynamic_shape" if len(group) > 1 else "recompile", "warning", message, group[0].frame,
             tuple(r.execution for r in group),
@@ -127,9 +138,15 @@ def recompile_findings(recompiles: list[Recompile]) -> list[Finding]:
     return findings
 
 
+def _in_test(context: str | None) -> str:
+    """"test_x.py::test_y: " under pytest, where each test is judged on its own."""
+    return f"{context.rpartition('/')[2]}: " if context else ""
+
+
 _ALIASING_FIX = ("two Python numbers used in the step became equal (or stopped being equal), so torch gave "
                  "them one shared device buffer and hashed that into the cache key: create such values once "
                  "as tensors on the device instead of passing Python numbers")
+_DTYPE_FIX = "an input's dtype changed between steps: cast it once, where it is made, so every step sees one dtype"
 _SHAPE_FIX = "pad or bucket batches to a few fixed shapes (or drop_last=True in the DataLoader)"
 
 
@@ -148,12 +165,17 @@ def _recompile_fix(recompile: Recompile) -> str:
     if not recompile.diff.changes:
         return _ALIASING_FIX
     kinds = {change.kind for change in recompile.diff.origins}
+    if kinds == {"aliasing"}:
+        return _ALIASING_FIX
+    if any(c.kind == "dtype" and c.op.endswith("device_data") for c in recompile.diff.origins):
+        # The casts that follow (an added _to_copy) are its consequence, not another path.
+        return _DTYPE_FIX
     if kinds & {"op_added", "op_removed", "structure"}:
         return _PATH_FIX
     if kinds == {"input_shape"}:
         return _SHAPE_FIX
     if "dtype" in kinds:
-        return "an input's dtype changed between steps: cast it once, where it is made, so every step sees one dtype"
+        return _DTYPE_FIX
     if "attribute" in kinds:
         return "keep values that change between steps out of op attributes (pass them as tensors)"
     if "input_shape" in kinds:
@@ -201,14 +223,19 @@ def fallback_findings(executions: list[Execution], steps: int) -> list[Finding]:
         group = forced.get(op, [])
         sites = Counter(e.frame for e in group if e.frame)
         frame = sites.most_common(1)[0][0] if sites else None
+        user_call = Counter(e.call for e in group if e.call).most_common(1)
+        call = user_call[0][0] if user_call else None
         per_step = len(group) / max(steps, 1)
+        per_step_text = f" ({per_step:.3g} per step)" if steps else ""
+        fix = FALLBACK_FIXES.get(op) or (call and CALL_FIXES.get(call.rpartition(".")[2])) or \
+            "no lazy lowering for this op: avoid it in the step or accept the sync"
         findings.append(Finding(
             "fallback", "warning" if group else "info",
-            f"{op} falls back to the CPU: {count} call{'s' if count != 1 else ''}, "
-            f"forcing {len(group)} execution{'s' if len(group) != 1 else ''} ({per_step:.3g} per step)",
-            frame, tuple(e.index for e in group), FALLBACK_FIXES.get(op, "no lazy lowering for this op: "
-                                                                         "avoid it in the step or accept the sync"),
-            {"op": op, "calls": count, "executions_forced": len(group), "per_step": round(per_step, 3)},
+            f"{op} falls back to the CPU{f' in {call}()' if call else ''}: {count} call{'s' if count != 1 else ''}, "
+            f"forcing {len(group)} execution{'s' if len(group) != 1 else ''}{per_step_text}",
+            frame, tuple(e.index for e in group), fix,
+            {"op": op, "calls": count, "executions_forced": len(group), "per_step": round(per_step, 3),
+             "call": call},
         ))
     return findings
 
@@ -260,7 +287,22 @@ def growing_graphs(executions: list[Execution]) -> set[str]:
     return {e.graph for group, _ in _growing_sites(executions).values() for e in group}
 
 
-def growing_site_findings(executions: list[Execution], names: Mapping[str, str] = TS_NAMES) -> list[Finding]:
+def _built_at(ir_text: str, limit: int = 3) -> str:
+    """", built at lm.py:140 (412 nodes), lm.py:152 (96)": the lines that built most of a
+    graph's ops, where the IR records them; "" where it does not."""
+    graph = parsed(ir_text)
+    if graph is None:
+        return ""
+    lines = Counter(node.location.rpartition("@")[2] for node in graph.nodes
+                    if node.location and not node.is_input)
+    if not lines:
+        return ""
+    shown = [f"{line} ({count} node{'s' if count != 1 else ''})" for line, count in lines.most_common(limit)]
+    return ", built at " + ", ".join(shown)
+
+
+def growing_site_findings(executions: list[Execution], names: Mapping[str, str] = TS_NAMES,
+                          ir_texts: Mapping[str, str] | None = None) -> list[Finding]:
     """The graph synced at one site grows by about the same number of nodes at every
     sync: a loop runs without mark_step(), so the work of all the iterations so far
     (an optimizer's updates, say) is still pending and each sync runs it again. Found
@@ -271,11 +313,13 @@ def growing_site_findings(executions: list[Execution], names: Mapping[str, str] 
         shown = " -> ".join(map(str, sizes[:4])) + (f" -> ... -> {sizes[-1]}" if len(sizes) > 4 else "")
         first = group[0]
         what = first.detail or first.cause
+        largest = max(group, key=lambda e: e.nodes)
+        built = _built_at(ir_texts.get(largest.graph, "")) if ir_texts else ""
         findings.append(Finding(
             "missing_mark_step", "warning",
             f"the graph {what} runs here grows by about {growth} nodes at every sync ({shown} nodes over "
-            f"{len(group)} syncs): a loop runs without {names['mark_step']}, so each sync runs all the work "
-            "pending since the loop began",
+            f"{len(group)} syncs{built}): a loop runs without {names['mark_step']}, so each sync runs all "
+            "the work pending since the loop began",
             first.frame, tuple(e.index for e in group),
             f"call {names['mark_step']} at the end of each iteration (after the optimizer step); then "
             f"{what} costs one small execution, or none if read in {names['step_closure']}",
@@ -310,7 +354,8 @@ def growth_findings(executions: list[Execution], ir_texts: Mapping[str, str],
         first = runs[0]
         findings.append(Finding(
             "missing_mark_step", "warning",
-            f"graph {graph_id} ({len(graph)} nodes) repeats {_ops_text(block)} {repeats} times: "
+            f"graph {graph_id} ({len(graph)} nodes{_built_at(ir_texts.get(graph_id, ''))}) repeats "
+            f"{_ops_text(block)} {repeats} times: "
             f"a loop ran {repeats} iterations without mark_step() and they piled up into one graph, "
             f"run by {first.detail or first.cause}",
             first.frame, tuple(e.index for e in runs),

@@ -35,6 +35,7 @@ class Recompile:
     note: str = ""
     new_graph: bool = False  # no earlier graph is close: closest is only the nearest one
     choice: str = ""  # which graph was compared against and why, in one line
+    context: str | None = None  # the test that ran it, under pytest
 
     @property
     def changes(self) -> tuple[Change, ...]:
@@ -48,26 +49,55 @@ class Recompile:
             return (f"same IR as graph {self.closest}, but its inputs share buffers differently "
                     "(a Python number now equal or no longer equal to another input): torch hashes that "
                     "into the cache key")
-        more = len(self.diff.origins) - 1
+        origins = self.diff.origins
+        moved = [c for c in origins if c.kind in ("op_added", "op_removed")]
+        if first.kind in ("op_added", "op_removed") and len(moved) > 1:
+            # A branch or a new phase: say how many ops and which lines built them.
+            parts = [_ops_summary([c for c in moved if c.kind == kind], verb)
+                     for kind, verb in (("op_added", "added"), ("op_removed", "removed"))]
+            more = len(origins) - len(moved)
+            return "; ".join(p for p in parts if p) + (f" (+{more} more)" if more > 0 else "")
+        more = len(origins) - 1
         return first.describe() + (f" (+{more} more)" if more > 0 else "")
+
+
+def _ops_summary(changes: list[Change], verb: str) -> str:
+    """"61 ops added (aten::mul x30, aten::sum x30, ...), built at train.py:29 (61)"."""
+    if not changes:
+        return ""
+    ops = Counter(c.op.rpartition("::")[2] if c.op.startswith("lazy_tensors::") else c.op for c in changes)
+    shown = ", ".join(f"{op} x{n}" if n > 1 else op for op, n in ops.most_common(3))
+    # Lines in graph order: the first is where the new work starts (a forward line), later
+    # ones what it brings along (its backward).
+    lines = Counter(c.source_line for c in changes if c.location)
+    built = (", built at " + ", ".join(f"{line} ({lines[line]})" for line in list(lines)[:2])) if lines else ""
+    return (f"{len(changes)} op{'s' if len(changes) != 1 else ''} {verb} "
+            f"({shown}{', ...' if len(ops) > 3 else ''}){built}")
 
 
 def explain_recompiles(
     executions: list[Execution], ir_texts: Mapping[str, str], warmup_steps: int = WARMUP_STEPS
 ) -> list[Recompile]:
-    """ir_texts: graph id -> IR text (empty when captured light)."""
-    compiled: list[Execution] = []  # earlier misses, one per distinct graph
-    seen_sites: set[str] = set()
+    """ir_texts: graph id -> IR text (empty when captured light).
+
+    Under pytest each test is its own program: a recompile is judged against the graphs
+    of the same test, and its warm-up counts from the test's first step."""
+    compiled: dict[str | None, list[Execution]] = {}  # context -> earlier misses, one per distinct graph
+    first_step: dict[str | None, int] = {}
+    seen_sites: set[tuple[str | None, str]] = set()
     explained: list[Recompile] = []
     for execution in executions:
+        context = execution.context
+        start = first_step.setdefault(context, execution.step)
         if not execution.is_miss:
             continue
-        site = execution.site
+        site = (context, execution.site)
+        earlier = compiled.setdefault(context, [])
         if site in seen_sites:
-            explained.append(_explain(execution, compiled, ir_texts, execution.step < warmup_steps))
+            explained.append(_explain(execution, earlier, ir_texts, execution.step - start < warmup_steps))
         seen_sites.add(site)
-        if all(e.graph != execution.graph for e in compiled):
-            compiled.append(execution)
+        if all(e.graph != execution.graph for e in earlier):
+            earlier.append(execution)
     return explained
 
 
@@ -90,7 +120,7 @@ def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[
     candidates = same_site or [e for e in compiled if e.graph != execution.graph]
     new = parsed(ir_texts.get(execution.graph, ""))
     base = dict(execution=execution.index, step=execution.step, graph=execution.graph,
-                frame=execution.frame, warmup=warmup)
+                frame=execution.frame, warmup=warmup, context=execution.context)
     if not candidates:
         return Recompile(closest=None, closest_execution=None, same_site=False, diff=None,
                          note="nothing compiled before to compare with", **base)

@@ -54,6 +54,16 @@ class ExecutionHook(Protocol):
         ...
 
 
+class CodeClassifier(Protocol):
+    """What a code object's frames are to a source-line walk: (kind, the file's name in
+    the trace); kind is USER_FRAME, OTHER_FRAME (walk on outward) or STOP_FRAME."""
+
+    def __call__(self, filename: str, name: str) -> tuple[int, str]: ...
+
+
+USER_FRAME, OTHER_FRAME, STOP_FRAME = 0, 1, 2
+
+
 class ExecuteTimeHook(Protocol):
     """For backends that learn an execution's execute time after reporting it."""
 
@@ -88,6 +98,10 @@ class LazyBackend(ABC):
         """Call `on_execution` after every graph execution (or at the next poll);
         counter deltas count from this call on. `on_execute_time` fills in an execute
         time that was not known when the execution was reported."""
+
+    def record_source_lines(self, classify: CodeClassifier | None) -> None:  # noqa: B027 - optional
+        """Tag every IR node with the user's line that built it (None: stop). Backends
+        that record locations themselves (XLA with XLA_IR_DEBUG) leave this alone."""
 
     def poll(self, final: bool = False) -> None:  # noqa: B027 - optional: only polling backends override it
         """Report executions seen since the last poll; final: the script has ended,

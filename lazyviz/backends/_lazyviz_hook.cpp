@@ -8,12 +8,19 @@
 // graph's post order: so each distinct graph is formatted once, on its miss.
 #include <torch/extension.h>
 #include <torch/csrc/lazy/backend/backend_interface.h>
+#include <torch/csrc/lazy/core/config.h>
+#include <torch/csrc/lazy/core/debug_util.h>
 #include <torch/csrc/lazy/core/ir_dump_util.h>
+#include <torch/csrc/lazy/core/ir_metadata.h>
 #include <torch/csrc/lazy/core/metrics.h>
+#include <torch/csrc/lazy/core/tensor.h>
+#include <frameobject.h>
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <mutex>
+#include <sstream>
 #include <tuple>
 #include <vector>
 #include <unordered_map>
@@ -54,6 +61,117 @@ double now_ms() {
   return std::chrono::duration<double, std::milli>(clock::now().time_since_epoch()).count();
 }
 
+
+// ---- Source lines: which line of the user's code built each IR node ------------------
+//
+// With FLAGS_torch_lazy_ir_debug set, every new IR node asks GetPythonFramesFunction()
+// for its frames and DumpUtil prints the first as `location=fn@file:line`. torch's own
+// getter walks and formats the whole Python stack per node; this one stops at the
+// innermost frame of the user's code and classifies each code object once (by a Python
+// callback that knows lazyviz's rules), so a node costs a few pointer hops.
+enum FrameKind { kUserFrame = 0, kOtherFrame = 1, kStopFrame = 2 };
+
+struct CodeEntry {
+  int kind;
+  std::string file;  // the trace's name for the file (a notebook cell reads "In [3]")
+  std::string function;
+};
+
+// Touched only with the GIL held. Code objects are kept alive by the cache (one
+// reference each) so an address is never reused for another code object.
+py::object* g_classify = nullptr;
+std::unordered_map<PyObject*, CodeEntry>* g_codes = nullptr;
+std::function<std::vector<SourceLocation>()>* g_torch_frames = nullptr;  // restored when off
+struct CodeLineHash {
+  size_t operator()(const std::pair<PyObject*, int>& key) const {
+    return std::hash<PyObject*>()(key.first) ^ (static_cast<size_t>(key.second) * 0x9e3779b97f4a7c15ULL);
+  }
+};
+// (code object, instruction) -> line; its code objects are held by g_codes.
+std::unordered_map<std::pair<PyObject*, int>, int, CodeLineHash>* g_lines = nullptr;
+std::atomic<bool> g_source_lines{false};
+
+const CodeEntry& ClassifyCode(PyCodeObject* code) {
+  auto found = g_codes->find(reinterpret_cast<PyObject*>(code));
+  if (found != g_codes->end()) return found->second;
+  CodeEntry entry{kOtherFrame, "", ""};
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);  // node creation never sees our errors
+  try {
+    py::handle file(code->co_filename), name(code->co_name);
+    py::tuple result = (*g_classify)(file, name);
+    entry.kind = result[0].cast<int>();
+    // Only the base name is ever printed (EmitShortFrameInfo): short names copy free.
+    std::string label = result[1].cast<std::string>();
+    size_t slash = label.find_last_of('/');
+    entry.file = slash == std::string::npos ? label : label.substr(slash + 1);
+    entry.function = name.cast<std::string>();
+  } catch (py::error_already_set& error) {
+    error.discard_as_unraisable("lazyviz source lines");
+  } catch (const std::exception&) {
+  }
+  PyErr_Restore(type, value, traceback);
+  Py_INCREF(code);
+  return g_codes->emplace(reinterpret_cast<PyObject*>(code), std::move(entry)).first->second;
+}
+
+// The innermost user frame of the calling Python thread, or nothing (a thread that
+// never ran Python, such as autograd's device threads, has no frames to give).
+std::vector<SourceLocation> UserFrame() {
+  std::vector<SourceLocation> frames;
+  if (!g_source_lines.load() || !Py_IsInitialized() || PyGILState_GetThisThreadState() == nullptr) {
+    return frames;
+  }
+  PyGILState_STATE gil = PyGILState_Ensure();  // torch's bindings release it around ops
+  if (g_source_lines.load()) {
+    PyFrameObject* frame = PyEval_GetFrame();
+    Py_XINCREF(frame);
+    while (frame != nullptr) {
+      PyCodeObject* code = PyFrame_GetCode(frame);
+      const CodeEntry& entry = ClassifyCode(code);
+      Py_DECREF(code);
+      if (entry.kind == kUserFrame) {
+        // The line table is scanned from its start on every lookup: cache per instruction.
+        auto key = std::make_pair(reinterpret_cast<PyObject*>(code), PyFrame_GetLasti(frame));
+        auto line = g_lines->find(key);
+        if (line == g_lines->end()) line = g_lines->emplace(key, PyFrame_GetLineNumber(frame)).first;
+        frames.push_back(SourceLocation{entry.file, entry.function, line->second});
+      }
+      if (entry.kind != kOtherFrame) break;
+      PyFrameObject* back = PyFrame_GetBack(frame);
+      Py_DECREF(frame);
+      frame = back;
+    }
+    Py_XDECREF(frame);
+  }
+  PyGILState_Release(gil);
+  return frames;
+}
+
+// Lazy tensors made from CPU data (`batch.to("lazy")`) upload on first use, inside
+// whatever op uses them first: the line that made them is noted when `.to` returns
+// and carried to the upload, so an input node names it rather than the line using it.
+struct NotedLine {
+  c10::weak_intrusive_ptr<c10::TensorImpl> tensor;
+  SourceLocation where;
+};
+std::mutex g_noted_mu;
+std::unordered_map<const c10::TensorImpl*, NotedLine> g_noted_tensors;  // eager data -> line
+std::unordered_map<BackendData::Handle, std::pair<std::weak_ptr<BackendData>, SourceLocation>> g_noted_data;
+
+template <typename Map, typename Alive>
+void PruneWhenLarge(Map& map, size_t& limit, Alive alive) {
+  if (map.size() < limit) return;
+  for (auto it = map.begin(); it != map.end();) it = alive(it->second) ? std::next(it) : map.erase(it);
+  limit = std::max<size_t>(1024, map.size() * 2);
+}
+
+std::string LocationText(const SourceLocation& where) {
+  std::ostringstream text;
+  EmitShortFrameInfo(text, {where});  // ", location=fn@file:line", as torch prints it
+  return text.str();
+}
+
 // What we learn about a graph on its cache miss, kept until its first execution.
 struct CompiledGraph {
   std::string graph_id;
@@ -75,7 +193,20 @@ class RecordingBackend : public BackendImplInterface {
 
   BackendDataPtr MakeComputationDataFromTensor(const at::Tensor& tensor, const Shape& shape,
                                                const BackendDevice& device) const override {
-    return inner_->MakeComputationDataFromTensor(tensor, shape, device);
+    BackendDataPtr data = inner_->MakeComputationDataFromTensor(tensor, shape, device);
+    if (g_source_lines.load() && data) {
+      std::lock_guard<std::mutex> lock(g_noted_mu);
+      auto noted = g_noted_tensors.find(tensor.unsafeGetTensorImpl());
+      if (noted != g_noted_tensors.end()) {
+        if (!noted->second.tensor.expired()) {
+          static size_t limit = 1024;
+          PruneWhenLarge(g_noted_data, limit, [](auto& entry) { return !entry.first.expired(); });
+          g_noted_data[data->GetHandle()] = {data, noted->second.where};
+        }
+        g_noted_tensors.erase(noted);
+      }
+    }
+    return data;
   }
   BackendDataPtr MakeComputationDataFromScalar(const at::Scalar& scalar,
                                                const BackendDevice& device) const override {
@@ -103,6 +234,7 @@ class RecordingBackend : public BackendImplInterface {
     pending_.graph_id = GraphId(post_order);
     if (capture_ir_.load()) {
       pending_.ir_text = DumpUtil::PostOrderToText(post_order, Roots(post_order));
+      pending_.ir_text = Annotate(pending_.ir_text, post_order);
     }
     have_pending_ = true;
     return inner_->CreateLoweringContext(name, std::move(device), post_order, std::move(emit_status));
@@ -180,6 +312,49 @@ class RecordingBackend : public BackendImplInterface {
       if (!used.count(node)) roots.push_back(node);
     }
     return roots;
+  }
+
+  // Two marks torch's dump lacks, added per node (line i + 1 of the dump is
+  // post_order[i]):
+  // - `alias=%j`: this input shares its buffer with input %j. The executor's cache key
+  //   covers that sharing (two Python numbers that became equal get one buffer), so a
+  //   diff must see it.
+  // - with source lines on, an input made from CPU data names the line that moved the
+  //   data to the device (noted by note_upload) rather than the line of its first use.
+  std::string Annotate(const std::string& text, c10::ArrayRef<const Node*> post_order) const {
+    std::unordered_map<size_t, std::string> marks;
+    std::unordered_map<BackendData::Handle, size_t> first_use;
+    std::lock_guard<std::mutex> lock(g_noted_mu);
+    for (size_t i = 0; i < post_order.size(); ++i) {
+      BackendDataPtr data = inner_->GetComputationDataFromNode(post_order[i]);
+      if (!data) continue;
+      auto first = first_use.emplace(data->GetHandle(), i);
+      if (!first.second) marks[i + 1] += ", alias=%" + std::to_string(first.first->second);
+      if (!g_source_lines.load()) continue;
+      auto noted = g_noted_data.find(data->GetHandle());
+      if (noted != g_noted_data.end() && noted->second.first.lock() == data) {
+        marks[i + 1] += LocationText(noted->second.second);
+      }
+    }
+    if (marks.empty()) return text;
+    std::istringstream in(text);
+    std::ostringstream out;
+    std::string line;
+    for (size_t number = 0; std::getline(in, line); ++number) {
+      auto mark = marks.find(number);
+      if (mark != marks.end()) {
+        size_t at = line.find(", location=");
+        if (at != std::string::npos && mark->second.find(", location=") != std::string::npos) {
+          size_t end = line.find(", ", at + 2);
+          line.erase(at, end == std::string::npos ? std::string::npos : end - at);
+        }
+        size_t before = line.find(", ROOT=");
+        if (before == std::string::npos) before = line.find(", NodeType=");
+        line.insert(before == std::string::npos ? line.size() : before, mark->second);
+      }
+      out << line << '\n';
+    }
+    return out.str();
   }
 
   // The same graph gives the same id in every run: node hashes cover op, shapes and
@@ -297,11 +472,62 @@ void set_capture_ir(bool capture_ir) {
 
 bool has_backend() { return hasBackend(); }
 
+// classify(filename, name) -> (kind, file label), once per code object; None turns
+// source lines off and gives torch its own frame getter back.
+void set_source_lines(py::object classify) {
+  if (g_codes == nullptr) {
+    g_codes = new std::unordered_map<PyObject*, CodeEntry>();
+    g_lines = new std::unordered_map<std::pair<PyObject*, int>, int, CodeLineHash>();
+  }
+  g_lines->clear();
+  for (auto& [code, entry] : *g_codes) Py_DECREF(code);  // a new trace may classify anew
+  g_codes->clear();
+  if (g_torch_frames == nullptr) {
+    g_torch_frames = new std::function<std::vector<SourceLocation>()>(GetPythonFramesFunction());
+  }
+  if (classify.is_none()) {
+    g_source_lines.store(false);
+    FLAGS_torch_lazy_ir_debug = false;
+    GetPythonFramesFunction() = *g_torch_frames;
+    delete g_classify;
+    g_classify = nullptr;
+    std::lock_guard<std::mutex> lock(g_noted_mu);
+    g_noted_tensors.clear();
+    g_noted_data.clear();
+    return;
+  }
+  delete g_classify;
+  g_classify = new py::object(std::move(classify));
+  GetPythonFramesFunction() = UserFrame;
+  FLAGS_torch_lazy_ir_debug = true;
+  g_source_lines.store(true);
+}
+
+// `tensor` was just made on the lazy device from CPU data: remember the calling line
+// for the upload its first use will do.
+void note_upload(const at::Tensor& tensor) {
+  if (!g_source_lines.load()) return;
+  LazyTensorPtr lazy = TryGetLtcTensor(tensor);
+  if (!lazy) return;
+  std::optional<at::Tensor> data = lazy->CurrentTensorData();
+  if (!data || !data->defined()) return;
+  std::vector<SourceLocation> where = UserFrame();
+  if (where.empty()) return;
+  std::lock_guard<std::mutex> lock(g_noted_mu);
+  static size_t limit = 1024;
+  PruneWhenLarge(g_noted_tensors, limit, [](auto& entry) { return !entry.tensor.expired(); });
+  g_noted_tensors.insert_or_assign(
+      data->unsafeGetTensorImpl(),
+      NotedLine{c10::weak_intrusive_ptr<c10::TensorImpl>(data->getIntrusivePtr()), where.front()});
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("install", &install, "Wrap the registered lazy backend and report each execution.");
   m.def("set_enabled", &set_enabled, "Turn reporting on or off.");
   m.def("set_capture_ir", &set_capture_ir, "Record the IR text of each new graph, or not.");
+  m.def("set_source_lines", &set_source_lines, "Record the user's line for each IR node (None: stop).");
+  m.def("note_upload", &note_upload, "Note the calling line for a lazy tensor made from CPU data.");
   m.def("has_backend", &has_backend, "Is a lazy backend registered (initialised) in this process?");
 }

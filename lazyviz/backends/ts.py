@@ -5,15 +5,25 @@ with torch's own cpp_extension and cached per torch version and source.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
-from lazyviz.backends import BackendError, CompiledGraph, ExecuteTimeHook, ExecutionHook, LazyBackend, SyncSite
+from lazyviz.backends import (
+    BackendError,
+    CodeClassifier,
+    CompiledGraph,
+    ExecuteTimeHook,
+    ExecutionHook,
+    LazyBackend,
+    SyncSite,
+)
 
 HOOK_SOURCE = Path(__file__).with_name("_lazyviz_hook.cpp")
 HOOK_NAME = "lazyviz_hook"
@@ -114,6 +124,8 @@ class TorchScriptBackend(LazyBackend):
         super().__init__(capture_ir)
         self._hook: ModuleType | None = None
         self._on_execution: ExecutionHook | None = None
+        self._original_to: Callable | None = None
+        self._own_to = False  # did torch.Tensor define `to` itself (not inherited) before we wrapped it
 
     def init(self) -> None:
         import torch._lazy.ts_backend
@@ -161,6 +173,38 @@ class TorchScriptBackend(LazyBackend):
     def set_hook_enabled(self, enabled: bool) -> None:
         if self._hook is not None:
             self._hook.set_enabled(enabled)
+            if not enabled:
+                self.record_source_lines(None)
+
+    def record_source_lines(self, classify: CodeClassifier | None) -> None:
+        import torch
+
+        if self._hook is None:
+            return
+        self._hook.set_source_lines(classify)
+        if classify is None:
+            if self._original_to is not None:
+                if self._own_to:
+                    torch.Tensor.to = self._original_to  # type: ignore[method-assign]
+                else:
+                    del torch.Tensor.to  # inherited from torch._C.TensorBase, as before
+                self._original_to = None
+            return
+        if self._original_to is None:
+            self._own_to = "to" in vars(torch.Tensor)
+            self._original_to = original = torch.Tensor.to
+            note_upload = self._hook.note_upload
+
+            # Data moved to the device uploads on its first use, in another line: note
+            # this one, so the graph's input names where the batch was made.
+            @functools.wraps(original)
+            def to(tensor: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+                result = original(tensor, *args, **kwargs)
+                if result is not tensor and result.device.type == "lazy" and tensor.device.type != "lazy":
+                    note_upload(result)
+                return result
+
+            torch.Tensor.to = to  # type: ignore[method-assign]
 
     def counters(self) -> dict[str, int]:
         import torch._lazy.metrics as metrics

@@ -25,6 +25,8 @@ class ExportCommand:
                             help="highlight the nodes that changed since the closest earlier graph")
         parser.add_argument("--around", metavar="NODE", help="draw only the neighbourhood of this node (e.g. %%12)")
         parser.add_argument("--depth", type=count, default=2, help="edges around --around (default 2)")
+        parser.add_argument("--label", choices=("op", "source"), default="op",
+                            help="source: each box also names the line of the script that built it")
         parser.add_argument("--max-nodes", type=count, default=300,
                             help="collapse larger graphs down to about this many boxes (default 300)")
 
@@ -36,6 +38,6 @@ class ExportCommand:
         if options.output:  # refuse a bad -o before the work, not after it
             check_output_path(options.output, options.force, inputs)
         request = RenderRequest(RunData(open_trace(options.trace)), options.execution, options.diff,
-                                options.around, options.depth, options.max_nodes)
+                                options.around, options.depth, options.max_nodes, options.label)
         write_output(renderer.render(request), options, options.output, inputs, for_people=renderer.for_people)
         return 0

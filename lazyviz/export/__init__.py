@@ -51,6 +51,7 @@ class RenderRequest:
     around: str | None = None  # only this node's neighbourhood
     depth: int = 2
     max_nodes: int = 300
+    label: str = "op"  # "source": each box also names the line that built it
 
 
 class Renderer:

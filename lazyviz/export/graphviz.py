@@ -1,10 +1,13 @@
 """IR graphs as Graphviz DOT, and SVG through the `dot` program.
 
 Large graphs stay readable and fast: above `max_nodes`, runs of a repeated block
-collapse into one node, then inputs are folded away, then consecutive nodes are
-grouped; every step is said in the drawing's title."""
+collapse into one node, then inputs are folded away, then nodes are grouped by the
+line that built them (or, without source lines, consecutive nodes together); every step
+is said in the drawing's title. With a diff, origins of a change and the nodes it was
+carried to are coloured apart, with a key."""
 from __future__ import annotations
 
+import html
 import math
 import shutil
 import subprocess
@@ -41,25 +44,51 @@ def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def _label(node: Node) -> str:
+@dataclass(frozen=True)
+class Marks:
+    """What a diff marks: where a change came in, and the nodes it was carried to."""
+
+    origins: frozenset[str] = frozenset()
+    propagated: frozenset[str] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.origins or self.propagated)
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self.origins or node_id in self.propagated
+
+
+ORIGIN_FILL, PROPAGATED_FILL, INPUT_FILL = "#ff8a8a", "#ffe0e0", "#dbe9ff"
+LABELS = ("op", "source")  # what a box shows besides op and type: nothing more, or the line that built it
+
+
+def _label(node: Node, label: str = "op") -> str:
     attrs = [f"{k}={v}" for k, v in node.attrs.items() if k in KEY_ATTRS]
     lines = [f"{node.id} {node.op}", node.type_text or "-"]
     if attrs:
         lines.append(", ".join(attrs)[:60])
+    if label == "source" and node.location:
+        lines.append(node.location.rpartition("@")[2])
     return "\n".join(lines)
 
 
-def _style(node: Node, highlight: set[str]) -> str:
-    if node.id in highlight:
-        return 'shape=box, style="filled,bold", fillcolor="#ffb3b3", color="#c00000"'
+def _style(node: Node, marks: Marks) -> str:
+    # Inputs keep their shape when marked: a changed input still reads as an input.
     if node.is_input:
         scalar = all(not t.shape for t in node.outputs)
-        if scalar:  # a Python number that became device data
-            return 'shape=note, style=filled, fillcolor="#f2f2f2", color="#999999"'
-        return 'shape=box, style="filled,rounded", fillcolor="#dbe9ff", color="#4a78c2"'
-    if node.root is not None:
-        return 'shape=box, style="filled,bold", fillcolor="#d9f2d9", color="#2e8b2e"'
-    return 'shape=box, style=filled, fillcolor="#ffffff"'
+        shape = 'shape=note, style=filled' if scalar else 'shape=box, style="filled,rounded"'  # scalar: a Python number
+        fill, line = ("#f2f2f2", "#999999") if scalar else (INPUT_FILL, "#4a78c2")
+    else:
+        shape, fill, line = "shape=box, style=filled", "#ffffff", "#000000"
+        if node.root is not None:
+            shape, fill, line = 'shape=box, style="filled,bold"', "#d9f2d9", "#2e8b2e"
+    if node.id in marks.origins:
+        fill, line = ORIGIN_FILL, "#c00000"
+        shape += ", penwidth=2.5"
+    elif node.id in marks.propagated:
+        fill, line = PROPAGATED_FILL, "#e06666"
+    tooltip = f'built at {node.location.rpartition("@")[2]}' if node.location else node.op
+    return f'{shape}, fillcolor="{fill}", color="{line}", tooltip={_quote(tooltip)}'
 
 
 def neighbourhood(graph: IRGraph, center: str, depth: int) -> set[str]:
@@ -78,8 +107,8 @@ def neighbourhood(graph: IRGraph, center: str, depth: int) -> set[str]:
     return keep
 
 
-def plan(graph: IRGraph, highlight: set[str] = frozenset(), keep: set[str] | None = None,
-         max_nodes: int = MAX_NODES) -> Drawing:
+def plan(graph: IRGraph, highlight: Marks = Marks(), keep: set[str] | None = None,
+         max_nodes: int = MAX_NODES, label: str = "op") -> Drawing:
     nodes = [n for n in graph.nodes if keep is None or n.id in keep]
     drawing = Drawing()
     box_of: dict[str, str] = {n.id: n.id for n in nodes}
@@ -106,25 +135,35 @@ def plan(graph: IRGraph, highlight: set[str] = frozenset(), keep: set[str] | Non
             box_of[node.id] = ""
         drawing.notes.append(f"hid {len(inputs)} inputs (device data)")
     remaining = [n for n in nodes if box_of[n.id] == n.id]
-    groups_left = len({box_of[n.id] for n in nodes if box_of[n.id]})
-    if groups_left > max_nodes:
-        size = math.ceil(len(remaining) / max(1, max_nodes - (groups_left - len(remaining))))
-        for offset in range(0, len(remaining), size):
-            chunk = remaining[offset:offset + size]
-            group = f"chunk{offset}"
-            ops = Counter(n.op.split("::")[-1] for n in chunk).most_common(3)
-            for node in chunk:
+    others = len({box_of[n.id] for n in nodes if box_of[n.id]}) - len(remaining)  # boxes made above
+    if len(remaining) + others > max_nodes:
+        # Where the IR names the line that built each node, one box per line is one per
+        # layer of the user's model (a backward pass is the line that called backward());
+        # otherwise consecutive nodes share a box.
+        by_line: dict[str, list[Node]] = {}
+        for node in remaining:
+            by_line.setdefault(node.location.rpartition("@")[2] or "no source line", []).append(node)
+        if len(by_line) > 1 and len(by_line) + others <= max_nodes:
+            groups = [(f"line {line}", f"{line} ({len(members)} nodes)", members) for line, members in by_line.items()]
+            drawing.notes.append(f"grouped the other nodes by the line that built them ({len(by_line)} lines)")
+        else:
+            size = math.ceil(len(remaining) / max(1, max_nodes - others))
+            groups = [(f"chunk{offset}", f"{chunk[0].id} .. {chunk[-1].id} ({len(chunk)} nodes)", chunk)
+                      for offset in range(0, len(remaining), size)
+                      for chunk in [remaining[offset:offset + size]]]
+            drawing.notes.append(f"grouped the other nodes {size} at a time, in graph order")
+        for group, title, members in groups:
+            ops = Counter(n.op.split("::")[-1] for n in members).most_common(3)
+            for node in members:
                 box_of[node.id] = group
-            marked = any(n.id in highlight for n in chunk)
-            drawing.boxes[group] = (
-                f"{chunk[0].id} .. {chunk[-1].id} ({len(chunk)} nodes)\n" + ", ".join(f"{op} x{k}" for op, k in ops),
-                'shape=box, style=filled, fillcolor="#ffb3b3"' if marked else 'shape=box, style=filled, fillcolor="#eeeeee"',
-            )
-        drawing.notes.append(f"grouped the other nodes {size} at a time, in graph order")
+            fill = (ORIGIN_FILL if any(n.id in highlight.origins for n in members) else
+                    PROPAGATED_FILL if any(n.id in highlight for n in members) else "#eeeeee")
+            drawing.boxes[group] = (title + "\n" + ", ".join(f"{op} x{k}" for op, k in ops),
+                                    f'shape=box, style=filled, fillcolor="{fill}"')
 
     for node in nodes:
         if box_of[node.id] == node.id:
-            drawing.boxes[node.id] = (_label(node), _style(node, highlight))
+            drawing.boxes[node.id] = (_label(node, label), _style(node, highlight))
     for node in nodes:
         target = box_of[node.id]
         for operand in node.operands:
@@ -134,13 +173,27 @@ def plan(graph: IRGraph, highlight: set[str] = frozenset(), keep: set[str] | Non
     return drawing
 
 
-def to_dot(graph: IRGraph, title: str, highlight: set[str] = frozenset(), keep: set[str] | None = None,
-           max_nodes: int = MAX_NODES) -> str:
-    drawing = plan(graph, set(highlight), keep, max_nodes)
-    heading = "\n".join([title, *drawing.notes])
+def _heading(lines: list[str], legend: bool) -> str:
+    """The drawing's title as a Graphviz HTML label, with the diff's colour key under it."""
+    rows = "<br/>".join(html.escape(line) for line in lines)
+    key = ""
+    if legend:
+        key = ('<tr><td><table border="0" cellspacing="4"><tr>'
+               f'<td bgcolor="{ORIGIN_FILL}" border="1">origin of the change</td>'
+               f'<td bgcolor="{PROPAGATED_FILL}" border="1">changed through its inputs</td>'
+               f'<td bgcolor="{INPUT_FILL}" border="1">input (device data)</td>'
+               '</tr></table></td></tr>')
+    return f'<<table border="0"><tr><td>{rows}</td></tr>{key}</table>>'
+
+
+def to_dot(graph: IRGraph, title: str, highlight: Marks | set[str] = Marks(), keep: set[str] | None = None,
+           max_nodes: int = MAX_NODES, label: str = "op") -> str:
+    marks = highlight if isinstance(highlight, Marks) else Marks(frozenset(highlight))
+    drawing = plan(graph, marks, keep, max_nodes, label)
     lines = [
         "digraph lazyviz {",
-        f"  graph [label={_quote(heading)}, labelloc=t, fontname=Helvetica, rankdir=TB];",
+        f"  graph [label={_heading([title, *drawing.notes], bool(marks))}, labelloc=t, fontname=Helvetica, "
+        "rankdir=TB];",
         '  node [fontname="Helvetica", fontsize=10];',
         '  edge [color="#666666", arrowsize=0.6];',
     ]
@@ -154,16 +207,19 @@ def to_dot(graph: IRGraph, title: str, highlight: set[str] = frozenset(), keep: 
 
 def execution_dot(ir_text: str, execution: Execution, explained: Recompile | None = None,
                   diff_requested: bool = False, around: str | None = None, depth: int = 2,
-                  max_nodes: int = MAX_NODES) -> str:
+                  max_nodes: int = MAX_NODES, label: str = "op") -> str:
     """The drawing of one execution's graph, as `export`, the UI and the HTML report all
     request it: titled, marked against `explained`'s closest graph, optionally only the
     neighbourhood of one node."""
     graph = parsed(ir_text)
     if graph is None:
         raise ExportError(f"cannot read the IR of graph {execution.graph}")
-    highlight = explained.diff.changed_nodes if explained is not None and explained.diff is not None else set()
+    marks = Marks()
+    if explained is not None and explained.diff is not None:
+        origins = frozenset(c.node for c in explained.diff.origins if c.node)
+        marks = Marks(origins, frozenset(explained.diff.changed_nodes - origins))
     keep = neighbourhood(graph, around, depth) if around else None
-    return to_dot(graph, drawing_title(execution, explained, diff_requested), highlight, keep, max_nodes)
+    return to_dot(graph, drawing_title(execution, explained, diff_requested), marks, keep, max_nodes, label)
 
 
 def dot_program() -> str:
@@ -200,7 +256,7 @@ class DotRenderer(Renderer):
         data = request.data
         explained = explain_execution(data.executions, data.ir_texts, execution.index) if request.diff else None
         return execution_dot(ir_text, execution, explained, request.diff, request.around, request.depth,
-                             request.max_nodes)
+                             request.max_nodes, request.label)
 
 
 class SvgRenderer(DotRenderer):

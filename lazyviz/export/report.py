@@ -32,12 +32,20 @@ def recompile_json(recompile: Recompile) -> dict:
         "changes": [
             {"kind": c.kind, "node": c.node or c.old_node, "op": c.op, "before": c.before,
              "after": c.after, "origin": c.origin,
-             "source": recompile.frame.to_json() if recompile.frame else None,
-             # Where the backend records it (XLA_IR_DEBUG): the line that built the node.
-             "location": c.source_line}
+             "source": recompile.frame.to_json() if recompile.frame else None,  # the sync site
+             # The line that built the node (TS with --capture full, XLA): "train.py:28".
+             "location": c.source_line, "built_at": _built_at(c.location)}
             for c in recompile.changes
         ],
+        "context": recompile.context,
     }
+
+
+def _built_at(location: str) -> dict | None:
+    """{"file": "train.py", "line": 28, "function": "main"} from "main@train.py:28"."""
+    function, _, where = location.rpartition("@")
+    file, _, line = where.rpartition(":")
+    return {"file": file, "line": int(line), "function": function} if file and line.isdigit() else None
 
 
 def json_report(run: RunInfo, executions: list[Execution], ir_texts: dict[str, str]) -> dict:

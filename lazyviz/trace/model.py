@@ -42,6 +42,8 @@ class Execution:
     start_ms: float  # since the run started
     fallback_ops: dict[str, int] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
+    call: str | None = None  # what the user's line called that led here: "clip_grad_norm_"
+    context: str | None = None  # the test that ran it, under pytest: "tests/test_x.py::test_y"
 
     @property
     def site(self) -> str:

@@ -17,6 +17,7 @@ from lazyviz.errors import LazyvizError
 from lazyviz.trace.files import SQLITE_MAGIC
 from lazyviz.trace.model import CAUSES, TS_NAMES, Execution, Frame, Graph, RunInfo
 from lazyviz.trace.schema import (
+    ADDED_COLUMNS,
     COLUMNS,
     EXECUTION_COLUMNS,
     FORMAT,
@@ -108,6 +109,7 @@ def _execution(row: tuple) -> Execution:
             compile_ms=_float(r.compile_ms, "compile_ms"), execute_ms=_float(r.execute_ms, "execute_ms"),
             start_ms=_float(r.start_ms, "start_ms"),
             fallback_ops=_counts(r.fallback_ops, "fallback ops"), counters=_counts(r.counters, "counters"),
+            call=_opt_str(r.call, "call"), context=_opt_str(r.context, "context"),
         )
     except _Damaged as error:
         raise _Damaged(f"execution {index}: {error}") from None
@@ -138,6 +140,7 @@ class Trace:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self._execution_columns = EXECUTION_COLUMNS  # with NULL for columns an older trace lacks
         self._db = self._connect()
         try:
             self._check_schema()
@@ -199,7 +202,11 @@ class Trace:
             if kinds.get(table) != "table":
                 raise TraceError(f"{self.path}: damaged: table {table} is missing")
             found = {row[1] for row in self._query(f"PRAGMA table_info({table})")}
-            missing = [c for c in columns if c not in found]
+            added = ADDED_COLUMNS.get(table, ()) if version < SCHEMA_VERSION else ()
+            if table == "executions":
+                self._execution_columns = ", ".join(c if c in found or c not in added else f"NULL AS {c}"
+                                                    for c in columns)
+            missing = [c for c in columns if c not in found and c not in added]
             if missing:
                 raise TraceError(f"{self.path}: damaged: table {table} lacks {', '.join(missing)}")
 
@@ -263,7 +270,7 @@ class Trace:
 
     def executions(self, start: int = 0, stop: int | None = None) -> list[Execution]:
         """Executions with start <= index < stop, in order."""
-        query = f"SELECT {EXECUTION_COLUMNS} FROM executions WHERE idx >= ?"
+        query = f"SELECT {self._execution_columns} FROM executions WHERE idx >= ?"
         params: list[int] = [start]
         if stop is not None:
             query += " AND idx < ?"

@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 FORMAT = "lazyviz-trace"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Columns added after version 1: a version-1 trace lacks them and reads them as NULL.
+ADDED_COLUMNS = {"executions": ("call", "context")}
 
 
 class ExecutionRecord(NamedTuple):
@@ -30,6 +32,8 @@ class ExecutionRecord(NamedTuple):
     start_ms: float
     fallback_ops: dict[str, int]  # stored as JSON
     counters: dict[str, int]  # stored as JSON
+    call: str | None = None  # the call the user's line made that led here ("clip_grad_norm_")
+    context: str | None = None  # the test running (pytest's PYTEST_CURRENT_TEST, without the phase)
 
 
 class GraphRecord(NamedTuple):
@@ -78,7 +82,9 @@ CREATE TABLE executions (
     execute_ms REAL NOT NULL,
     start_ms REAL NOT NULL,
     fallback_ops TEXT NOT NULL,
-    counters TEXT NOT NULL
+    counters TEXT NOT NULL,
+    call TEXT,
+    context TEXT
 );
 """
 
