@@ -117,32 +117,70 @@ const CodeEntry& ClassifyCode(PyCodeObject* code) {
 
 // The innermost user frame of the calling Python thread, or nothing (a thread that
 // never ran Python, such as autograd's device threads, has no frames to give).
-std::vector<SourceLocation> UserFrame() {
+// One torch op builds several nodes from the same Python instruction: the last walk's
+// answer is kept with a reference to its innermost frame (so the address cannot be
+// reused) and that frame's instruction. A live frame's callers cannot change under it,
+// except a generator's, which is never cached. Released when the trace stops and at
+// every execution (the frame's locals are not kept alive for long).
+PyObject* g_last_frame = nullptr;
+int g_last_lasti = -1;
+std::vector<SourceLocation>* g_last_result = nullptr;
+
+void ForgetLastFrame() {
+  Py_CLEAR(g_last_frame);
+  g_last_lasti = -1;
+}
+
+std::vector<SourceLocation> WalkToUserFrame(PyFrameObject* frame) {
   std::vector<SourceLocation> frames;
+  Py_XINCREF(frame);
+  while (frame != nullptr) {
+    PyCodeObject* code = PyFrame_GetCode(frame);
+    const CodeEntry& entry = ClassifyCode(code);
+    Py_DECREF(code);  // still alive: the cache holds it
+    if (entry.kind == kUserFrame) {
+      // The line table is scanned from its start on every lookup: cache per instruction.
+      auto key = std::make_pair(reinterpret_cast<PyObject*>(code), PyFrame_GetLasti(frame));
+      auto line = g_lines->find(key);
+      if (line == g_lines->end()) line = g_lines->emplace(key, PyFrame_GetLineNumber(frame)).first;
+      frames.push_back(SourceLocation{entry.file, entry.function, line->second});
+    }
+    if (entry.kind != kOtherFrame) break;
+    PyFrameObject* back = PyFrame_GetBack(frame);
+    Py_DECREF(frame);
+    frame = back;
+  }
+  Py_XDECREF(frame);
+  return frames;
+}
+
+std::vector<SourceLocation> UserFrame() {
   if (!g_source_lines.load() || !Py_IsInitialized() || PyGILState_GetThisThreadState() == nullptr) {
-    return frames;
+    return {};
   }
   PyGILState_STATE gil = PyGILState_Ensure();  // torch's bindings release it around ops
+  std::vector<SourceLocation> frames;
   if (g_source_lines.load()) {
     PyFrameObject* frame = PyEval_GetFrame();
-    Py_XINCREF(frame);
-    while (frame != nullptr) {
-      PyCodeObject* code = PyFrame_GetCode(frame);
-      const CodeEntry& entry = ClassifyCode(code);
-      Py_DECREF(code);
-      if (entry.kind == kUserFrame) {
-        // The line table is scanned from its start on every lookup: cache per instruction.
-        auto key = std::make_pair(reinterpret_cast<PyObject*>(code), PyFrame_GetLasti(frame));
-        auto line = g_lines->find(key);
-        if (line == g_lines->end()) line = g_lines->emplace(key, PyFrame_GetLineNumber(frame)).first;
-        frames.push_back(SourceLocation{entry.file, entry.function, line->second});
+    int lasti = frame != nullptr ? PyFrame_GetLasti(frame) : -1;
+    if (frame != nullptr && reinterpret_cast<PyObject*>(frame) == g_last_frame && lasti == g_last_lasti) {
+      frames = *g_last_result;
+    } else {
+      frames = WalkToUserFrame(frame);
+      ForgetLastFrame();
+      if (frame != nullptr) {
+        PyCodeObject* code = PyFrame_GetCode(frame);
+        bool resumable = (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) != 0;
+        Py_DECREF(code);
+        if (!resumable) {
+          g_last_frame = reinterpret_cast<PyObject*>(frame);
+          Py_INCREF(g_last_frame);
+          g_last_lasti = lasti;
+          if (g_last_result == nullptr) g_last_result = new std::vector<SourceLocation>();
+          *g_last_result = frames;
+        }
       }
-      if (entry.kind != kOtherFrame) break;
-      PyFrameObject* back = PyFrame_GetBack(frame);
-      Py_DECREF(frame);
-      frame = back;
     }
-    Py_XDECREF(frame);
   }
   PyGILState_Release(gil);
   return frames;
@@ -403,6 +441,7 @@ class RecordingBackend : public BackendImplInterface {
       }
     }
     py::gil_scoped_acquire gil;
+    ForgetLastFrame();
     try {
       py::object graph = py::none();
       if (have_graph) {
@@ -485,6 +524,7 @@ void set_source_lines(py::object classify) {
   if (g_torch_frames == nullptr) {
     g_torch_frames = new std::function<std::vector<SourceLocation>()>(GetPythonFramesFunction());
   }
+  ForgetLastFrame();
   if (classify.is_none()) {
     g_source_lines.store(false);
     FLAGS_torch_lazy_ir_debug = false;
