@@ -189,6 +189,29 @@ def test_aliasing_names_both_inputs_and_their_lines() -> None:
     assert "create such values once as tensors" in finding.fix
 
 
+def slice_ir(start: int) -> str:
+    return ("IR {\n  %0 = [Float[600,64]] lazy_tensors::device_data(), device=CPU0, NodeType=D\n"
+            f"  %1 = [Float[35,64]] aten::slice(%0), dim=0, start={start}, end={start + 35}, step=1, "
+            "location=get_batch@main.py:139, NodeType=S\n"
+            "  %2 = [Float[]] aten::sum(%1), ROOT=0, NodeType=U\n}\n")
+
+
+def test_without_mark_step_a_value_baked_in_at_every_sync_is_one_finding() -> None:
+    # A loop with no mark_step() syncing with .item(): every batch slices the data at a
+    # new Python offset, baked into the graph, so every sync compiles. Warm-up is the
+    # site's first syncs; the pieces of a pass (new graphs) are not findings there.
+    irs = {f"s{i}": slice_ir(35 * i) for i in range(8)}
+    irs["piece"] = chain_ir(12, ops=("aten::softmax",))
+    executions = [ex(0, step=0, cause="fallback", graph="piece", cache="miss", line=142)]
+    executions += [ex(i + 1, step=0, cause="item", graph=f"s{i}", cache="miss", line=160) for i in range(8)]
+    executions.append(ex(9, step=0, cause="fallback", graph="s0", cache="hit", line=142))
+    [finding] = analyze(run_info(steps=0), executions, irs).findings
+    assert finding.kind == "recompile" and finding.details["recompiles"] == 6  # syncs 3 to 8 at line 160
+    assert finding.message.startswith("recompiled at 6 syncs here, each time the same kind of change; "
+                                      "first at execution 3 recompiled: attribute")
+    assert "built at main.py:139" in finding.message and "slice or index on the CPU" in finding.fix
+
+
 def test_under_pytest_each_test_is_judged_on_its_own() -> None:
     # Two tests compile different graphs at the same line of a shared helper: the second
     # test's first graph is not a recompile of the first test's.

@@ -80,7 +80,7 @@ class RunFacts:
 
 # The finders, one line each: a new kind of finding is a function and a line here.
 FINDERS: tuple[Callable[[RunFacts], list[Finding]], ...] = (
-    lambda facts: recompile_findings(facts.recompiles),
+    lambda facts: recompile_findings(facts.recompiles, facts.steps),
     lambda facts: extra_sync_findings(facts.executions, facts.steps, facts.names),
     lambda facts: fallback_findings(facts.executions, facts.steps),
     lambda facts: growing_site_findings(facts.executions, facts.names, facts.ir_texts),
@@ -98,24 +98,43 @@ def find_all(
     return sorted(findings, key=lambda f: SEVERITIES.index(f.severity))
 
 
-def recompile_findings(recompiles: list[Recompile]) -> list[Finding]:
+def recompile_findings(recompiles: list[Recompile], steps: int = 1) -> list[Finding]:
     """One finding per recompile after warm-up, except that input shapes changing again
-    and again at one site make a single dynamic-shape finding with their history."""
+    and again at one site make a single dynamic-shape finding with their history, and
+    the same kind of change again and again at one site (a Python number baked into
+    the graph each iteration) makes one finding with its count."""
     after_warmup = [r for r in recompiles if not r.warmup]
-    shape_only: dict[str, list[Recompile]] = defaultdict(list)
-    findings = []
+    if not steps:
+        # No mark_step(): one site syncs the pieces of a pass between its fallbacks and
+        # .item()s, each a different graph the first time round. Only the same graph
+        # with other values (shapes, constants, dtypes, shared buffers) is a recompile
+        # that a step would have had too.
+        after_warmup = [r for r in after_warmup if r.diff is not None and r.diff.origins and not any(
+            c.kind in ("op_added", "op_removed", "structure") for c in r.diff.origins)]
+    shape_only: dict[tuple, list[Recompile]] = defaultdict(list)
+    alike: dict[tuple, list[Recompile]] = defaultdict(list)
     for recompile in after_warmup:
         origins = recompile.diff.origins if recompile.diff else ()
+        site = (recompile.context, recompile.frame.site if recompile.frame else "?")
         if origins and all(c.kind == "input_shape" for c in origins):
-            shape_only[(recompile.context, recompile.frame.site if recompile.frame else "?")].append(recompile)
-            continue
+            shape_only[site].append(recompile)
+        else:
+            kinds = tuple(sorted({(c.kind, c.op) for c in origins})) or (("other", recompile.headline()[:40]),)
+            alike[(*site, kinds)].append(recompile)
+    findings = []
+    for group in alike.values():
+        first = group[0]
+        when = f"step {first.step}" if steps else f"execution {first.execution}"
+        message = f"{when} recompiled: {first.headline()}"
+        if len(group) > 1:
+            where = f"{len(group)} steps" if steps else f"{len(group)} syncs here"
+            message = f"recompiled at {where}, each time the same kind of change; first at {message}"
         findings.append(Finding(
-            "recompile", "warning",
-            f"{_in_test(recompile.context)}step {recompile.step} recompiled: {recompile.headline()}",
-            recompile.frame, (recompile.execution,),
-            fix=_recompile_fix(recompile),
-            details={"closest_graph": recompile.closest, "closest_execution": recompile.closest_execution,
-                     "new_graph": recompile.new_graph},
+            "recompile", "warning", _in_test(first.context) + message,
+            first.frame, tuple(r.execution for r in group),
+            fix=_recompile_fix(first),
+            details={"closest_graph": first.closest, "closest_execution": first.closest_execution,
+                     "new_graph": first.new_graph, "recompiles": len(group)},
         ))
     for _site, group in shape_only.items():
         history = [{"step": r.step, "execution": r.execution,
@@ -124,7 +143,8 @@ def recompile_findings(recompiles: list[Recompile]) -> list[Finding]:
         first = group[0].diff.origins[0]
         built = f", built at {first.source_line}" if first.location else ""
         if len(group) == 1:
-            message = f"step {group[0].step} recompiled: input shape {first.before} -> {first.after}{built}"
+            when = f"step {group[0].step}" if steps else f"execution {group[0].execution}"
+            message = f"{when} recompiled: input shape {first.before} -> {first.after}{built}"
         else:
             message = (f"input shapes change at {len(group)} steps, each a recompile "
                        f"(first {first.before} -> {first.after}{built})")
@@ -177,7 +197,9 @@ def _recompile_fix(recompile: Recompile) -> str:
     if "dtype" in kinds:
         return _DTYPE_FIX
     if "attribute" in kinds:
-        return "keep values that change between steps out of op attributes (pass them as tensors)"
+        return ("a value baked into the graph as a constant changed (a Python number used as a slice bound, "
+                "index, size or scalar argument): keep it the same every step, slice or index on the CPU "
+                "before moving data to the device, or pass it as a tensor (index_select with an index tensor)")
     if "input_shape" in kinds:
         return _SHAPE_FIX
     return _PATH_FIX
@@ -187,12 +209,13 @@ def extra_sync_findings(executions: list[Execution], steps: int,
                         names: Mapping[str, str] = TS_NAMES) -> list[Finding]:
     if steps == 0:
         return []  # no mark_step at all: nothing is "extra"; growth_findings says why
-    groups: dict[tuple[str, str], list[Execution]] = defaultdict(list)
+    groups: dict[tuple[str | None, str, str], list[Execution]] = defaultdict(list)
     for execution in executions:
         if execution.cause not in ("mark_step", "fallback"):
-            groups[(execution.cause, execution.site)].append(execution)
+            # Under pytest, per test: a suite's report names the tests that sync more.
+            groups[(execution.context, execution.cause, execution.site)].append(execution)
     findings = []
-    for (cause, _), group in groups.items():
+    for (context, cause, _), group in groups.items():
         steps_with = len({e.step for e in group})
         per_step = len(group) / steps_with
         ms_per_step = sum(e.sync_ms for e in group) / max(steps, 1)
@@ -203,7 +226,7 @@ def extra_sync_findings(executions: list[Execution], steps: int,
                    f"gradients into one bucket (one collective per step) or reduce after {names['mark_step']}")
         findings.append(Finding(
             "extra_sync", "warning" if steps_with >= max(2, steps // 2) else "info",
-            f"{what} forces {per_step:g} extra execution{'s' if per_step != 1 else ''} per step "
+            f"{_in_test(context)}{what} forces {per_step:g} extra execution{'s' if per_step != 1 else ''} per step "
             f"in {steps_with} of {max(steps, steps_with)} steps ({ms_per_step:.2f} ms per step)",
             group[0].frame, tuple(e.index for e in group), fix,
             {"cause": cause, "count": len(group), "steps": steps_with, "ms_per_step": round(ms_per_step, 3)},

@@ -81,20 +81,25 @@ def explain_recompiles(
     """ir_texts: graph id -> IR text (empty when captured light).
 
     Under pytest each test is its own program: a recompile is judged against the graphs
-    of the same test, and its warm-up counts from the test's first step."""
+    of the same test, and its warm-up counts from the test's first step. A script that
+    never calls mark_step() has no steps: there a site's first syncs are its warm-up."""
     compiled: dict[str | None, list[Execution]] = {}  # context -> earlier misses, one per distinct graph
     first_step: dict[str | None, int] = {}
     seen_sites: set[tuple[str | None, str]] = set()
+    syncs_at: Counter[tuple[str | None, str]] = Counter()  # executions so far per site
+    stepless = not any(e.step for e in executions)
     explained: list[Recompile] = []
     for execution in executions:
         context = execution.context
         start = first_step.setdefault(context, execution.step)
+        site = (context, execution.site)
+        syncs_at[site] += 1
         if not execution.is_miss:
             continue
-        site = (context, execution.site)
         earlier = compiled.setdefault(context, [])
         if site in seen_sites:
-            explained.append(_explain(execution, earlier, ir_texts, execution.step - start < warmup_steps))
+            warmup = syncs_at[site] <= warmup_steps if stepless else execution.step - start < warmup_steps
+            explained.append(_explain(execution, earlier, ir_texts, warmup))
         seen_sites.add(site)
         if all(e.graph != execution.graph for e in earlier):
             earlier.append(execution)

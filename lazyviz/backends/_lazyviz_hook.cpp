@@ -94,9 +94,11 @@ std::atomic<bool> g_source_lines{false};
 const CodeEntry& ClassifyCode(PyCodeObject* code) {
   auto found = g_codes->find(reinterpret_cast<PyObject*>(code));
   if (found != g_codes->end()) return found->second;
+  static const CodeEntry unknown{kOtherFrame, "", ""};
   CodeEntry entry{kOtherFrame, "", ""};
   PyObject *type, *value, *traceback;
   PyErr_Fetch(&type, &value, &traceback);  // node creation never sees our errors
+  bool classified = false;
   try {
     py::handle file(code->co_filename), name(code->co_name);
     py::tuple result = (*g_classify)(file, name);
@@ -106,17 +108,21 @@ const CodeEntry& ClassifyCode(PyCodeObject* code) {
     size_t slash = label.find_last_of('/');
     entry.file = slash == std::string::npos ? label : label.substr(slash + 1);
     entry.function = name.cast<std::string>();
+    classified = true;
   } catch (py::error_already_set& error) {
-    error.discard_as_unraisable("lazyviz source lines");
+    if (error.matches(PyExc_Exception)) {
+      error.discard_as_unraisable("lazyviz source lines");
+    } else {
+      KeepForScript(error);  // Ctrl-C landed in our callback: it is the script's
+    }
   } catch (const std::exception&) {
   }
   PyErr_Restore(type, value, traceback);
+  if (!classified) return unknown;  // asked again next time
   Py_INCREF(code);
   return g_codes->emplace(reinterpret_cast<PyObject*>(code), std::move(entry)).first->second;
 }
 
-// The innermost user frame of the calling Python thread, or nothing (a thread that
-// never ran Python, such as autograd's device threads, has no frames to give).
 // One torch op builds several nodes from the same Python instruction: the last walk's
 // answer is kept with a reference to its innermost frame (so the address cannot be
 // reused) and that frame's instruction. A live frame's callers cannot change under it,
@@ -154,6 +160,8 @@ std::vector<SourceLocation> WalkToUserFrame(PyFrameObject* frame) {
   return frames;
 }
 
+// The innermost user frame of the calling Python thread, or nothing (a thread that
+// never ran Python, such as autograd's device threads, has no frames to give).
 std::vector<SourceLocation> UserFrame() {
   if (!g_source_lines.load() || !Py_IsInitialized() || PyGILState_GetThisThreadState() == nullptr) {
     return {};

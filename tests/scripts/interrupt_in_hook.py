@@ -8,7 +8,10 @@ import torch._lazy
 import torch._lazy.ts_backend
 
 torch._lazy.ts_backend.init()
-CALLBACK = {"_on_execution", "_record", "_stack", "_user_frame", "_is_user_file", "on_raw_execution"}
+# The execution callback, and the source-line classifier the C++ hook calls while the
+# script builds IR nodes (full capture).
+CALLBACK = {"_on_execution", "_record", "_stack", "_user_frame", "_is_user_file", "on_raw_execution",
+            "_classify_code"}
 landed = []
 
 
@@ -22,8 +25,8 @@ def handler(number, frame):
 
 signal.signal(signal.SIGALRM, handler)
 signal.setitimer(signal.ITIMER_REAL, 0.0001, 0.0001)
-x = torch.ones(64, 64, device="lazy")
 try:
+    x = torch.ones(64, 64, device="lazy")
     for step in range(int(sys.argv[1])):
         x = torch.tanh(x @ x) + step
         torch._lazy.mark_step()
@@ -31,5 +34,6 @@ try:
 except KeyboardInterrupt:
     signal.setitimer(signal.ITIMER_REAL, 0)
     print("interrupted in", landed[0] if landed else "the script")
+    x = torch.ones(64, 64, device="lazy")  # it may have landed before x was made
     torch._lazy.mark_step()  # lazy tensors still work after it
     print("after", x.sum().item() == x.sum().item())
