@@ -127,6 +127,13 @@ def _normalised_copy(trace: Path, folder: Path) -> Path:
         db.execute("UPDATE executions SET sync_ms = 1.5 + idx % 3, trace_ms = 2.25 + idx % 5, "
                    "compile_ms = 0, execute_ms = 1.5, start_ms = idx * 10")
         db.execute("UPDATE executions SET file = replace(file, ?, '/repo')", (str(ROOT),))
+        # Graph ids hash torch's post order, which a loaded machine can shift for a graph
+        # or two (see the closing note of #12): number them by first execution instead.
+        first_seen = [row[0] for row in db.execute("SELECT graph FROM executions GROUP BY graph ORDER BY MIN(idx)")]
+        for number, graph in enumerate(first_seen):
+            stable = f"{number:08x}" + "0" * 8
+            db.execute("UPDATE executions SET graph = ? WHERE graph = ?", (stable, graph))
+            db.execute("UPDATE graphs SET id = ? WHERE id = ?", (stable, graph))
         db.execute("UPDATE run SET value = '1.0' WHERE key = 'elapsed_s'")
         db.execute("UPDATE run SET value = replace(value, ?, '/repo') WHERE key IN ('argv', 'cwd')", (str(ROOT),))
     return copy
