@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SCRIPTS, cli
+from conftest import SCRIPTS, cli, line_of
 
 import lazyviz.trace
 
@@ -55,6 +55,8 @@ def test_divergent_batch_on_one_rank(divergent: Path) -> None:
     assert divergence["step"] == 2
     assert sorted(r for group in divergence["ranks"] for r in group["ranks"]) == [0, 1]
     assert "input shape" in divergence["change"] and "Float[16,8] -> Float[24,8]" in divergence["change"]
+    # ... named at the line that built the differing input, not the all_reduce that synced it.
+    assert divergence["change"].endswith(f"built at {SCRIPT.name}:{line_of(SCRIPT, 'inputs, targets = torch.randn')}")
     assert divergence["site"]["file"] == str(SCRIPT)
     check = cli("check", tmp_path, "--same-graphs-across-ranks")
     assert check.status == 1 and "ranks diverge at step 2" in check.stdout
