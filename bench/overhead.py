@@ -3,6 +3,7 @@
 the backend's raw dump, in one run, side by side.
 
     python bench/overhead.py [--steps 30] [--warmup 3] [--rounds 3]
+    python bench/overhead.py --tiny 20000 [--rounds 3]     # cost per execution, in us
     PJRT_DEVICE=CPU .venv-xla/bin/python bench/overhead.py --backend xla
 
 On `ts` the raw dump is torch's LTC_SAVE_TENSORS_FILE; on `xla` it is what lazyviz's
@@ -23,10 +24,12 @@ import tempfile
 from pathlib import Path
 
 LOOP = Path(__file__).with_name("_training_loop.py")
+TINY_LOOP = Path(__file__).with_name("_tiny_loop.py")
 
 
-def step_times(mode: str, warmup: int, steps: int, folder: Path, backend: str) -> list[float]:
-    loop = [str(LOOP), str(warmup), str(steps), backend]
+def step_times(mode: str, warmup: int, steps: int, folder: Path, backend: str, tiny: int = 0) -> list[float]:
+    """Per-step ms of the transformer loop; with tiny, [seconds] of that many tiny steps."""
+    loop = [str(TINY_LOOP), str(tiny)] if tiny else [str(LOOP), str(warmup), str(steps), backend]
     env = dict(os.environ)
     if mode == "untraced":
         command = [sys.executable, *loop]
@@ -58,7 +61,13 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--backend", choices=("ts", "xla"), default="ts")
+    parser.add_argument("--tiny", type=int, metavar="N", default=0,
+                        help="instead: N executions of `x = x + 1; mark_step()` (ts), timed loop only, "
+                             "and lazyviz's cost per execution in microseconds")
     options = parser.parse_args()
+    if options.tiny:
+        tiny_loop(options.tiny, options.rounds)
+        return
 
     # "full + lines" is full as `lazyviz run` records by default: each IR node tagged with
     # the line that built it (ts; XLA's own locations come with its raw dump).
@@ -82,6 +91,23 @@ def main() -> None:
         median = statistics.median(times[mode])
         print(f"{mode:<22}{median:>16.2f}{median / baseline:>13.3f}x")
     print("file sizes (last round): " + ", ".join(f"{k} {v / 1024:.0f} KiB" for k, v in sizes.items()))
+
+
+def tiny_loop(executions: int, rounds: int) -> None:
+    modes = ["untraced", "lazyviz light", "lazyviz full + lines"]
+    seconds: dict[str, list[float]] = {mode: [] for mode in modes}
+    with tempfile.TemporaryDirectory() as folder:
+        for round_ in range(rounds):
+            for mode in modes[round_ % len(modes):] + modes[:round_ % len(modes)]:
+                seconds[mode] += step_times(mode, 0, 0, Path(folder), "ts", tiny=executions)
+    baseline = statistics.median(seconds["untraced"])
+    print(f"tiny steps on ts: {executions} x (x = x + 1; mark_step()), timed loop only, median of {rounds} rounds")
+    print(f"{'mode':<22}{'loop s':>10}{'vs untraced':>14}{'us per execution':>18}{'lazyviz us':>12}")
+    for mode in modes:
+        median = statistics.median(seconds[mode])
+        per = median / executions * 1e6
+        extra = (median - baseline) / executions * 1e6
+        print(f"{mode:<22}{median:>10.2f}{median / baseline:>13.2f}x{per:>18.1f}{extra:>12.1f}")
 
 
 if __name__ == "__main__":
