@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from lazyviz.analysis.ir import IRGraph, Node, parsed
+from lazyviz.analysis.ir import IRGraph, Node, parsed, source_line
 
 # Change kinds, in the order a user should read them.
 # Aliasing comes last among origins: it explains a miss only when nothing else changed.
@@ -36,7 +36,7 @@ class Change:
         if self.kind == "aliasing":
             # Python numbers that became equal share one cached device buffer.
             built = f" (built at {self.source_line})" if self.location else ""
-            partner_at = self.partner_location.rpartition("@")[2]
+            partner_at = source_line(self.partner_location)
             partner_built = f" (built at {partner_at})" if partner_at else ""
             if self.after != "-":
                 inputs = "inputs" if "," in self.after else "input"
@@ -50,7 +50,7 @@ class Change:
     @property
     def source_line(self) -> str:
         """"train.py:29" from XLA's "main@train.py:29"."""
-        return self.location.rpartition("@")[2]
+        return source_line(self.location)
 
 
 @dataclass(frozen=True)
@@ -205,7 +205,7 @@ def _compare(before: Node, after: Node, operands_changed: bool) -> list[Change]:
         changes.append(Change(kind, after.id, after.op, before.type_text, after.type_text,
                               origin or after.is_input, before.id, location))
     for name in sorted(set(before.attrs) | set(after.attrs)):
-        if name == "alias":  # which input it shares a buffer with: compared by position below
+        if name == "alias":  # which input it shares a buffer with: compared as groups (_aliasing)
             continue
         if before.attrs.get(name) != after.attrs.get(name):
             changes.append(Change(

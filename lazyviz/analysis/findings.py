@@ -316,7 +316,7 @@ def _built_at(ir_text: str, limit: int = 3) -> str:
     graph = parsed(ir_text)
     if graph is None:
         return ""
-    lines = Counter(node.location.rpartition("@")[2] for node in graph.nodes
+    lines = Counter(node.source_line for node in graph.nodes
                     if node.location and not node.is_input)
     if not lines:
         return ""

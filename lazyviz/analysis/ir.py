@@ -55,6 +55,10 @@ class Node:
     location: str = ""  # "fn@file.py:12" where the backend records it (XLA_IR_DEBUG=1)
 
     @property
+    def source_line(self) -> str:
+        return source_line(self.location)
+
+    @property
     def is_input(self) -> bool:
         return self.op in INPUT_OPS or (not self.operands and "device_data" in self.op)
 
@@ -84,6 +88,11 @@ class IRGraph:
             for operand in node.operands:
                 users.setdefault(node.operand_node(operand), []).append(node.id)
         return users
+
+
+def source_line(location: str) -> str:
+    """"train.py:29" from a node's "main@train.py:29"; "" where the backend records none."""
+    return location.rpartition("@")[2]
 
 
 def parse_ir(text: str) -> IRGraph:

@@ -175,19 +175,24 @@ std::vector<SourceLocation> UserFrame() {
       frames = *g_last_result;
     } else {
       frames = WalkToUserFrame(frame);
-      ForgetLastFrame();
+      // The old frame is released last: freeing it may run a __del__ that builds nodes
+      // and comes back here, and must then find the new state complete.
+      PyObject* released = g_last_frame;
+      g_last_frame = nullptr;
+      g_last_lasti = -1;
       if (frame != nullptr) {
         PyCodeObject* code = PyFrame_GetCode(frame);
         bool resumable = (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) != 0;
         Py_DECREF(code);
         if (!resumable) {
+          if (g_last_result == nullptr) g_last_result = new std::vector<SourceLocation>();
+          *g_last_result = frames;
           g_last_frame = reinterpret_cast<PyObject*>(frame);
           Py_INCREF(g_last_frame);
           g_last_lasti = lasti;
-          if (g_last_result == nullptr) g_last_result = new std::vector<SourceLocation>();
-          *g_last_result = frames;
         }
       }
+      Py_XDECREF(released);
     }
   }
   PyGILState_Release(gil);
@@ -277,10 +282,11 @@ class RecordingBackend : public BackendImplInterface {
     lowering_started_ms_ = now_ms();
     pending_ = CompiledGraph();
     pending_.nodes = static_cast<int64_t>(post_order.size());
-    pending_.graph_id = GraphId(post_order);
+    std::vector<const Node*> roots = Roots(post_order);
+    std::vector<BackendDataPtr> inputs = InputData(post_order);  // per node; null for an op
+    pending_.graph_id = GraphId(post_order.size(), roots, inputs);
     if (capture_ir_.load()) {
-      pending_.ir_text = DumpUtil::PostOrderToText(post_order, Roots(post_order));
-      pending_.ir_text = Annotate(pending_.ir_text, post_order);
+      pending_.ir_text = Annotate(DumpUtil::PostOrderToText(post_order, roots), inputs);
     }
     have_pending_ = true;
     return inner_->CreateLoweringContext(name, std::move(device), post_order, std::move(emit_status));
@@ -360,6 +366,15 @@ class RecordingBackend : public BackendImplInterface {
     return roots;
   }
 
+  // The device data behind each input node, in post order (null for the other nodes):
+  // read once per compile for the graph id and the IR's marks.
+  std::vector<BackendDataPtr> InputData(c10::ArrayRef<const Node*> post_order) const {
+    std::vector<BackendDataPtr> inputs;
+    inputs.reserve(post_order.size());
+    for (const Node* node : post_order) inputs.push_back(inner_->GetComputationDataFromNode(node));
+    return inputs;
+  }
+
   // Two marks torch's dump lacks, added per node (line i + 1 of the dump is
   // post_order[i]):
   // - `alias=%j`: this input shares its buffer with input %j. The executor's cache key
@@ -367,12 +382,12 @@ class RecordingBackend : public BackendImplInterface {
   //   diff must see it.
   // - with source lines on, an input made from CPU data names the line that moved the
   //   data to the device (noted by note_upload) rather than the line of its first use.
-  std::string Annotate(const std::string& text, c10::ArrayRef<const Node*> post_order) const {
+  std::string Annotate(const std::string& text, const std::vector<BackendDataPtr>& inputs) const {
     std::unordered_map<size_t, std::string> marks;
     std::unordered_map<BackendData::Handle, size_t> first_use;
     std::lock_guard<std::mutex> lock(g_noted_mu);
-    for (size_t i = 0; i < post_order.size(); ++i) {
-      BackendDataPtr data = inner_->GetComputationDataFromNode(post_order[i]);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const BackendDataPtr& data = inputs[i];
       if (!data) continue;
       auto first = first_use.emplace(data->GetHandle(), i);
       if (!first.second) marks[i + 1] += ", alias=%" + std::to_string(first.first->second);
@@ -406,12 +421,12 @@ class RecordingBackend : public BackendImplInterface {
   // The same graph gives the same id in every run: node hashes cover op, shapes and
   // attributes, never addresses or data values. Like the executor's cache key, the id
   // also covers which inputs share one buffer (a Python 1 that aliases another 1).
-  std::string GraphId(c10::ArrayRef<const Node*> post_order) const {
-    hash_t hash(static_cast<uint64_t>(post_order.size()));
-    for (const Node* node : Roots(post_order)) hash = HashCombine(hash, node->hash());
+  std::string GraphId(size_t nodes, const std::vector<const Node*>& roots,
+                      const std::vector<BackendDataPtr>& inputs) const {
+    hash_t hash(static_cast<uint64_t>(nodes));
+    for (const Node* node : roots) hash = HashCombine(hash, node->hash());
     std::unordered_map<BackendData::Handle, int64_t> first_use;
-    for (const Node* node : post_order) {
-      BackendDataPtr data = inner_->GetComputationDataFromNode(node);
+    for (const BackendDataPtr& data : inputs) {
       if (!data) continue;
       auto found = first_use.emplace(data->GetHandle(), static_cast<int64_t>(first_use.size()));
       hash = HashCombine(hash, Hash(found.first->second));

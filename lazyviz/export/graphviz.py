@@ -68,7 +68,7 @@ def _label(node: Node, label: str = "op") -> str:
     if attrs:
         lines.append(", ".join(attrs)[:60])
     if label == "source" and node.location:
-        lines.append(node.location.rpartition("@")[2])
+        lines.append(node.source_line)
     return "\n".join(lines)
 
 
@@ -87,7 +87,7 @@ def _style(node: Node, marks: Marks) -> str:
         shape += ", penwidth=2.5"
     elif node.id in marks.propagated:
         fill, line = PROPAGATED_FILL, "#e06666"
-    tooltip = f'built at {node.location.rpartition("@")[2]}' if node.location else node.op
+    tooltip = f"built at {node.source_line}" if node.location else node.op
     return f'{shape}, fillcolor="{fill}", color="{line}", tooltip={_quote(tooltip)}'
 
 
@@ -142,7 +142,7 @@ def plan(graph: IRGraph, highlight: Marks = Marks(), keep: set[str] | None = Non
         # otherwise consecutive nodes share a box.
         by_line: dict[str, list[Node]] = {}
         for node in remaining:
-            by_line.setdefault(node.location.rpartition("@")[2] or "no source line", []).append(node)
+            by_line.setdefault(node.source_line or "no source line", []).append(node)
         if len(by_line) > 1 and len(by_line) + others <= max_nodes:
             groups = [(f"line {line}", f"{line} ({len(members)} nodes)", members) for line, members in by_line.items()]
             drawing.notes.append(f"grouped the other nodes by the line that built them ({len(by_line)} lines)")
