@@ -109,7 +109,9 @@ def main(argv: list[str]) -> int:
         device=backend.device,
         capture=options.capture,
         versions={**backend.versions(), "python": platform.python_version()},
-        start_time=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        # When the process started, as elapsed_s counts: a viewer's clock then agrees with it.
+        start_time=(datetime.datetime.now(datetime.timezone.utc)
+                    - datetime.timedelta(seconds=time.perf_counter() - started)).isoformat(timespec="milliseconds"),
         pid=os.getpid(),
         cwd=os.getcwd(),
         rank={key: os.environ[var] for var, key in _RANK_VARIABLES.items() if var in os.environ},

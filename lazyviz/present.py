@@ -4,9 +4,11 @@ step, divergence wording, and the request for a graph drawing. Pure functions.""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from lazyviz.analysis.diff import GraphDiff
+from lazyviz.analysis.findings import Finding
 from lazyviz.analysis.ranks import Divergence
 from lazyviz.analysis.recompiles import Recompile
 from lazyviz.trace.model import Execution, Frame
@@ -31,10 +33,15 @@ def plural(count: int, word: str) -> str:
     return f"{count} {word}es" if word.endswith("s") else f"{count} {word}s"
 
 
-def site_text(frame: Frame | None, cwd: str | None = None) -> str:
+def site_text(frame: Frame | None, cwd: str | None = None, width: int = 0) -> str:
+    """file:line relative to the run's folder; width: when longer than this, the file's
+    base name (width=1: always)."""
     if frame is None:
         return "?"
-    return frame.site if frame.file.startswith("In [") else f"{short_path(frame.file, cwd)}:{frame.line}"
+    text = frame.site if frame.file.startswith("In [") else f"{short_path(frame.file, cwd)}:{frame.line}"
+    if width and len(text) > width and not frame.file.startswith("In ["):
+        text = f"{os.path.basename(frame.file)}:{frame.line}"
+    return text
 
 
 # The mark of a node in a diff against the closest earlier graph. The origin of a
@@ -73,3 +80,72 @@ def drawing_title(execution: Execution, explained: Recompile | None = None, diff
     elif diff_requested:
         title += "\n(no earlier graph to compare with)"
     return title
+
+
+def change_text(recompile: Recompile) -> str:
+    """What a miss changed, in a few words for a table cell: "shape 16->24 at :28"."""
+    return recompile.brief(compact=True)
+
+
+def why_text(execution: Execution, recompile: Recompile | None, explained: bool = True) -> str:
+    """Why this execution ran or compiled, for the table's `why` column: the op that fell
+    back, the call that synced, and for a miss what changed. explained: whether analysis
+    has seen this execution yet (a live run analyses about once a second)."""
+    parts = []
+    if execution.cause == "fallback":  # the cause column says fallback: name the op
+        parts.append((execution.detail or "?").removeprefix("aten::"))
+    elif execution.cause != "mark_step":
+        parts.append(execution.detail or execution.cause)
+    if execution.is_miss:
+        if recompile is not None:
+            parts.append(change_text(recompile) + (" (warm-up)" if recompile.warmup else ""))
+        elif explained:
+            parts.append("first graph")
+    return "; ".join(parts)
+
+
+# What a finding is, in a word or two: its label before finding_headline.
+KIND_LABELS = {"recompile": "recompile", "dynamic_shape": "shapes", "extra_sync": "extra sync",
+               "fallback": "fallback", "missing_mark_step": "no mark_step"}
+
+
+def finding_headline(finding: Finding, cwd: str | None = None) -> str:
+    """A finding in one short line after its KIND_LABELS label, for the UI's findings
+    strip and the grouped text summary: what, how often, where."""
+    details = finding.details
+    if finding.kind == "fallback":
+        call = f" in {details['call']}()" if details.get("call") else ""
+        forced = details.get("executions_forced", 0)
+        text = (f"{details.get('op', '?')}{call}: {plural(details.get('calls', 0), 'call')}"
+                + (f", {plural(forced, 'extra execution')}" if forced else ""))
+    elif finding.kind == "missing_mark_step" and "growth_per_sync" in details:
+        text = f"the graph grows ~{details['growth_per_sync']} nodes per sync over {details['syncs']} syncs"
+    elif finding.kind == "missing_mark_step" and "repeats" in details:
+        text = f"one graph repeats a block of {len(details['pattern'])} ops {details['repeats']} times"
+    else:
+        text = finding.short or finding.message
+    return f"{text} · {site_text(finding.frame, cwd, width=1)}" if finding.frame else text
+
+
+_NOISE = re.compile(r", (NodeType=\S+?|device=CPU0)(?=,|$)")
+_LOCATION = re.compile(r", location=([^,]+)")
+_SOURCE = re.compile(r'\[source="[^"]*"\]')
+
+
+def readable_ir(text: str) -> str:
+    """The IR without C++ type names and the one device, each node's source line moved to
+    the end of its line: what a reader scans for. The raw text is one key away (r)."""
+    lines = []
+    for line in text.splitlines():
+        line = _NOISE.sub("", line)
+        location = _LOCATION.search(line)
+        if location:
+            line = f"{line[:location.start()]}{line[location.end():]}  # {location.group(1)}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def readable_backend(text: str) -> str:
+    """TorchScript without its [source=...] attributes: they name the sync that lowered
+    the graph, the same line on every node."""
+    return _SOURCE.sub("", text)

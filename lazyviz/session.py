@@ -140,7 +140,8 @@ class Session:
         writer.set_run(
             argv=[], source=self.source, backend=backend.name, names=backend.names, device=backend.device,
             capture=self.capture, versions={**backend.versions(), "python": platform.python_version()},
-            start_time=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            start_time=(datetime.datetime.now(datetime.timezone.utc)
+                        - datetime.timedelta(seconds=time.perf_counter() - started)).isoformat(timespec="milliseconds"),
             pid=os.getpid(), cwd=os.getcwd(), rank={},
         )
         self._tracer, self._writer, self._claim, self._started = tracer, writer, claim, started

@@ -5,6 +5,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,7 +40,74 @@ async def test_table_rows_causes_and_sites(sample_trace) -> None:
         assert [e.cause for e in table.rows[:2]] == ["item", "mark_step"]
         line = table.render_line(0).text
         assert "item" in line and "item_in_loop.py:31" in line and "miss" in line
-        assert table.cursor == 9  # follows the tail
+        assert "Tensor.item()" in line  # the why column names the call that synced
+
+
+# What the first screen must name for each sample: the strip's top line, the row it
+# selects (its cause) and the tab that explains it.
+FIRST_SCREENS = {
+    "batch_size_change": ("shape 16->24, built at batch_size_change.py:28", "mark_step", "diff"),
+    "item_in_loop": ("Tensor.item() forces 1 extra execution per step", "item", "stack"),
+    "fallback_mse": ("aten::mse_loss in mse_loss()", "fallback", "stack"),
+    "missing_mark_step": ("no mark_step  one graph repeats", "item", "stack"),
+    "transformer_adamw": ("aten::lerp.Scalar in Adam.step()", "fallback", "stack"),
+    "python_number_aliasing": ("step 3: aliasing", "mark_step", "diff"),
+    "dtype_change": ("dtype Float->Double", "mark_step", "diff"),
+    "python_branch": ("+52 ops", "mark_step", "diff"),
+    "clean_mlp": ("clean: one execution per step", "mark_step", "ir"),
+}
+
+
+def strip_text(app) -> list[str]:
+    from tui.widgets.findings_strip import FindingsStrip
+
+    return [str(option.prompt) for option in app.query_one(FindingsStrip).options]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)])
+@pytest.mark.parametrize("sample", sorted(FIRST_SCREENS))
+async def test_the_first_screen_names_the_problem(sample_trace, sample: str, size: tuple[int, int]) -> None:
+    """A finished trace opens on its worst finding: the strip names it, its execution is
+    selected and the tab that explains it is open, at 80x24 as at 200x50."""
+    expected, cause, tab = FIRST_SCREENS[sample]
+    app = build_app(sample_trace(sample))
+    async with app.run_test(size=size) as pilot:
+        table = app.query_one(ExecutionList)
+        await wait_for(pilot, lambda: app.analysis is not None and app._opened)
+        assert expected in strip_text(app)[0]
+        assert all(len(line) <= size[0] for line in strip_text(app))  # one line each, never wrapped
+        assert table.selected.cause == cause
+        assert app.query_one("#details").active == tab
+        if app.analysis.findings:
+            assert table.selected.index == app.analysis.findings[0].executions[0]
+        header = str(app.query_one("#header").render())
+        # The counts line survives any command length: the first line never wraps.
+        assert header.splitlines()[1].startswith("steps ") and "misses" in header.splitlines()[1]
+
+
+async def test_keys_move_between_findings_table_and_details(sample_trace) -> None:
+    app = build_app(sample_trace("transformer_adamw"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.query_one(ExecutionList)
+        await wait_for(pilot, lambda: app.analysis is not None and app._opened)
+        findings = app.analysis.findings
+        await pilot.press("g")  # the next finding: its first execution
+        assert table.selected.index == findings[1].executions[0]
+        await pilot.press("enter")
+        assert app.focused is not table
+        await pilot.press("escape")
+        assert app.focused is table
+        selected = table.selected
+        await pilot.press("o")  # sorted by sync ms, largest first; the selection stays
+        assert [table.row(i).sync_ms for i in range(3)] == sorted((e.sync_ms for e in table.rows), reverse=True)[:3]
+        assert table.selected == selected and "sync ms▼" in str(app.query_one("#columns").render())
+        await pilot.press("f1")
+        assert type(app.screen).__name__ == "HelpScreen"
+        await pilot.press("escape")
+        assert type(app.screen).__name__ != "HelpScreen"
+        titles = [command.title for command in app.get_system_commands(app.screen)]
+        assert any(t.startswith("Go to finding 1: fallback") or t.startswith("Go to finding 1:") for t in titles)
+        assert "Sort by nodes" in titles and "Export the selected graph as SVG" in titles
 
 
 async def test_selecting_a_row_shows_ir_and_backend(sample_trace) -> None:
@@ -127,6 +195,10 @@ def _normalised_copy(trace: Path, folder: Path) -> Path:
         db.execute("UPDATE executions SET sync_ms = 1.5 + idx % 3, trace_ms = 2.25 + idx % 5, "
                    "compile_ms = 0, execute_ms = 1.5, start_ms = idx * 10")
         db.execute("UPDATE executions SET file = replace(file, ?, '/repo')", (str(ROOT),))
+        # Stacks name the repo, site-packages and the stdlib, wherever this machine has them.
+        for folder, stable in ((str(ROOT), "/repo"), (sysconfig.get_paths()["purelib"], "/site-packages"),
+                               (sysconfig.get_paths()["stdlib"], "/python")):
+            db.execute("UPDATE stacks SET frames = replace(frames, ?, ?)", (folder, stable))
         # Graph ids hash torch's post order, which a loaded machine can shift for a graph
         # or two (see the closing note of #12): number them by first execution instead.
         first_seen = [row[0] for row in db.execute("SELECT graph FROM executions GROUP BY graph ORDER BY MIN(idx)")]
@@ -139,25 +211,34 @@ def _normalised_copy(trace: Path, folder: Path) -> Path:
     return copy
 
 
-@pytest.mark.parametrize("sample, keys", [
-    ("batch_size_change", ["home", "n", "n", "3"]),
-    ("item_in_loop", ["6"]),
-    ("transformer_adamw", ["7"]),
+def _case(sample: str, keys: list[str], size: tuple[int, int], what: str = "first-screen"):
+    return pytest.param(sample, keys, size, id=f"{sample}-{what}-{size[0]}x{size[1]}")
+
+
+@pytest.mark.parametrize("sample, keys, size", [
+    *[_case(sample, [], size) for sample in sorted(FIRST_SCREENS) for size in ((80, 24), (200, 50))],
+    _case("batch_size_change", ["home", "n", "n", "3"], (100, 30), "second-miss-diff"),
+    _case("item_in_loop", ["6"], (100, 30), "findings-tab"),
+    _case("transformer_adamw", ["7"], (100, 30), "timing-tab"),
+    _case("transformer_adamw", ["question_mark"], (80, 24), "help"),
 ])
-def test_snapshots(snap_compare, sample_trace, tmp_path: Path, sample: str, keys: list[str]) -> None:
+def test_snapshots(snap_compare, sample_trace, tmp_path: Path, sample: str, keys: list[str],
+                   size: tuple[int, int]) -> None:
+    """The first screen of every sample at 80x24 and 200x50, and a few views after keys."""
     app = build_app(_normalised_copy(sample_trace(sample), tmp_path), poll_s=0.05)
     app.animation_level = "none"  # the tab underline must not be caught mid-slide on a loaded machine
 
     async def settle(pilot) -> None:
         table = app.query_one(ExecutionList)
         await wait_for(pilot, lambda: app.run_info is not None and app.run_info.finished and table.rows
-                       and app.analysis is not None)
+                       and app.analysis is not None and app._opened)
         await pilot.press(*keys)
-        await wait_for(pilot, lambda: "execution" in view(app, "ir-view"))
+        await wait_for(pilot, lambda: any("execution" in view(app, v) or "at " in view(app, v)
+                                          for v in ("ir-view", "diff-view", "stack-view")))
         await pilot.wait_for_scheduled_animations()
         await pilot.pause(0.3)
 
-    assert snap_compare(app, terminal_size=(100, 30), run_before=settle)
+    assert snap_compare(app, terminal_size=size, run_before=settle)
 
 
 async def test_small_terminal_still_shows_rows_and_details(sample_trace) -> None:
@@ -165,7 +246,8 @@ async def test_small_terminal_still_shows_rows_and_details(sample_trace) -> None
     async with app.run_test(size=(80, 24)) as pilot:
         table = app.query_one(ExecutionList)
         await wait_for(pilot, lambda: len(table.rows) == 10)
-        assert table.size.height >= 3 and app.query_one("#ir-view").size.height >= 3
+        active = app.query_one("#details").active  # the tab that explains the selected row
+        assert table.size.height >= 3 and app.query_one(f"#{active}-view").size.height >= 3
 
 
 async def test_saving_svg_never_replaces_a_file(sample_trace, tmp_path: Path) -> None:

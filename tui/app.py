@@ -5,28 +5,34 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from datetime import datetime
 from pathlib import Path
 
 from textual import on, work
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.css.query import NoMatches
 from textual.message import Message
+from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
 from lazyviz.analysis import Analysis
+from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.recompiles import Recompile
+from lazyviz.present import finding_headline, why_text
 from lazyviz.trace import Execution, RunInfo, Trace, TraceError
 from tui.details import graphs_with
-from tui.panels import EXECUTION_PANELS, TABS, DetailContext, tab_key
+from tui.panels import AUTO_TABS, EXECUTION_PANELS, TABS, DetailContext, explaining_tab, tab_key
 from tui.screens import HelpScreen
 from tui.watcher import TraceUpdate, TraceWatcher
 from tui.widgets.code_view import CodeView
-from tui.widgets.executions import ExecutionList, header_text
+from tui.widgets.executions import SORTS, ExecutionList
 from tui.widgets.findings import FindingsView
-from tui.widgets.header import RunHeader
+from tui.widgets.findings_strip import FindingsStrip
+from tui.widgets.header import Counts, RunHeader
 from tui.widgets.output import OutputView
 from tui.widgets.search_bar import SearchBar
 from tui.widgets.step_chart import StepChart
@@ -42,16 +48,22 @@ class TraceUpdated(Message):
 class LazyvizApp(App[None]):
     CSS_PATH = "lazyviz.tcss"
     TITLE = "lazyviz"
+    # The footer shows the first few; check_action hides those that do not apply now.
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         # As untraced: Ctrl-C interrupts the script (quitting sends it Ctrl-C).
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
         Binding("question_mark", "help", "Help"),
+        Binding("f1", "help", "Help", show=False),
+        Binding("g", "next_finding", "Finding"),
+        Binding("n", "next_miss(1)", "Miss"),
+        Binding("N", "next_miss(-1)", "Prev miss", show=False),
         Binding("slash", "search", "Search"),
-        Binding("n", "next_miss(1)", "Next miss"),
-        Binding("N", "next_miss(-1)", "Prev miss"),
-        Binding("f", "toggle_follow", "Follow"),
-        Binding("s", "save_svg", "Save SVG"),
+        Binding("o", "sort", "Sort"),
+        Binding("s", "save_svg", "SVG"),
+        Binding("f", "toggle_follow", "Follow", show=False),  # the header says follow on/off
+        Binding("r", "toggle_raw", "Raw text", show=False),
+        Binding("escape", "focus_table", "Back to the table", show=False),
         Binding("left_square_bracket", "switch_rank(-1)", "Prev rank", show=False),
         Binding("right_square_bracket", "switch_rank(1)", "Next rank", show=False),
         Binding("enter", "focus_details", "Details", show=False),
@@ -79,12 +91,19 @@ class LazyvizApp(App[None]):
         self.ir_texts: dict[str, str] = {}
         self.run_info: RunInfo | None = None
         self.analysis: Analysis | None = None
+        self.recompiles: dict[int, Recompile] = {}  # by execution, from the latest analysis
+        self.analysed = 0  # executions the latest analysis covered
+        self.counts = Counts()
         self.process_status: int | None = None
-        self.started = time.monotonic()
+        self.started = time.time()  # until the trace says when the run started
         self.search_term = ""
+        self.raw = False  # the IR and backend text as recorded, not tidied
+        self.finding_cursor = -1
+        self._opened = False  # the first analysis came (and may have chosen the row)
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="header")
+        yield FindingsStrip(id="strip")
         with Vertical(id="executions-pane"):
             yield Static(id="columns")
             yield ExecutionList(id="executions")
@@ -96,7 +115,9 @@ class LazyvizApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one(ExecutionList).focus()
+        table = self.query_one(ExecutionList)
+        table.why = self._why
+        table.focus()
         self.refresh_header()
         self.set_interval(1.0, self.refresh_header)  # the elapsed clock; no data polling here
         self.set_interval(0.25, self._close_if_asked)
@@ -119,7 +140,7 @@ class LazyvizApp(App[None]):
         self.process = None
         self._reset()
         table = self.query_one(ExecutionList)
-        table.rows, table.follow = [], True
+        table.rows, table.order, table.follow = [], None, True
         table.refresh()
         self.query_one(OutputView).clear()
         self.notify(f"rank {rank}: {self.trace_path.name}")
@@ -147,7 +168,12 @@ class LazyvizApp(App[None]):
         self.call_from_thread(self._show_texts, {"ranks-view": "\n".join(lines)})
 
     def on_resize(self) -> None:
-        self.query_one("#columns", Static).update(header_text(self.size.width))
+        self._update_columns()
+
+    @on(ExecutionList.LayoutChanged)
+    def _update_columns(self) -> None:
+        table = self.query_one(ExecutionList)
+        self.query_one("#columns", Static).update(table.header(self.size.width))
 
     # -- feeding -------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="watch", exit_on_error=False, description="watch the trace")
@@ -174,16 +200,36 @@ class LazyvizApp(App[None]):
             self.query_one(OutputView).write(update.output)
         if update.executions:
             self.executions += update.executions
+            self.counts.add(update.executions)
             self.query_one(ExecutionList).add_executions(update.executions)
         if update.analysis is not None:
             self.analysis = update.analysis
-            self.query_one(FindingsView).show(update.analysis.findings, self.run_info.cwd if self.run_info else "")
+            self.recompiles = {r.execution: r for r in update.analysis.recompiles}
+            self.analysed = update.analysis.summary.executions
+            cwd = self.run_info.cwd if self.run_info else ""
+            finished = bool(self.run_info and self.run_info.finished)
+            self.query_one(FindingsView).show(update.analysis.findings, cwd)
+            self.query_one(FindingsStrip).show(update.analysis.findings, cwd, finished)
             self.query_one(StepChart).show(self.executions)
+            self.query_one(ExecutionList).refresh()  # the why column
+            self.refresh_bindings()
+            if not self._opened:
+                self._opened = True
+                self._open_on_worst(update.analysis.findings)
         if update.error and not self.executions:
             self.query_one("#ir-view", CodeView).set_text(f"cannot read {self.trace_path}: {update.error}")
         elif update.error:
             self.notify(f"stopped reading the trace: {update.error}", severity="error", timeout=30)
         self.refresh_header()
+
+    def _open_on_worst(self, findings: list[Finding]) -> None:
+        """A run that already ended opens on its worst finding: the first screen shows
+        the problem and what explains it. A live run keeps following its newest row."""
+        live = self.process is not None and self.process_status is None
+        if findings and self.run_info is not None and self.run_info.finished and not live \
+                and self.query_one(ExecutionList).follow:
+            self.finding_cursor = 0
+            self.go_to_finding(findings[0])
 
     def _close_if_asked(self) -> None:
         if self.close_when():
@@ -197,17 +243,53 @@ class LazyvizApp(App[None]):
 
     def _refresh_header(self) -> None:
         run = self.run_info
-        live = self.process is not None and self.process_status is None
-        elapsed = time.monotonic() - self.started if live or run is None or run.elapsed_s is None else run.elapsed_s
+        table = self.query_one(ExecutionList)
         rank = next((f"rank {r} of {len(self.ranks)} · " for r, p in self.ranks.items() if p == self.trace_path), "")
-        self.query_one(RunHeader).show(run, self.analysis.summary if self.analysis else None, elapsed,
-                                       self.query_one(ExecutionList).follow, self.process_status,
-                                       str(self.trace_path), rank)
+        sort = SORTS[table.sort][0]
+        self.query_one(RunHeader).show(run, self.counts, self.elapsed_s(), table.follow, self.process_status,
+                                       str(self.trace_path), rank, "" if sort == "#" else sort)
+
+    def elapsed_s(self) -> float:
+        """Since the traced process started (also in `view` of a live trace); the run's own
+        figure once it ended, which the clock had counted up to."""
+        run = self.run_info
+        if run is not None and run.elapsed_s is not None:
+            return run.elapsed_s
+        started = self.started
+        if run is not None and run.start_time:
+            try:
+                started = datetime.fromisoformat(run.start_time).timestamp()
+            except ValueError:
+                pass
+        return max(0.0, time.time() - started)
+
+    def _why(self, execution: Execution) -> str:
+        return why_text(execution, self.recompiles.get(execution.index), execution.index < self.analysed)
 
     # -- the selected execution ---------------------------------------------------------
     @on(ExecutionList.Selected)
     def show_execution(self, message: ExecutionList.Selected) -> None:
+        # The tab that explains the row: Diff for a recompile, Stack for a fallback or an
+        # extra sync, IR otherwise; a tab chosen outside those three stays.
+        tabs = self.query_one(TabbedContent)
+        if tabs.active in AUTO_TABS:
+            tabs.active = explaining_tab(message.execution, self.recompiles.get(message.execution.index))
         self.load_details(message.execution)
+
+    @on(FindingsStrip.Chosen)
+    def show_finding(self, message: FindingsStrip.Chosen) -> None:
+        self.go_to_finding(message.finding)
+
+    def go_to_finding(self, finding: Finding) -> None:
+        """Select the finding's first execution and open the tab that explains it."""
+        table = self.query_one(ExecutionList)
+        if not finding.executions:
+            self.query_one(TabbedContent).active = "findings"
+            self.notify(finding_headline(finding), timeout=6)
+            return
+        self.query_one(TabbedContent).active = "ir"  # let the row choose among IR, Diff and Stack
+        table.select_execution(finding.executions[0])
+        table.focus()
 
     @on(ExecutionList.FollowChanged)
     def follow_changed(self) -> None:
@@ -224,7 +306,7 @@ class LazyvizApp(App[None]):
         try:
             with Trace(self.trace_path) as trace:
                 # Snapshots: the UI thread only ever appends to these.
-                context = DetailContext(trace, self.executions[:], dict(self.ir_texts))
+                context = DetailContext(trace, self.executions[:], dict(self.ir_texts), self.raw)
                 texts = {}
                 for panel in EXECUTION_PANELS:
                     if worker.is_cancelled:
@@ -264,6 +346,57 @@ class LazyvizApp(App[None]):
         table = self.query_one(ExecutionList)
         table.set_follow(not table.follow)
 
+    def action_next_finding(self) -> None:
+        findings = self.analysis.findings if self.analysis else []
+        if not findings:
+            self.notify("no findings" + ("" if self.analysis else " yet"))
+            return
+        self.finding_cursor = (self.finding_cursor + 1) % len(findings)
+        strip = self.query_one(FindingsStrip)
+        strip.highlighted = self.finding_cursor
+        self.go_to_finding(findings[self.finding_cursor])
+
+    def action_sort(self, to: str | None = None) -> None:
+        name = self.query_one(ExecutionList).cycle_sort(to)
+        self.notify(f"sorted by {name}" if name != "#" else "in the order they ran", timeout=2)
+        self.refresh_header()
+
+    def action_toggle_raw(self) -> None:
+        self.raw = not self.raw
+        table = self.query_one(ExecutionList)
+        if table.selected is not None:
+            self.load_details(table.selected)
+        self.notify("IR and backend text as recorded" if self.raw else "IR and backend text tidied", timeout=2)
+
+    def action_focus_table(self) -> None:
+        self.query_one(ExecutionList).focus()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Keys that do nothing now leave the footer."""
+        if action == "next_miss":
+            return self.counts.misses > 0
+        if action == "next_finding":
+            return bool(self.analysis and self.analysis.findings)
+        if action == "switch_rank":
+            return len(self.ranks) > 1
+        return True
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """The command palette (ctrl+p): lazyviz's own actions first."""
+        for number, finding in enumerate(self.analysis.findings if self.analysis else [], 1):
+            yield SystemCommand(f"Go to finding {number}: {finding_headline(finding)[:70]}",
+                                finding.message, lambda f=finding: self.go_to_finding(f))
+        yield SystemCommand("Export the selected graph as SVG", "saved beside the trace, never over a file",
+                            self.action_save_svg)
+        for tab in TABS:
+            yield SystemCommand(f"Show tab: {tab.title}", tab.about, lambda t=tab.id: self.action_show_tab(t))
+        for name, _, descending in SORTS:
+            yield SystemCommand(f"Sort by {name}", "largest first" if descending else "ascending",
+                                lambda n=name: self.action_sort(n))
+        yield SystemCommand("Toggle raw IR and backend text", "as recorded, or tidied", self.action_toggle_raw)
+        yield SystemCommand("Next cache miss", "n", lambda: self.action_next_miss(1))
+        yield from super().get_system_commands(screen)
+
     def action_focus_details(self) -> None:
         tabs = self.query_one(TabbedContent)
         pane = tabs.get_pane(tabs.active)
@@ -274,9 +407,9 @@ class LazyvizApp(App[None]):
         self.query_one(TabbedContent).active = tab
 
     def action_save_svg(self) -> None:
-        table = self.query_one(ExecutionList)
-        if 0 <= table.cursor < len(table.rows):
-            self.save_svg(table.rows[table.cursor])
+        selected = self.query_one(ExecutionList).selected
+        if selected is not None:
+            self.save_svg(selected)
 
     @work(thread=True, group="svg", exit_on_error=False, description="save SVG")
     def save_svg(self, execution: Execution) -> None:

@@ -6,7 +6,7 @@ import os
 
 from lazyviz.analysis.ir import parsed
 from lazyviz.analysis.recompiles import Recompile
-from lazyviz.present import ADDED, CARRIED, ORIGIN, diff_marks
+from lazyviz.present import ADDED, CARRIED, ORIGIN, diff_marks, readable_ir
 from lazyviz.trace.model import Execution, Frame
 
 
@@ -27,26 +27,37 @@ def stack_text(stack: list[Frame], user: Frame | None, context: int = 3) -> str:
     return "\n".join(lines)
 
 
-def counters_text(execution: Execution) -> str:
-    lines = [f"counters that moved since the previous execution (execution {execution.index}):"]
+def counters_text(execution: Execution, executions: list[Execution] = ()) -> str:
+    """The counters that moved with this execution (since the one before), and, for a
+    fallback that forced several executions, where its op's counter moved."""
+    since = f" (since execution {execution.index - 1})" if execution.index else ""
+    lines = [f"counters that moved with execution {execution.index}{since}:"]
     if not execution.counters:
         lines.append("  none recorded (capture light)" if not execution.fallback_ops else "")
     for name, delta in sorted(execution.counters.items()):
         lines.append(f"  {name:<40} +{delta}")
     if execution.fallback_ops:
         lines += ["", "fallback ops:"] + [f"  {op:<40} x{n}" for op, n in execution.fallback_ops.items()]
+    elif execution.cause == "fallback" and execution.detail:
+        counted = next((e for e in reversed(executions[:execution.index])
+                        if execution.detail in e.fallback_ops), None)
+        if counted is not None:
+            lines += ["", f"{execution.detail}'s counter moved with execution {counted.index}: one call of a "
+                      "fallback op syncs each of its lazy inputs in turn, so the same call forced this "
+                      "execution too"]
     lines += ["", f"sync {execution.sync_ms:.3f} ms = compile {execution.compile_ms:.3f} + execute "
               f"{execution.execute_ms:.3f}; python tracing before it {execution.trace_ms:.3f} ms"]
     return "\n".join(lines)
 
 
-def diff_text(execution: Execution, recompile: Recompile | None, old_ir: str, new_ir: str) -> str:
+def diff_text(execution: Execution, recompile: Recompile | None, old_ir: str, new_ir: str,
+              raw: bool = False) -> str:
     """The new graph's IR with each line marked against the closest earlier graph:
     '!' where a change came in, '~' carried from operands, '+' added, '-' removed."""
     if recompile is None:
         return "# nothing compiled before this graph to compare with"
-    header = [f"# execution {execution.index} (graph {execution.graph}) vs execution "
-              f"{recompile.closest_execution} (graph {recompile.closest}, "
+    header = [f"# execution {execution.index} (graph {execution.graph[:8]}) vs execution "
+              f"{recompile.closest_execution} (graph {(recompile.closest or '?')[:8]}, "
               f"{'same site' if recompile.same_site else 'another site'})"]
     if execution.graph == recompile.closest:
         return "\n".join(header + ["# same graph: nothing changed"])
@@ -54,19 +65,28 @@ def diff_text(execution: Execution, recompile: Recompile | None, old_ir: str, ne
         return "\n".join(header + [f"# {recompile.note or 'no IR to compare'}"])
     if recompile.choice:
         header.append(f"# {recompile.choice}")
-    header.append(f"# {recompile.headline()}")
-    for change in recompile.diff.origins:
-        header.append(f"#   {change.describe()}")
+    origins = recompile.diff.origins
+    if origins:
+        header.append(f"# what changed ({len(origins)}):")
+        for change in origins:
+            # The line that built it on a line of its own: it stays on screen at 80 columns.
+            what, _, built = change.describe().partition(", built at ")
+            header.append(f"#   {what}")
+            if built:
+                header.append(f"#       built at {built}")
+    else:
+        header.append(f"# {recompile.headline()}")
     new_graph, old_graph = parsed(new_ir), parsed(old_ir)
     if new_graph is None or old_graph is None:
         return "\n".join(header + ["# cannot read the IR"])
+    tidy = (lambda line: line) if raw else readable_ir
     symbols = {ORIGIN: "!", CARRIED: "~", ADDED: "+"}
     marks = {node: symbols[mark] for node, mark in diff_marks(recompile.diff).items()}
     raw_lines = new_ir.splitlines()
-    body = [f"{marks.get(node.id, ' ')} {raw_lines[node.line - 1].strip()}" for node in new_graph.nodes]
+    body = [f"{marks.get(node.id, ' ')} {tidy(raw_lines[node.line - 1].strip())}" for node in new_graph.nodes]
     removed = [c.old_node for c in recompile.diff.changes if c.kind == "op_removed"]
     old_lines = old_ir.splitlines()
-    body += [f"- {old_lines[old_graph.by_id[node_id].line - 1].strip()}" for node_id in removed
+    body += [f"- {tidy(old_lines[old_graph.by_id[node_id].line - 1].strip())}" for node_id in removed
              if node_id in old_graph.by_id]
     return "\n".join(header + [""] + body)
 

@@ -16,7 +16,8 @@ from textual.containers import VerticalScroll
 from textual.widget import Widget
 
 from lazyviz.analysis.ir import parsed
-from lazyviz.analysis.recompiles import explain_execution
+from lazyviz.analysis.recompiles import Recompile, explain_execution
+from lazyviz.present import readable_backend, readable_ir
 from lazyviz.trace import Execution, Trace
 from tui.details import counters_text, diff_text, stack_text
 from tui.widgets.code_view import CodeView
@@ -33,6 +34,7 @@ class DetailContext:
     trace: Trace
     executions: list[Execution]
     ir_texts: dict[str, str]
+    raw: bool = False  # IR and backend text as recorded (the r key), not tidied
 
 
 class ExecutionPanel:
@@ -48,11 +50,15 @@ class ExecutionPanel:
 
 class IrPanel(ExecutionPanel):
     id, title, language, placeholder = "ir", "IR", "ir", "select an execution"
-    about = "the graph's IR: one node per line, shapes and ops"
+    about = "the graph's IR: one node per line, its shape, op and the line that built it (r: as recorded)"
 
     def text(self, execution: Execution, context: DetailContext) -> str:
         graph = context.trace.graph(execution.graph)
-        ir = graph.ir_text if graph and graph.ir_text else "no IR recorded for this graph (capture light)"
+        ir = graph.ir_text if graph and graph.ir_text else ""
+        if not ir:
+            ir = "no IR recorded for this graph (capture light)"
+        elif not context.raw:
+            ir = readable_ir(ir)
         return f"# execution {execution.index}: graph {execution.graph}, {execution.nodes} nodes, {execution.cache}\n{ir}"
 
 
@@ -62,7 +68,9 @@ class BackendPanel(ExecutionPanel):
 
     def text(self, execution: Execution, context: DetailContext) -> str:
         graph = context.trace.graph(execution.graph)
-        return graph.backend_text if graph and graph.backend_text else "no backend text"
+        if not graph or not graph.backend_text:
+            return "no backend text"
+        return graph.backend_text if context.raw else readable_backend(graph.backend_text)
 
 
 class DiffPanel(ExecutionPanel):
@@ -72,7 +80,7 @@ class DiffPanel(ExecutionPanel):
     def text(self, execution: Execution, context: DetailContext) -> str:
         recompile = explain_execution(context.executions, context.ir_texts, execution.index)
         old_ir = context.ir_texts.get(recompile.closest, "") if recompile and recompile.closest else ""
-        return diff_text(execution, recompile, old_ir, context.ir_texts.get(execution.graph, ""))
+        return diff_text(execution, recompile, old_ir, context.ir_texts.get(execution.graph, ""), context.raw)
 
 
 class StackPanel(ExecutionPanel):
@@ -89,7 +97,7 @@ class CountersPanel(ExecutionPanel):
     about = "the lazy core's counters that moved with this execution, and its timings"
 
     def text(self, execution: Execution, context: DetailContext) -> str:
-        return counters_text(execution)
+        return counters_text(execution, context.executions)
 
 
 class OpsPanel(ExecutionPanel):
@@ -135,6 +143,20 @@ TABS: list[Tab] = [
     _execution_tab(OpsPanel()),
 ]
 EXECUTION_PANELS = [tab.panel for tab in TABS if tab.panel is not None]
+
+
+# The tabs that follow the selected row (explaining_tab); another tab the user chose stays.
+AUTO_TABS = ("ir", "diff", "stack")
+
+
+def explaining_tab(execution: Execution, recompile: Recompile | None) -> str:
+    """The tab that says why this execution ran: Diff for a recompile, Stack for a
+    fallback or a sync outside mark_step, IR otherwise."""
+    if execution.is_miss and recompile is not None and recompile.closest is not None:
+        return "diff"
+    if execution.cause != "mark_step":
+        return "stack"
+    return "ir"
 
 
 def tab_key(position: int) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from lazyviz.analysis.ir import parsed
 from lazyviz.analysis.recompiles import Recompile
@@ -58,12 +58,15 @@ class Finding:
     executions: tuple[int, ...]
     fix: str = ""
     details: dict = field(default_factory=dict)
+    cost_ms: float = 0.0  # the sync time of the executions it points at: what ranks it
+    short: str = ""  # the message in a few words, where it can be shorter (the UI's strip)
 
     def to_json(self) -> dict:
         return {
             "kind": self.kind, "severity": self.severity, "message": self.message,
             "site": self.frame.to_json() if self.frame else None,
             "executions": list(self.executions), "fix": self.fix, "details": self.details,
+            "cost_ms": round(self.cost_ms, 3),
         }
 
 
@@ -93,9 +96,12 @@ def find_all(
     executions: list[Execution], steps: int, recompiles: list[Recompile], ir_texts: Mapping[str, str],
     names: Mapping[str, str] = TS_NAMES,
 ) -> list[Finding]:
+    """Every finding, worst first: by severity, then by the time it cost."""
     facts = RunFacts(executions, steps, recompiles, ir_texts, names)
-    findings = [finding for finder in FINDERS for finding in finder(facts)]
-    return sorted(findings, key=lambda f: SEVERITIES.index(f.severity))
+    sync_ms = {e.index: e.sync_ms for e in executions}
+    findings = [replace(finding, cost_ms=sum(sync_ms.get(i, 0.0) for i in finding.executions))
+                for finder in FINDERS for finding in finder(facts)]
+    return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), -f.cost_ms))
 
 
 def recompile_findings(recompiles: list[Recompile], steps: int = 1) -> list[Finding]:
@@ -129,12 +135,16 @@ def recompile_findings(recompiles: list[Recompile], steps: int = 1) -> list[Find
         if len(group) > 1:
             where = f"{len(group)} steps" if steps else f"{len(group)} syncs here"
             message = f"recompiled at {where}, each time the same kind of change; first at {message}"
+        short = f"{when}: {first.brief()}"
+        if len(group) > 1:
+            short = f"at {where}, first at {short}"
         findings.append(Finding(
             "recompile", "warning", _in_test(first.context) + message,
             first.frame, tuple(r.execution for r in group),
             fix=_recompile_fix(first),
             details={"closest_graph": first.closest, "closest_execution": first.closest_execution,
                      "new_graph": first.new_graph, "recompiles": len(group)},
+            short=_in_test(first.context) + short,
         ))
     for _site, group in shape_only.items():
         history = [{"step": r.step, "execution": r.execution,
@@ -145,15 +155,18 @@ def recompile_findings(recompiles: list[Recompile], steps: int = 1) -> list[Find
         if len(group) == 1:
             when = f"step {group[0].step}" if steps else f"execution {group[0].execution}"
             message = f"{when} recompiled: input shape {first.before} -> {first.after}{built}"
+            short = f"{when}: {group[0].brief()}"
         else:
             message = (f"input shapes change at {len(group)} steps, each a recompile "
                        f"(first {first.before} -> {first.after}{built})")
+            short = f"input shapes change at {len(group)} steps (first {group[0].brief()})"
         message = _in_test(group[0].context) + message
         findings.append(Finding(
             "dynamic_shape" if len(group) > 1 else "recompile", "warning", message, group[0].frame,
             tuple(r.execution for r in group),
             fix=_SHAPE_FIX,
             details={"history": history},
+            short=_in_test(group[0].context) + short,
         ))
     return findings
 

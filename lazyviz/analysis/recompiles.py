@@ -61,6 +61,47 @@ class Recompile:
         return first.describe() + (f" (+{more} more)" if more > 0 else "")
 
 
+    def brief(self, compact: bool = False) -> str:
+        """What changed in a few words: "shape 16->24, built at train.py:28", "new graph",
+        "+52 ops", "aliasing". compact: the line as ":28" (a table cell)."""
+        if self.new_graph:
+            return "new graph"
+        if self.diff is None:
+            return "first graph" if self.closest is None else "changed (no IR to compare)"
+        origins = self.diff.origins
+        if not origins:
+            return "aliasing"
+        first = origins[0]
+        if first.kind in ("op_added", "op_removed"):
+            added = sum(1 for c in origins if c.kind == "op_added")
+            removed = sum(1 for c in origins if c.kind == "op_removed")
+            return " ".join(p for p in (f"+{added} ops" if added else "", f"-{removed} ops" if removed else "") if p)
+        if first.kind in ("input_shape", "shape"):
+            text = f"shape {_shape_change(first.before, first.after)}"
+        elif first.kind == "dtype":
+            text = f"dtype {first.before.partition('[')[0]}->{first.after.partition('[')[0]}"
+        elif first.kind == "attribute":
+            text = f"constant {first.before}->{first.after}"
+        else:
+            text = first.kind
+        if first.location:
+            text += f" at :{first.source_line.rpartition(':')[2]}" if compact else f", built at {first.source_line}"
+        return text + (f" +{len(origins) - 1}" if compact and len(origins) > 1 else "")
+
+
+def _shape_change(before: str, after: str) -> str:
+    """"16->24" from "Float[16,32]" -> "Float[24,32]": only the dimension that differs,
+    where the dtype and rank are the same; else both shapes."""
+    dtype_a, _, dims_a = before.partition("[")
+    dtype_b, _, dims_b = after.partition("[")
+    a, b = dims_a.rstrip("]").split(","), dims_b.rstrip("]").split(",")
+    if dtype_a == dtype_b and len(a) == len(b):
+        changed = [(x, y) for x, y in zip(a, b) if x != y]
+        if len(changed) == 1:
+            return f"{changed[0][0]}->{changed[0][1]}"
+    return f"{before}->{after}"
+
+
 def _ops_summary(changes: list[Change], verb: str) -> str:
     """"61 ops added (aten::mul x30, aten::sum x30, ...), built at train.py:29 (61)"."""
     if not changes:

@@ -45,14 +45,20 @@ def write_output(text: str, options: argparse.Namespace, output: str | None = No
     write(text, output, force=getattr(options, "force", False), inputs=inputs, for_people=for_people)
 
 
-def say(text: str) -> None:
-    """A line for the user on stderr; the terminal may be gone (SIGHUP), which is fine."""
+def say(text: str, report: bool = False) -> None:
+    """A line for the user on stderr; the terminal may be gone (SIGHUP), which is fine.
+    report: a text report, coloured on a terminal (unless NO_COLOR)."""
     from lazyviz._output import printable
 
     if not text:
         return
+    text = printable(text)
+    if report:
+        from lazyviz.export.report import coloured
+
+        text = coloured(text, sys.stderr)
     try:
-        sys.stderr.write(printable(text) + ("" if text.endswith("\n") else "\n"))
+        sys.stderr.write(text + ("" if text.endswith("\n") else "\n"))
         sys.stderr.flush()
     except OSError:
         pass

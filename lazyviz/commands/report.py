@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from lazyviz.commands.base import CliError, add_force, open_ranks, open_trace, write_output
@@ -20,13 +21,21 @@ class ReportCommand:
         parser.add_argument("--format", choices=tuple(REPORT_FORMATS), default=None,
                             help="default: from -o's extension (.json, .md, .html), else text")
         parser.add_argument("-o", "--output", help="write to this file instead of standard output")
+        parser.add_argument("--all", action="store_true", dest="all_findings",
+                            help="text: every finding, not the worst few groups")
         add_force(parser, "the -o file (never a trace)")
 
     def run(self, options: argparse.Namespace) -> int:
         renderer = renderer_for(REPORT_FORMATS, options.format, options.output, "text")
         if Path(options.trace).is_dir():
             return self._ranks(options, renderer.name)
-        text = renderer.render(RenderRequest(RunData(open_trace(options.trace))))
+        text = renderer.render(RenderRequest(RunData(open_trace(options.trace)), all_findings=options.all_findings))
+        if options.output is None and renderer.name == "text":
+            from lazyviz._output import printable
+            from lazyviz.export.report import coloured
+
+            sys.stdout.write(coloured(printable(text), sys.stdout))  # colour on a terminal, unless NO_COLOR
+            return 0
         write_output(text, options, options.output, inputs=(options.trace,), for_people=renderer.for_people)
         return 0
 

@@ -181,7 +181,7 @@ class RunCommand:
         if not quiet:
             text = _summary_text(trace_path, status)
             if text:
-                say(text)
+                say(text, report=True)
         return status
 
 

@@ -52,6 +52,7 @@ class RenderRequest:
     depth: int = 2
     max_nodes: int = 300
     label: str = "op"  # "source": each box also names the line that built it
+    all_findings: bool = False  # reports: every finding, not the top groups
 
 
 class Renderer:

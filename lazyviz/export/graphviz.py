@@ -50,6 +50,8 @@ class Marks:
 
     origins: frozenset[str] = frozenset()
     propagated: frozenset[str] = frozenset()
+    consumed: frozenset[str] = frozenset()  # the values a fallback op took to the CPU
+    fallback: str = ""  # that op
 
     def __bool__(self) -> bool:
         return bool(self.origins or self.propagated)
@@ -59,6 +61,7 @@ class Marks:
 
 
 ORIGIN_FILL, PROPAGATED_FILL, INPUT_FILL = "#ff8a8a", "#ffe0e0", "#dbe9ff"
+OUTPUT_FILL, CONSUMED_FILL = "#d9f2d9", "#ead7ff"
 LABELS = ("op", "source")  # what a box shows besides op and type: nothing more, or the line that built it
 
 
@@ -81,7 +84,10 @@ def _style(node: Node, marks: Marks) -> str:
     else:
         shape, fill, line = "shape=box, style=filled", "#ffffff", "#000000"
         if node.root is not None:
-            shape, fill, line = 'shape=box, style="filled,bold"', "#d9f2d9", "#2e8b2e"
+            shape, fill, line = 'shape=box, style="filled,bold"', OUTPUT_FILL, "#2e8b2e"
+    if node.id in marks.consumed:
+        fill, line = CONSUMED_FILL, "#8250df"
+        shape += ", penwidth=2.5"
     if node.id in marks.origins:
         fill, line = ORIGIN_FILL, "#c00000"
         shape += ", penwidth=2.5"
@@ -156,7 +162,8 @@ def plan(graph: IRGraph, highlight: Marks = Marks(), keep: set[str] | None = Non
             ops = Counter(n.op.split("::")[-1] for n in members).most_common(3)
             for node in members:
                 box_of[node.id] = group
-            fill = (ORIGIN_FILL if any(n.id in highlight.origins for n in members) else
+            fill = (CONSUMED_FILL if any(n.id in highlight.consumed for n in members) else
+                    ORIGIN_FILL if any(n.id in highlight.origins for n in members) else
                     PROPAGATED_FILL if any(n.id in highlight for n in members) else "#eeeeee")
             drawing.boxes[group] = (title + "\n" + ", ".join(f"{op} x{k}" for op, k in ops),
                                     f'shape=box, style=filled, fillcolor="{fill}"')
@@ -173,17 +180,22 @@ def plan(graph: IRGraph, highlight: Marks = Marks(), keep: set[str] | None = Non
     return drawing
 
 
-def _heading(lines: list[str], legend: bool) -> str:
-    """The drawing's title as a Graphviz HTML label, with the diff's colour key under it."""
-    rows = "<br/>".join(html.escape(line) for line in lines)
-    key = ""
-    if legend:
-        key = ('<tr><td><table border="0" cellspacing="4"><tr>'
-               f'<td bgcolor="{ORIGIN_FILL}" border="1">origin of the change</td>'
-               f'<td bgcolor="{PROPAGATED_FILL}" border="1">changed through its inputs</td>'
-               f'<td bgcolor="{INPUT_FILL}" border="1">input (device data)</td>'
-               '</tr></table></td></tr>')
-    return f'<<table border="0"><tr><td>{rows}</td></tr>{key}</table>>'
+def _heading(lines: list[str], marks: Marks) -> str:
+    """The drawing's title as a Graphviz HTML label: its first line large, the rest (and
+    what collapsing did) as a note in small print, then the key to the colours shown."""
+    title = html.escape(lines[0]) if lines else ""
+    note = "<br/>".join(html.escape(line) for line in lines[1:])
+    keys = [(INPUT_FILL, "input (device data)"), (OUTPUT_FILL, "graph output")]
+    if marks:
+        keys = [(ORIGIN_FILL, "origin of the change"), (PROPAGATED_FILL, "changed through its inputs"), *keys]
+    if marks.consumed:
+        keys.insert(0, (CONSUMED_FILL, f"taken to the CPU by the fallback {marks.fallback}"))
+    key = "".join(f'<td bgcolor="{fill}" border="1">{html.escape(text)}</td>' for fill, text in keys)
+    rows = f'<tr><td><font point-size="16">{title}</font></td></tr>'
+    if note:
+        rows += f'<tr><td><font point-size="10" color="#555555">{note}</font></td></tr>'
+    rows += f'<tr><td><table border="0" cellspacing="4"><tr>{key}</tr></table></td></tr>'
+    return f'<<table border="0">{rows}</table>>'
 
 
 def to_dot(graph: IRGraph, title: str, highlight: Marks | set[str] = Marks(), keep: set[str] | None = None,
@@ -192,8 +204,8 @@ def to_dot(graph: IRGraph, title: str, highlight: Marks | set[str] = Marks(), ke
     drawing = plan(graph, marks, keep, max_nodes, label)
     lines = [
         "digraph lazyviz {",
-        f"  graph [label={_heading([title, *drawing.notes], bool(marks))}, labelloc=t, fontname=Helvetica, "
-        "rankdir=TB];",
+        f"  graph [label={_heading([*title.splitlines(), *drawing.notes], marks)}, labelloc=t, "
+        "fontname=Helvetica, rankdir=TB];",
         '  node [fontname="Helvetica", fontsize=10];',
         '  edge [color="#666666", arrowsize=0.6];',
     ]
@@ -214,10 +226,13 @@ def execution_dot(ir_text: str, execution: Execution, explained: Recompile | Non
     graph = parsed(ir_text)
     if graph is None:
         raise ExportError(f"cannot read the IR of graph {execution.graph}")
-    marks = Marks()
+    origins = propagated = frozenset()
     if explained is not None and explained.diff is not None:
         origins = frozenset(c.node for c in explained.diff.origins if c.node)
-        marks = Marks(origins, frozenset(explained.diff.changed_nodes - origins))
+        propagated = frozenset(explained.diff.changed_nodes - origins)
+    # A fallback syncs the values its op needs on the CPU: this graph's outputs.
+    consumed = frozenset(n.id for n in graph.nodes if n.root is not None and execution.cause == "fallback")
+    marks = Marks(origins, propagated, consumed, (execution.detail or "op") if consumed else "")
     keep = neighbourhood(graph, around, depth) if around else None
     return to_dot(graph, drawing_title(execution, explained, diff_requested), marks, keep, max_nodes, label)
 

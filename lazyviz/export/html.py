@@ -1,20 +1,24 @@
 """`lazyviz report --format html`: one self-contained page (inline CSS and JS, no
-network) to share a run: header, findings first, a sortable and filterable executions
-table, per-step timing, and every distinct graph with its IR, backend code, drawing and
-diff against its closest graph. Everything from the trace is escaped."""
+network) to share a run: problems first, each linked to its executions; per-step
+timing; a sortable and filterable executions table with a `why` column; and the graphs
+the problems point at, drawn, with their diff, IR and backend code. Everything from the
+trace is escaped."""
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from html import escape
 
 from lazyviz.analysis import analyze
+from lazyviz.analysis.findings import Finding
 from lazyviz.analysis.ir import parsed
 from lazyviz.analysis.recompiles import Recompile, explain_execution
 from lazyviz.analysis.summary import chart_scale, step_times
 from lazyviz.export import Renderer, RenderRequest
-from lazyviz.present import ADDED, CARRIED, ORIGIN, diff_marks, site_text
+from lazyviz.present import ADDED, CARRIED, KIND_LABELS, ORIGIN, diff_marks, readable_backend, readable_ir, site_text, why_text
 from lazyviz.trace.model import Execution, Graph, RunInfo
 
-MAX_DRAWN = 40  # graphs drawn with Graphviz; the rest say how to draw them
+MAX_DRAWN = 8  # graphs the problems point at, drawn with Graphviz; the rest say how to draw them
 
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
@@ -27,7 +31,10 @@ tr.miss td.cache{color:#c00;font-weight:bold}tr.cause-other td.cause,tr.cause-it
 tr.cause-cpu td.cause,tr.cause-tolist td.cause,tr.cause-bool td.cause{color:#9a6700;font-weight:bold}
 tr.cause-fallback td.cause{color:#8250df;font-weight:bold}.scroll{max-height:28em;overflow:auto}
 .changed{background:#ffe0e0}.carried{background:#fff6d6}.added{background:#dcffe4}.removed{background:#ffe0e0}
-#filter{margin:.4em 0;width:24em}
+#filter{margin:.4em 0;width:24em}.finding{margin:.6em 0;padding:.4em .6em;border-left:4px solid #d4a72c;background:#fffbea}
+.op code{color:#8250df;font-weight:bold}td.why{color:#555}tr.cause-fallback td.why{color:#8250df}tr.miss td.why{color:#c00}
+.drawing{overflow:auto;cursor:zoom-in}.drawing svg{max-width:100%;height:auto}.drawing.zoom svg{max-width:none}
+.drawing.zoom{cursor:zoom-out}svg.chart text{font-size:10px;fill:#555}tr:target{outline:2px solid #0969da}
 """
 
 SCRIPT = """
@@ -48,29 +55,45 @@ SCRIPT = """
   const params=new URLSearchParams(location.hash.slice(1));
   if(params.get('sort')){const s=params.get('sort');sortBy(s.replace(/^-/,''),s.startsWith('-'));}
   if(params.get('filter')){input.value=params.get('filter');filter(input.value);}
+  document.querySelectorAll('.drawing').forEach(d=>d.addEventListener('click',()=>d.classList.toggle('zoom')));
 })();
 """
 
 COLUMNS = [("index", "#", "num"), ("step", "step", "num"), ("cause", "cause", "text"), ("site", "site", "text"),
            ("graph", "graph", "text"), ("nodes", "nodes", "num"), ("cache", "cache", "text"),
-           ("sync_ms", "sync ms", "num"), ("trace_ms", "trace ms", "num")]
+           ("sync_ms", "sync ms", "num"), ("trace_ms", "trace ms", "num"), ("why", "why", "text")]
 
 
 def _step_chart(executions: list[Execution]) -> str:
+    """Time per step as bars with a ms axis and step numbers; one step gets a sentence."""
     steps = step_times(executions)
     if not steps:
         return "<p>no steps</p>"
+    if len(steps) == 1:
+        only = steps[0]
+        return (f"<p>one step (step {only.step}): {only.total_ms:.1f} ms, {only.executions} "
+                f"execution{'s' if only.executions != 1 else ''}{', compiled' if only.compiled else ''}; "
+                "nothing to chart</p>")
     top = chart_scale([s.total_ms for s in steps])
-    width = max(4, min(24, 900 // len(steps)))
-    bars = []
-    for n, (step, total, missed) in enumerate((s.step, s.total_ms, s.compiled) for s in steps):
-        height = max(1.0, min(total, top) / top * 120)
-        bars.append(f'<rect x="{n * width}" y="{130 - height:.1f}" width="{width - 1}" height="{height:.1f}" '
-                    f'fill="{"#d1242f" if missed else "#54aeff"}"><title>step {step}: {total:.2f} ms'
-                    f'{" (compiled)" if missed else ""}</title></rect>')
-    return (f'<svg width="{len(steps) * width}" height="132" role="img" aria-label="per-step time">'
-            + "".join(bars) + "</svg><p>red: a step that compiled; blue: cache hits only; "
-            f"scale up to {top:.1f} ms (a taller first step, which includes start-up, is cut off)</p>")
+    left, height, bottom = 56, 120, 18
+    width = max(2, min(24, 900 // len(steps)))
+    every = max(1, 40 // width)  # a step number every 40 px or so
+    parts = [f'<line x1="{left - 1}" y1="0" x2="{left - 1}" y2="{height}" stroke="#888"/>',
+             f'<line x1="{left - 1}" y1="{height}" x2="{left + len(steps) * width}" y2="{height}" stroke="#888"/>',
+             f'<text x="{left - 4}" y="10" text-anchor="end">{top:.0f} ms</text>',
+             f'<text x="{left - 4}" y="{height}" text-anchor="end">0</text>']
+    for n, step in enumerate(steps):
+        bar = max(1.0, min(step.total_ms, top) / top * height)
+        x = left + n * width
+        parts.append(f'<rect x="{x}" y="{height - bar:.1f}" width="{max(1, width - 1)}" height="{bar:.1f}" '
+                     f'fill="{"#d1242f" if step.compiled else "#54aeff"}"><title>step {step.step}: '
+                     f'{step.total_ms:.2f} ms{" (compiled)" if step.compiled else ""}</title></rect>')
+        if n % every == 0:
+            parts.append(f'<text x="{x}" y="{height + 14}">{step.step}</text>')
+    return (f'<svg class="chart" width="{left + len(steps) * width + 30}" height="{height + bottom + 4}" '
+            f'role="img" aria-label="time per step">' + "".join(parts) + "</svg>"
+            f"<p>time per step (ms) by step number; red: a step that compiled, blue: cache hits only; scale up "
+            f"to {top:.1f} ms (a taller first step, which includes start-up, is cut off)</p>")
 
 
 def _drawing(graph: Graph, execution: Execution, explained: Recompile | None) -> str:
@@ -80,7 +103,8 @@ def _drawing(graph: Graph, execution: Execution, explained: Recompile | None) ->
         svg = render_svg(execution_dot(graph.ir_text, execution, explained), timeout=30)
     except ExportError as error:
         return f"<p>no drawing: {escape(str(error))}</p>"
-    return svg[svg.find("<svg"):]  # inline: without the XML prolog and doctype
+    # Inline, without the XML prolog; scaled to the page, a click shows it full size.
+    return f'<div class="drawing" title="click to zoom">{svg[svg.find("<svg"):]}</div>'
 
 
 def _diff_block(execution: Execution, executions: list[Execution],
@@ -95,75 +119,121 @@ def _diff_block(execution: Execution, executions: list[Execution],
     raw = ir_texts.get(execution.graph, "").splitlines()
     for node in graph.nodes if graph else []:
         mark = marks.get(node.id, "")
-        lines.append(f'<span class="{mark}">{escape(raw[node.line - 1].strip())}</span>')
+        lines.append(f'<span class="{mark}">{escape(readable_ir(raw[node.line - 1].strip()))}</span>')
     origins = "".join(f"<li>{escape(c.describe())}</li>" for c in recompile.diff.origins)
     return (f"<p>against graph <code>{escape(str(recompile.closest))}</code> (execution "
-            f"{recompile.closest_execution}): {escape(recompile.headline())}</p><ul>{origins}</ul>"
+            f"{recompile.closest_execution}): {escape(recompile.brief())}</p><ul>{origins}</ul>"
             f"<pre>{chr(10).join(lines)}</pre>"), recompile
 
 
+def _finding_html(finding: Finding, recompiles: dict[int, Recompile], cwd: str) -> str:
+    """One problem: what, where, the fix, its executions linked; a recompile's every change
+    behind a click."""
+    links = ", ".join(f'<a href="#e-{i}">{i}</a>' for i in finding.executions[:12])
+    more = f" and {len(finding.executions) - 12} more" if len(finding.executions) > 12 else ""
+    site = f" at <code>{escape(site_text(finding.frame, cwd))}</code>" if finding.frame else ""
+    html = (f'<div class="finding"><b class="sev-{escape(finding.severity)}">{escape(finding.severity)}</b> '
+            f'<b>{escape(KIND_LABELS.get(finding.kind, finding.kind))}</b>{site}: {escape(finding.message)}')
+    if finding.kind == "fallback" and finding.details.get("op"):
+        html += f'<br><span class="op">op: <code>{escape(finding.details["op"])}</code></span>'
+    recompile = recompiles.get(finding.executions[0]) if finding.executions else None
+    if finding.kind in ("recompile", "dynamic_shape") and recompile is not None and recompile.diff is not None:
+        origins = recompile.diff.origins
+        html += (f"<details><summary>what changed ({len(origins)})</summary><ul>"
+                 + "".join(f"<li>{escape(c.describe())}</li>" for c in origins) + "</ul></details>")
+    if finding.fix:
+        html += f'<br><span class="fix">fix: {escape(finding.fix)}</span>'
+    if links:
+        html += f"<br>executions: {links}{more} · {finding.cost_ms:.1f} ms of sync"
+    return html + "</div>"
+
+
 def html_report(run: RunInfo, executions: list[Execution], graphs: list[Graph], draw: bool = True) -> str:
+    """Problems first, each linked to its executions and drawn; then the step chart, the
+    table and the graphs the problems point at. Other graphs are one line each (with the
+    command that exports them): the page stays small on a run of hundreds of graphs."""
     ir_texts = {g.id: g.ir_text for g in graphs}
     analysis = analyze(run, executions, ir_texts)
     summary = analysis.summary
-    state = run.state
+    recompiles = {r.execution: r for r in analysis.recompiles}
+    by_index = {e.index: e for e in executions}
     parts = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
         f"<title>lazyviz: {escape(run.command)}</title><style>{STYLE}</style></head><body>",
         f"<h1>lazyviz: <code>{escape(run.command)}</code></h1>",
         f"<p>{escape(run.backend)} backend, capture {escape(run.capture)}, torch "
-        f"{escape(str(run.versions.get('torch')))}, {escape(state)}; started {escape(run.start_time)}</p>",
+        f"{escape(str(run.versions.get('torch')))}, {escape(run.state)}; started {escape(run.start_time)}</p>",
         f"<p><b>{summary.executions}</b> executions in <b>{summary.steps}</b> steps, <b>{summary.graphs}</b> "
         f"distinct graphs, <b>{summary.misses}</b> cache misses, fallbacks "
         f"{escape(', '.join(f'{op} x{n}' for op, n in summary.fallbacks.items()) or 'none')}</p>",
-        "<h2>Findings</h2>",
+        f"<h2>Problems ({len(analysis.findings)})</h2>",
     ]
     if not analysis.findings:
         parts.append("<p>none: one execution per step, no fallbacks, no recompiles after warm-up</p>")
+    parts += [_finding_html(f, recompiles, run.cwd) for f in analysis.findings]
+    # The graphs the problems point at (their first execution), drawn and kept in full.
+    shown: dict[str, Execution] = {}
     for finding in analysis.findings:
-        site = f" at <code>{escape(finding.frame.site)}</code>" if finding.frame else ""
-        parts.append(f'<p class="finding"><b class="sev-{escape(finding.severity)}">{escape(finding.severity)}</b> '
-                     f"{escape(finding.kind)}{site}: {escape(finding.message)}"
-                     + (f'<br><span class="fix">fix: {escape(finding.fix)}</span>' if finding.fix else "") + "</p>")
-    late = [r for r in analysis.recompiles if not r.warmup]
-    if late:
-        parts.append("<h2>Recompiles after warm-up</h2><ul>")
-        parts += [f"<li>execution {r.execution} (step {r.step}) vs execution {r.closest_execution}: "
-                  f"{escape(r.headline())}</li>" for r in late]
-        parts.append("</ul>")
+        for index in finding.executions[:1]:
+            execution = by_index.get(index)
+            if execution is not None and len(shown) < MAX_DRAWN:
+                shown.setdefault(execution.graph, execution)
     parts += ["<h2>Time per step</h2>", _step_chart(executions), "<h2>Executions</h2>",
-              '<input id="filter" placeholder="filter: cause, site, graph…" aria-label="filter">',
+              '<input id="filter" placeholder="filter: cause, site, graph, why…" aria-label="filter">',
               '<div class="scroll"><table id="executions"><thead><tr>']
     parts += [f'<th data-col="{col}" data-type="{kind}">{escape(title)}</th>' for col, title, kind in COLUMNS]
     parts.append("</tr></thead><tbody>")
     for e in executions:
         site = escape(site_text(e.frame, run.cwd))
+        graph = (f'<a href="#graph-{escape(e.graph)}">{escape(e.graph[:8])}</a>' if e.graph in shown
+                 else escape(e.graph[:8]))
+        why = why_text(e, recompiles.get(e.index))
         parts.append(
-            f'<tr class="cause-{escape(e.cause)}{" miss" if e.is_miss else ""}"><td class=num>{e.index}</td>'
-            f"<td class=num>{e.step}</td><td class=cause title=\"{escape(e.detail or '')}\">{escape(e.cause)}</td>"
-            f'<td title="{escape(e.site)}">{site}</td><td><a href="#graph-{escape(e.graph)}">'
-            f"{escape(e.graph[:8])}</a></td><td class=num>{e.nodes}</td><td class=cache>{escape(e.cache)}</td>"
-            f"<td class=num>{e.sync_ms:.3f}</td><td class=num>{e.trace_ms:.3f}</td></tr>")
-    parts.append("</tbody></table></div><h2>Graphs</h2>")
-    first_run = {}
-    for e in executions:
-        first_run.setdefault(e.graph, e)
-    for number, graph in enumerate(g for g in graphs if g.id in first_run):
-        execution = first_run[graph.id]
-        diff_html, explained = _diff_block(execution, executions, ir_texts) if graph.ir_text else ("", None)
-        drawing = ""
-        if draw and graph.ir_text:
-            drawing = (_drawing(graph, execution, explained) if number < MAX_DRAWN else
-                       f"<p>not drawn here: <code>lazyviz export TRACE --execution {execution.index} -o g.svg</code></p>")
+            f'<tr id="e-{e.index}" class="cause-{escape(e.cause)}{" miss" if e.is_miss else ""}"><td class=num>'
+            f"{e.index}</td><td class=num>{e.step}</td><td class=cause>{escape(e.cause)}</td>"
+            f'<td title="{escape(e.site)}">{site}</td><td>{graph}</td><td class=num>{e.nodes}</td>'
+            f"<td class=cache>{escape(e.cache)}</td><td class=num>{e.sync_ms:.3f}</td>"
+            f"<td class=num>{e.trace_ms:.3f}</td><td class=why>{escape(why)}</td></tr>")
+    parts.append(f"</tbody></table></div><h2>Graphs the problems point at ({len(shown)})</h2>")
+    graph_by_id = {g.id: g for g in graphs}
+    drawable = [(graph_by_id[g], e, *_diff_block(e, executions, ir_texts)) for g, e in shown.items()
+                if g in graph_by_id and graph_by_id[g].ir_text]
+    # dot runs as its own process: draw them side by side.
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        drawings = dict(zip((g.id for g, *_ in drawable),
+                            pool.map(lambda d: _drawing(d[0], d[1], d[3]) if draw else "", drawable)))
+    diffs = {g.id: diff_html for g, _, diff_html, _ in drawable}
+    for graph_id, execution in shown.items():
+        graph = graph_by_id.get(graph_id)
+        if graph is None or not graph.ir_text:
+            parts.append(f"<p>graph <code>{escape(graph_id)}</code>: no IR captured (capture light)</p>")
+            continue
+        diff_html, drawing = diffs[graph_id], drawings[graph_id]
         parts.append(
-            f'<details id="graph-{escape(graph.id)}"><summary>graph <code>{escape(graph.id)}</code>: '
-            f"{graph.nodes} nodes, first run at execution {execution.index} ({escape(execution.cause)} at "
-            f"<code>{escape(execution.site)}</code>)</summary>{drawing}<h3>Diff</h3>{diff_html}"
-            f"<h3>IR</h3><pre>{escape(graph.ir_text or 'not captured (capture light)')}</pre>"
-            f"<h3>Backend</h3><pre>{escape(graph.backend_text)}</pre></details>")
+            f'<details id="graph-{escape(graph.id)}" open><summary>graph <code>{escape(graph.id)}</code>: '
+            f"{graph.nodes} nodes, at execution {execution.index} ({escape(execution.cause)} at "
+            f"<code>{escape(site_text(execution.frame, run.cwd))}</code>)</summary>{drawing}<h3>Diff</h3>"
+            f"{diff_html}<details><summary>IR</summary><pre>{escape(readable_ir(graph.ir_text))}</pre></details>"
+            f"<details><summary>Backend</summary><pre>{escape(readable_backend(graph.backend_text))}</pre>"
+            "</details></details>")
+    others = [(g, e) for g, e in _first_runs(executions).items() if g not in shown]
+    if others:
+        parts.append(f"<h2>Other graphs ({len(others)})</h2><p>draw or print one with "
+                     "<code>lazyviz export TRACE --execution N -o graph.svg</code> (or <code>--format ir</code>)</p>"
+                     '<div class="scroll"><ul>')
+        parts += [f"<li><code>{escape(g[:16])}</code>: {e.nodes} nodes, first at execution "
+                  f'<a href="#e-{e.index}">{e.index}</a> ({escape(e.cause)} at '
+                  f"<code>{escape(site_text(e.frame, run.cwd))}</code>)</li>" for g, e in others]
+        parts.append("</ul></div>")
     parts += [f"<script>{SCRIPT}</script></body></html>"]
     return "\n".join(parts) + "\n"
 
+
+def _first_runs(executions: list[Execution]) -> dict[str, Execution]:
+    first: dict[str, Execution] = {}
+    for e in executions:
+        first.setdefault(e.graph, e)
+    return first
 
 
 class HtmlRenderer(Renderer):

@@ -1,15 +1,20 @@
 """`lazyviz report`: the run summary as text (for people) or JSON (a versioned contract)."""
 from __future__ import annotations
 
+import io
 import json
+import os
+import re
 from pathlib import Path
+from typing import TextIO
 
 from lazyviz.analysis import Analysis, analyze
+from lazyviz.analysis.findings import SEVERITIES, Finding
 from lazyviz.analysis.ranks import Divergence
 from lazyviz.analysis.recompiles import Recompile
 from lazyviz.analysis.summary import graph_stats
 from lazyviz.export import Renderer, RenderRequest, RunData
-from lazyviz.present import divergence_text, plural, short_path, site_text
+from lazyviz.present import KIND_LABELS, divergence_text, plural, short_path, site_text
 from lazyviz.trace.model import Execution, RunInfo
 
 REPORT_FORMAT = "lazyviz-report"
@@ -104,11 +109,65 @@ def json_report(run: RunInfo, executions: list[Execution], ir_texts: dict[str, s
     }
 
 
+TOP_GROUPS = 8  # finding groups in a summary that fits one screen; --all shows every finding
+
+
+def _finding_groups(findings: list[Finding]) -> list[list[Finding]]:
+    """Findings of one kind at one site, together: a suite with a recompile in each of
+    1,800 tests is one line with its count. Worst first: severity, then time cost."""
+    groups: dict[tuple[str, str, str], list[Finding]] = {}
+    for finding in findings:
+        key = (finding.kind, finding.frame.site if finding.frame else "?", finding.details.get("op", ""))
+        groups.setdefault(key, []).append(finding)
+    return sorted(groups.values(), key=lambda g: (min(SEVERITIES.index(f.severity) for f in g),
+                                                  -sum(f.cost_ms for f in g)))
+
+
+def _finding_lines(finding: Finding, recompiles: dict[int, Recompile], cwd: str) -> list[str]:
+    where = f" [{site_text(finding.frame, cwd)}]" if finding.frame else ""
+    lines = [f"    {finding.severity}: {finding.message}{where}"]
+    # A recompile's other origins, once, under its headline (which shows the first).
+    recompile = recompiles.get(finding.executions[0]) if finding.kind == "recompile" and finding.executions else None
+    if recompile is not None and recompile.diff is not None:
+        lines += [f"      also: {change.describe()}" for change in recompile.diff.origins[1:4]]
+    if finding.fix:
+        lines.append(f"      fix: {finding.fix}")
+    return lines
+
+
 def text_report(run: RunInfo, executions: list[Execution], ir_texts: dict[str, str],
-                trace_path: Path | None = None) -> str:
+                trace_path: Path | None = None, all_findings: bool = False) -> str:
+    """Findings first, each with its line and fix, then the run's figures. Findings of
+    one kind at one site are grouped, and the top few shown, unless all_findings."""
     analysis: Analysis = analyze(run, executions, ir_texts)
     summary = analysis.summary
     lines = [f"lazyviz: {run.command} ({run.backend}, capture {run.capture}) {run.state}"]
+    recompiles = {r.execution: r for r in analysis.recompiles}
+    if analysis.findings:
+        lines.append("  findings:")
+        if all_findings:
+            for finding in analysis.findings:
+                lines += _finding_lines(finding, recompiles, run.cwd)
+        else:
+            groups = _finding_groups(analysis.findings)
+            for group in groups[:TOP_GROUPS]:
+                first = group[0]
+                if len(group) == 1:
+                    lines += _finding_lines(first, recompiles, run.cwd)
+                    continue
+                cost = sum(f.cost_ms for f in group)
+                lines.append(f"    {first.severity}: {len(group)} {KIND_LABELS.get(first.kind, first.kind)} "
+                             f"findings at {site_text(first.frame, run.cwd)} ({cost:.1f} ms), the first: "
+                             f"{first.message}")
+                if first.fix:
+                    lines.append(f"      fix: {first.fix}")
+            shown = sum(len(g) for g in groups[:TOP_GROUPS])
+            if len(groups) > TOP_GROUPS or shown < len(analysis.findings):
+                where = f" {trace_path}" if trace_path else ""
+                lines.append(f"    ... {plural(len(analysis.findings), 'finding')} in {len(groups)} groups; "
+                             f"every one: lazyviz report --all{where}")
+    elif executions:
+        lines.append("  findings: none (one execution per step, no fallbacks, no recompiles after warm-up)")
     if summary.steps:
         steps = f"in {plural(summary.steps, 'step')} ({summary.executions / summary.steps:.1f} per step)"
     else:
@@ -126,7 +185,7 @@ def text_report(run: RunInfo, executions: list[Execution], ir_texts: dict[str, s
         lines.append("  fallbacks: " + ", ".join(f"{op} x{n}" for op, n in summary.fallbacks.items()))
     if summary.sites:
         lines.append("  most frequent sync sites:")
-        for site in summary.sites[:5]:
+        for site in summary.sites[:3]:
             causes = ", ".join(f"{c} {n}" for c, n in site.causes.items())
             lines.append(f"    {site.executions:6d}x  {short_path(site.site, run.cwd)} in {site.function} ({causes})")
         lines.append("  slowest sync sites (total sync ms):")
@@ -135,24 +194,41 @@ def text_report(run: RunInfo, executions: list[Execution], ir_texts: dict[str, s
                 f"    {site.total_ms:9.1f} ms  {short_path(site.site, run.cwd)} "
                 f"({site.executions}x, {site.mean_ms:.2f} ms each)"
             )
-    if analysis.findings:
-        lines.append("  findings:")
-        recompiles = {r.execution: r for r in analysis.recompiles}
-        for finding in analysis.findings:
-            where = f" [{site_text(finding.frame, run.cwd)}]" if finding.frame else ""
-            lines.append(f"    {finding.severity}: {finding.message}{where}")
-            # A recompile's other origins, once, under its headline (which shows the first).
-            recompile = recompiles.get(finding.executions[0]) if finding.kind == "recompile" else None
-            if recompile is not None and recompile.diff is not None:
-                for change in recompile.diff.origins[1:4]:
-                    lines.append(f"      also: {change.describe()}")
-            if finding.fix:
-                lines.append(f"      fix: {finding.fix}")
     if run.tracer_errors:
         lines.append(f"  lazyviz's own errors while tracing (the script was not affected): {run.tracer_errors[0]}")
     if trace_path is not None:
         lines.append(f"  trace: {trace_path}")
     return "\n".join(lines) + "\n"
+
+
+# Colour for a terminal: the same text, its parts styled by what they are.
+_STYLES = [
+    (r"^lazyviz: .*", "bold"),
+    (r"^ *error:", "bold #ff5f5f"),
+    (r"^ *warning:", "bold #ffd75f"),
+    (r"^ *info:", "#5fafd7"),
+    (r"^ *fix: ", "bold #5fd787"),
+    (r"^ *also: ", "#8a8a8a"),
+    (r"\[[^\]\n]+:\d+\]$", "cyan"),
+    (r"^ *(trace|findings|causes|fallbacks):", "bold"),
+]
+
+
+def coloured(text: str, stream: TextIO) -> str:
+    """The report with ANSI colour when it goes to a terminal and NO_COLOR is unset
+    (https://no-color.org); plain when piped, redirected or asked."""
+    if os.environ.get("NO_COLOR") or not getattr(stream, "isatty", lambda: False)():
+        return text
+    from rich.console import Console
+    from rich.text import Text
+
+    styled = Text(text)
+    for pattern, style in _STYLES:
+        styled.highlight_regex(re.compile(pattern, re.MULTILINE), style)
+    console = Console(file=io.StringIO(), force_terminal=True, color_system="standard", width=1 << 20,
+                      highlight=False, soft_wrap=True)
+    console.print(styled, end="")
+    return console.file.getvalue()
 
 
 class TextRenderer(Renderer):
@@ -161,7 +237,7 @@ class TextRenderer(Renderer):
 
     def render(self, request: RenderRequest) -> str:
         data = request.data
-        return text_report(data.run, data.executions, data.ir_texts, data.path)
+        return text_report(data.run, data.executions, data.ir_texts, data.path, request.all_findings)
 
 
 class JsonRenderer(Renderer):

@@ -19,6 +19,7 @@ _IR_RULES = [
     (re.compile(r"\b[A-Za-z_]\w*(?==)"), Style(color="magenta")),
     (re.compile(r"ROOT=\d+"), Style(color="yellow", bold=True)),
     (re.compile(r"NodeType=\S+"), Style(color="grey42")),
+    (re.compile(r"  # \S+$"), Style(color="grey62", italic=True)),  # the line that built the node
 ]
 _TORCHSCRIPT_RULES = [
     (re.compile(r"%[\w.]+"), Style(color="cyan")),

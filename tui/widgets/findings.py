@@ -6,8 +6,7 @@ from textual.widgets import Static
 
 from lazyviz.analysis.findings import Finding
 from lazyviz.present import site_text
-
-SEVERITY_STYLES = {"error": "bold red", "warning": "bold yellow", "info": "cyan"}
+from tui.theme import HIT_COLOR, SEVERITY
 
 
 class FindingsView(Static):
@@ -20,15 +19,15 @@ class FindingsView(Static):
 
     def show(self, findings: list[Finding], cwd: str = "") -> None:
         if not findings:
-            self.update(Text("no findings: one execution per step, no fallbacks, no recompiles", "green"))
+            self.update(Text("no findings: one execution per step, no fallbacks, no recompiles", HIT_COLOR))
             return
         text = Text()
         for finding in findings:
-            text.append(f"{finding.severity:<8}", SEVERITY_STYLES.get(finding.severity, ""))
+            text.append(f"{finding.severity:<8}", SEVERITY.get(finding.severity, ""))
             text.append(f"{finding.kind}  ", "bold")
             if finding.frame:
                 text.append(site_text(finding.frame, cwd), "cyan")
             text.append(f"\n  {finding.message}\n")
             if finding.fix:
-                text.append(f"  fix: {finding.fix}\n", "green")
+                text.append(f"  fix: {finding.fix}\n", HIT_COLOR)
         self.update(text)

@@ -1,25 +1,56 @@
-"""The run header: what runs, its state, and the run's counts."""
+"""The run header: what runs, its state, and the run's counts. Two lines that never
+wrap: the command is shortened and cut to fit, so the counts always show."""
 from __future__ import annotations
 
+import os
 import shlex
+from dataclasses import dataclass, field
 
 from rich.text import Text
 from textual.widgets import Static
 
-from lazyviz.analysis.summary import Summary
-from lazyviz.trace.model import RunInfo
+from lazyviz.present import short_path
+from lazyviz.trace.model import Execution, RunInfo
+from tui.theme import FALLBACK_COLOR, HIT_COLOR, MISS_COLOR, MUTED_COLOR, SYNC_COLOR
 
 
 def run_state(run: RunInfo | None, process_status: int | None) -> tuple[str, str]:
     """(state text, style) from the trace and, in a live run, the child's exit status."""
     if run is None:
-        return ("starting…", "yellow") if process_status is None else (f"exited {process_status}", "red")
+        return ("starting…", SYNC_COLOR) if process_status is None else (f"exited {process_status}", MISS_COLOR)
     if run.finished:
         ok = run.complete and run.exit_status == 0 and not run.error
-        return run.state, "green" if ok else "bold red"
+        return run.state, HIT_COLOR if ok else f"bold {MISS_COLOR}"
     if process_status is not None:
-        return f"killed (status {process_status})", "bold red"
-    return "running", "bold yellow"
+        return f"killed (status {process_status})", f"bold {MISS_COLOR}"
+    return "running", f"bold {SYNC_COLOR}"
+
+
+@dataclass
+class Counts:
+    """The run's counts, kept as rows arrive, so the header never lags the table."""
+
+    executions: int = 0
+    last_step: int = 0
+    misses: int = 0
+    fallbacks: int = 0  # fallback op calls
+    graphs: set[str] = field(default_factory=set)
+
+    def add(self, executions: list[Execution]) -> None:
+        for execution in executions:
+            self.executions += 1
+            self.last_step = max(self.last_step, execution.step)
+            self.misses += execution.is_miss
+            self.fallbacks += sum(execution.fallback_ops.values())
+            self.graphs.add(execution.graph)
+
+
+def command_text(run: RunInfo) -> str:
+    """The traced command with paths short (relative to the run's folder, or ~)."""
+    if not run.argv:
+        return run.command
+    cwd = run.cwd or os.getcwd()
+    return shlex.join(short_path(arg, cwd) if os.sep in arg else arg for arg in run.argv)
 
 
 class RunHeader(Static):
@@ -27,24 +58,29 @@ class RunHeader(Static):
     RunHeader { height: 2; padding: 0 1; background: $boost; }
     """
 
-    def show(self, run: RunInfo | None, summary: Summary | None, elapsed_s: float, follow: bool,
-             process_status: int | None = None, source: str = "", rank: str = "") -> None:
+    def show(self, run: RunInfo | None, counts: Counts, elapsed_s: float, follow: bool,
+             process_status: int | None = None, source: str = "", rank: str = "", sort: str = "") -> None:
         state, state_style = run_state(run, process_status)
-        first = Text.assemble(("lazyviz ", "bold"), (rank, "bold magenta"))
+        # The state and clock first: the command is what gets cut on a narrow terminal.
+        first = Text.assemble(("lazyviz ", "bold"), (rank, f"bold {FALLBACK_COLOR}"), (state, state_style),
+                              f" · {elapsed_s:.1f}s · ", no_wrap=True, overflow="ellipsis", end="")
         if run is not None:
-            first.append(shlex.join(run.argv) if run.argv else run.command, "bold cyan")
-            first.append(f"  {run.backend} · capture {run.capture} · ")
+            first.append(f"{run.backend} {run.capture} · ", MUTED_COLOR)
+            first.append(command_text(run), "bold cyan")
         else:
-            first.append(source + "  ")
-        first.append(state, state_style)
-        first.append(f" · {elapsed_s:.1f}s")
-        second = Text()
-        if summary is not None:
-            second.append(f"steps {summary.steps} · executions {summary.executions} · "
-                          f"graphs {summary.graphs} · ")
-            second.append(f"misses {summary.misses}", "bold red" if summary.misses else "")
-            fallbacks = sum(summary.fallbacks.values())
-            second.append(" · ")
-            second.append(f"fallbacks {fallbacks}", "bold magenta" if fallbacks else "")
-        second.append(f" · follow {'on' if follow else 'off'}", "dim")
+            first.append(source)
+        steps = counts.last_step if run is None or run.steps is None else run.steps
+        second = Text(f"steps {steps} · executions {counts.executions} · graphs {len(counts.graphs)} · ",
+                      no_wrap=True, overflow="ellipsis", end="")
+        second.append(f"misses {counts.misses}", f"bold {MISS_COLOR}" if counts.misses else "")
+        second.append(" · ")
+        second.append(f"fallbacks {counts.fallbacks}", f"bold {FALLBACK_COLOR}" if counts.fallbacks else "")
+        second.append(f" · follow {'on' if follow else 'off'}" + (f" · sorted by {sort}" if sort else ""),
+                      MUTED_COLOR)
+        width = max(10, self.size.width - 2)
+        first.truncate(width, overflow="ellipsis")
+        second.truncate(width, overflow="ellipsis")
         self.update(Text("\n").join([first, second]))
+
+    def on_resize(self) -> None:
+        self.app.call_later(getattr(self.app, "refresh_header", lambda: None))

@@ -1,5 +1,6 @@
-"""Per-step time over the run as a bar chart, steps with a compile marked in red, and
-how the time splits between Python tracing and graph execution."""
+"""Per-step time over the run as a bar chart with its axes (ms up, step numbers along),
+steps with a compile marked, and how the time splits between Python tracing and graph
+execution."""
 from __future__ import annotations
 
 import statistics
@@ -9,6 +10,7 @@ from textual.widget import Widget
 
 from lazyviz.analysis.summary import chart_scale, step_times
 from lazyviz.trace.model import Execution
+from tui.theme import MISS_COLOR, MUTED_COLOR
 
 BARS = " ▁▂▃▄▅▆▇█"
 
@@ -32,26 +34,38 @@ class StepChart(Widget):
         steps = step_times(self.executions)
         if not steps:
             return Text("no steps yet")
-        width = max(10, self.size.width - 4)
-        height = max(2, min(8, self.size.height - 4))
+        axis = 8  # the y axis labels: "  123 ms"
+        width = max(10, self.size.width - 4 - axis)
+        height = max(2, min(8, self.size.height - 5))
         # More steps than columns: each column shows the slowest of its steps.
         per_column = max(1, -(-len(steps) // width))
         columns = []
         for start in range(0, len(steps), per_column):
             group = steps[start:start + per_column]
-            columns.append((max(step.total_ms for step in group), any(step.compiled for step in group)))
+            columns.append((max(step.total_ms for step in group), any(step.compiled for step in group),
+                            group[0].step))
         # Few steps: widen each bar (up to 4 cells) so the chart is readable.
         repeat = max(1, min(4, width // max(1, len(columns))))
-        columns = [column for column in columns for _ in range(repeat)]
         top = chart_scale([step.total_ms for step in steps])
         rows = []
         for level in range(height, 0, -1):
-            row = Text()
-            for total, missed in columns:
+            label = f"{top:.0f} ms" if level == height else "0 ms" if level == 1 else ""
+            row = Text(f"{label:>{axis - 1}}│", MUTED_COLOR)
+            for total, missed, _ in columns:
                 filled = min(total, top) / top * height - (level - 1)
                 char = BARS[-1] if filled >= 1 else BARS[max(0, int(filled * 8))] if filled > 0 else " "
-                row.append(char, "red" if missed else "cyan")
+                row.append(char * repeat, MISS_COLOR if missed else "cyan")
             rows.append(row)
+        # The x axis: step numbers under the bars, as many as fit without touching.
+        ticks = [" "] * (len(columns) * repeat)
+        every = max(1, -(-6 // repeat))  # a label per 6 cells at least
+        for number, (_, _, step) in enumerate(columns):
+            label = str(step)
+            at = number * repeat
+            free = all(c == " " for c in ticks[max(0, at - 1):at + len(label)])
+            if number % every == 0 and at + len(label) <= len(ticks) and free:
+                ticks[at:at + len(label)] = label
+        rows.append(Text(f"{'step':>{axis - 1}} " + "".join(ticks), MUTED_COLOR))
         totals = [step.total_ms for step in steps]
         slowest = max(steps, key=lambda step: step.total_ms)
         trace_ms = sum(step.trace_ms for step in steps)
@@ -61,7 +75,7 @@ class StepChart(Widget):
             (f"{len(steps)} steps", "bold"),
             f"{f' ({per_column} per column)' if per_column > 1 else ''} · median {statistics.median(totals):.1f} ms"
             f" · max {slowest.total_ms:.1f} ms (step {slowest.step}) · ",
-            ("■ compiled", "red"), " ", ("■ cached", "cyan"),
+            ("■ compiled", MISS_COLOR), " ", ("■ cached", "cyan"),
             f"\nsync (lower+compile+run) {sync_ms:.0f} ms = {share:.0f}% · python tracing {trace_ms:.0f} ms",
         )
         return Text("\n").join([*rows, legend])

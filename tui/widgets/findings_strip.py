@@ -1,0 +1,75 @@
+"""The findings strip above the table: the run's problems, worst first, one line each,
+live. Choosing one tells the app to jump to its execution and explain it."""
+from __future__ import annotations
+
+from rich.text import Text
+from textual.message import Message
+from textual.widgets import OptionList
+from textual.widgets.option_list import Option
+
+from lazyviz.analysis.findings import Finding
+from lazyviz.present import KIND_LABELS, finding_headline
+from tui.theme import HIT_COLOR, KIND, MUTED_COLOR, SEVERITY
+
+MARKS = {"error": "✖", "warning": "▲", "info": "•"}
+
+
+class FindingsStrip(OptionList):
+    DEFAULT_CSS = """
+    FindingsStrip { height: auto; max-height: 4; border: none; padding: 0 1; background: $boost; }
+    FindingsStrip:focus { background-tint: $foreground 5%; }
+    """
+
+    class Chosen(Message):
+        """A finding was chosen (enter or click): show its execution."""
+
+        def __init__(self, finding: Finding) -> None:
+            super().__init__()
+            self.finding = finding
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(Option(Text("reading the trace…", MUTED_COLOR), disabled=True), **kwargs)
+        self.findings: list[Finding] = []
+        self._shown: list[tuple[str, str]] = []
+        self._width = 0
+        self._args: tuple[list[Finding], str, bool] | None = None
+
+    def on_resize(self) -> None:
+        if self._args is not None:
+            self.show(*self._args)
+
+    def show(self, findings: list[Finding], cwd: str = "", finished: bool = False) -> None:
+        """Replace the lines, keeping the highlighted one where it was."""
+        width = (self.scrollable_content_region.width or self.app.size.width) - 4
+        lines = [(f.kind, finding_headline(f, cwd)) for f in findings]
+        if lines == self._shown and findings and width == self._width:
+            self.findings = findings
+            return
+        highlighted = self.highlighted
+        self.findings, self._shown, self._width = findings, lines, width
+        self._args = (findings, cwd, finished)
+        if not findings:
+            clean = ("clean: one execution per step, no fallbacks, no recompiles after warm-up"
+                     if finished else "no problems so far")
+            line = Text("✓ " + clean, HIT_COLOR, no_wrap=True, end="")
+            line.truncate(max(10, width), overflow="ellipsis")
+            self.set_options([Option(line, disabled=True)])
+            return
+        options = []
+        for number, (finding, (_, headline)) in enumerate(zip(findings, lines), 1):
+            line = Text(no_wrap=True, overflow="ellipsis", end="")
+            if len(findings) > 1:
+                line.append(f"{number}/{len(findings)} ", MUTED_COLOR)
+            line.append(f"{MARKS.get(finding.severity, '•')} ", SEVERITY.get(finding.severity, ""))
+            line.append(KIND_LABELS.get(finding.kind, finding.kind), KIND.get(finding.kind, ""))
+            line.append(f"  {headline}")
+            line.truncate(max(10, width), overflow="ellipsis")  # one line each: the option list would wrap
+            options.append(Option(line))
+        self.set_options(options)
+        if highlighted is not None and highlighted < len(options):
+            self.highlighted = highlighted
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        if 0 <= event.option_index < len(self.findings):
+            self.post_message(self.Chosen(self.findings[event.option_index]))
