@@ -109,3 +109,57 @@ def test_report_screenshot(hostile_report: Path, tmp_path: Path) -> None:
     shot = tmp_path / "report.png"
     result = chromium(tmp_path, "--window-size=1200,900", f"--screenshot={shot}", hostile_report.as_uri())
     assert result.returncode == 0 and shot.stat().st_size > 20_000  # a rendered page, not a blank one
+
+
+def test_report_leads_with_problems_and_stays_small(sample_trace, tmp_path: Path) -> None:
+    """transformer_adamw: the fallback op is on the page (not only in a tooltip), linked to
+    its executions; only the graphs the problems point at are drawn; well under 2 MB."""
+    report = tmp_path / "t.html"
+    assert cli("report", sample_trace("transformer_adamw"), "-o", report).status == 0
+    text = report.read_text()
+    assert report.stat().st_size < 2_000_000
+    assert text.index("<h2>Problems") < text.index("<h2>Time per step") < text.index("<h2>Executions")
+    assert "op: <code>aten::lerp.Scalar</code>" in text
+    first = text.split('href="#e-', 1)[1].split('"', 1)[0]
+    assert f'<tr id="e-{first}"' in text  # the link lands on its row
+    assert text.count('<div class="drawing"') <= 8 and "Other graphs" in text
+
+
+@needs_chromium
+def test_drawings_fit_the_page_and_the_fallback_is_marked(sample_trace, tmp_path: Path) -> None:
+    report = tmp_path / "f.html"
+    assert cli("report", sample_trace("fallback_mse"), "-o", report).status == 0
+    text = report.read_text()
+    assert "taken to the CPU by the fallback aten::mse_loss" in text  # the drawing's legend
+    # Measure the laid-out page in Chromium: every drawing within the window's width.
+    probe = ("<script>addEventListener('load',()=>{const w=innerWidth;const s=[...document.querySelectorAll("
+             "'.drawing svg')].map(e=>e.getBoundingClientRect().width);document.title='fits:'+s.length+':'+"
+             "s.every(x=>x<=w)+':'+(document.documentElement.scrollWidth<=w);});</script>")
+    measured = tmp_path / "measured.html"
+    measured.write_text(text.replace("</body>", probe + "</body>"))
+    loaded = chromium(tmp_path, "--window-size=900,800", "--virtual-time-budget=3000", "--dump-dom", measured.as_uri())
+    assert "<title>fits:" in loaded.stdout, loaded.stderr[-2000:]
+    drawn, each_fits, page_fits = loaded.stdout.split("<title>fits:")[1].split("</title>")[0].split(":")
+    assert int(drawn) >= 1 and each_fits == "true" and page_fits == "true"
+
+
+@needs_chromium
+def test_svg_diff_has_a_legend_and_renders(sample_trace, tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ElementTree
+
+    svg = tmp_path / "diff.svg"
+    assert cli("export", sample_trace("batch_size_change"), "--execution", "4", "--diff", "-o", svg).status == 0
+    text = svg.read_text()
+    assert "origin of the change" in text and "input (device data)" in text and "graph output" in text
+    ElementTree.fromstring(svg.read_bytes())  # well-formed
+    shot = tmp_path / "diff.png"
+    result = chromium(tmp_path, "--window-size=1000,800", f"--screenshot={shot}", svg.as_uri())
+    assert result.returncode == 0 and shot.stat().st_size > 20_000  # drawn, not blank
+    fallback = tmp_path / "fallback.svg"
+    assert cli("export", sample_trace("fallback_mse"), "--execution", "0", "-o", fallback).status == 0
+    nodes = ElementTree.fromstring(fallback.read_bytes())
+    ns = {"svg": "http://www.w3.org/2000/svg"}
+    marked = [g.find("svg:title", ns).text for g in nodes.iter("{http://www.w3.org/2000/svg}g")
+              if g.get("class") == "node" and any(p.get("fill") == "#ead7ff" for p in g.iter()
+                                                  if p.tag.endswith(("polygon", "path")))]
+    assert marked  # the values the fallback took to the CPU: the graph's outputs

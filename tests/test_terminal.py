@@ -12,17 +12,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import SCRIPTS
+from conftest import SAMPLES, SCRIPTS
 
 pytestmark = [pytest.mark.torch, pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (apt-get install tmux)")]
 
 
 class Terminal:
-    def __init__(self, command: str, cwd: Path) -> None:
+    def __init__(self, command: str, cwd: Path, size: tuple[int, int] = (100, 30)) -> None:
         self.socket = f"lazyviz-test-{uuid.uuid4().hex[:8]}"
         self.tmux = ["tmux", "-L", self.socket]
         # A shell first, then the command: the program starts in a terminal of its final size.
-        subprocess.run([*self.tmux, "-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", "100", "-y", "30",
+        subprocess.run([*self.tmux, "-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", str(size[0]),
+                        "-y", str(size[1]),
                         "-c", str(cwd), "bash --norc --noprofile"], check=True)
         self.keys(command, "Enter")
 
@@ -51,6 +52,27 @@ def run_slow_steps(trace: Path, steps: int, pause_s: float) -> Terminal:
     command = (f"{shlex.quote(sys.executable)} -m lazyviz run -o {shlex.quote(str(trace))} "
                f"{shlex.quote(str(SCRIPTS / 'slow_steps.py'))} {steps} {pause_s}; echo EXIT=$?")
     return Terminal(command, trace.parent)
+
+
+def test_the_first_screen_at_80x24_names_the_problem(tmp_path: Path) -> None:
+    """As a new user in an 80x24 terminal: the first screen says what is wrong and where,
+    the counts line survives, every footer key fits; quitting prints the summary."""
+    trace = tmp_path / "b.trace"
+    command = (f"{shlex.quote(sys.executable)} -m lazyviz run -o {shlex.quote(str(trace))} "
+               f"{shlex.quote(str(SAMPLES / 'batch_size_change.py'))} --steps 8; echo EXIT=$?")
+    terminal = Terminal(command, tmp_path, size=(80, 24))
+    try:
+        screen = terminal.wait_for(lambda s: "exited 0" in s and "step 4: shape 16->24" in s)
+        lines = screen.splitlines()
+        assert lines[1].strip().startswith("steps 8 · executions 8") and "misses 3" in lines[1]
+        assert "recompile" in lines[2] and "built at batch_size_change.py:28" in lines[2]
+        assert "shape 16->24 at :28" in screen  # the why column of step 4's row
+        assert "q Quit" in lines[-1] and "palette" in lines[-1] and "s SVG" in lines[-1]  # the footer, whole
+        terminal.keys("q")
+        after = terminal.wait_for(lambda s: re.search(r"^EXIT=\d+$", s, re.MULTILINE) is not None)
+        assert "findings:" in after and re.search(r"^EXIT=0$", after, re.MULTILINE)
+    finally:
+        terminal.close()
 
 
 def test_live_run_shows_rows_while_the_script_runs(tmp_path: Path) -> None:

@@ -1,0 +1,70 @@
+"""The text report a user reads first: findings first, grouped so a suite's hundreds of
+findings fit one screen, every one with --all, colour only on a terminal."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from conftest import cli
+
+from lazyviz.trace.schema import GraphRecord
+from lazyviz.trace.synthetic import chain_ir, execution, write_trace
+
+TESTS = 40
+
+
+@pytest.fixture
+def suite_trace(tmp_path: Path) -> Path:
+    """A pytest suite of 40 tests on the lazy device, each recompiling once after warm-up
+    when its batch grows from 16 to 24 rows at the same line."""
+    records, graphs, index = [], [], 0
+    for test in range(TESTS):
+        small, big = f"{test:04x}a{'0' * 11}", f"{test:04x}b{'0' * 11}"
+        graphs += [GraphRecord(small, 8, chain_ir(8, 16), "", index), GraphRecord(big, 8, chain_ir(8, 24), "", index + 3)]
+        for step in range(4):
+            graph = big if step == 3 else small
+            records.append(execution(index, step=test * 4 + step, graph=graph, nodes=8,
+                                     cache="miss" if step in (0, 3) else "hit",
+                                     context=f"tests/test_model.py::test_case_{test}"))
+            index += 1
+    path = tmp_path / "suite.trace"
+    write_trace(path, records, graphs, argv=["-m", "pytest", "tests"])
+    return path
+
+
+def test_a_suite_of_recompiles_is_one_line_with_its_count(suite_trace: Path) -> None:
+    report = cli("report", suite_trace)
+    assert report.status == 0, report.stderr
+    findings = report.stdout.split("findings:")[1].split("executions in")[0]
+    assert f"{TESTS} recompile findings at train.py:30" in findings
+    assert findings.count("fix:") == 1  # said once for the group
+    assert len(report.stdout.splitlines()) < 24  # one screen
+    # Findings come before the run's figures.
+    assert report.stdout.index("findings:") < report.stdout.index("executions in")
+
+
+def test_all_shows_every_finding(suite_trace: Path) -> None:
+    every = cli("report", "--all", suite_trace).stdout
+    assert every.count("recompiled: input shape Float[16,64] -> Float[24,64]") == TESTS
+    assert "test_case_39" in every
+
+
+def test_colour_only_on_a_terminal(suite_trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lazyviz.export.report import coloured
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    text = cli("report", suite_trace).stdout
+    assert "\x1b[" not in text  # piped: plain
+    assert "\x1b[" in coloured(text, Terminal())
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert coloured(text, Terminal()) == text
+
+
+@pytest.mark.torch
+def test_no_step_run_reads_as_such(sample_trace) -> None:
+    text = cli("report", sample_trace("missing_mark_step")).stdout
+    assert "1 execution and no mark_step() (no steps)" in text and "per step)" not in text
