@@ -82,11 +82,6 @@ def drawing_title(execution: Execution, explained: Recompile | None = None, diff
     return title
 
 
-def change_text(recompile: Recompile) -> str:
-    """What a miss changed, in a few words for a table cell: "shape 16->24 at :28"."""
-    return recompile.brief(compact=True)
-
-
 def why_text(execution: Execution, recompile: Recompile | None, explained: bool = True) -> str:
     """Why this execution ran or compiled, for the table's `why` column: the op that fell
     back, the call that synced, and for a miss what changed. explained: whether analysis
@@ -98,7 +93,7 @@ def why_text(execution: Execution, recompile: Recompile | None, explained: bool 
         parts.append(execution.detail or execution.cause)
     if execution.is_miss:
         if recompile is not None:
-            parts.append(change_text(recompile) + (" (warm-up)" if recompile.warmup else ""))
+            parts.append(recompile.brief(compact=True) + (" (warm-up)" if recompile.warmup else ""))
         elif explained:
             parts.append("first graph")
     return "; ".join(parts)

@@ -143,7 +143,8 @@ def recompile_findings(recompiles: list[Recompile], steps: int = 1) -> list[Find
             first.frame, tuple(r.execution for r in group),
             fix=_recompile_fix(first),
             details={"closest_graph": first.closest, "closest_execution": first.closest_execution,
-                     "new_graph": first.new_graph, "recompiles": len(group)},
+                     "new_graph": first.new_graph, "recompiles": len(group),
+                     "changes": sorted({c.kind for c in (first.diff.origins if first.diff else ())})},
             short=_in_test(first.context) + short,
         ))
     for _site, group in shape_only.items():
@@ -165,7 +166,7 @@ def recompile_findings(recompiles: list[Recompile], steps: int = 1) -> list[Find
             "dynamic_shape" if len(group) > 1 else "recompile", "warning", message, group[0].frame,
             tuple(r.execution for r in group),
             fix=_SHAPE_FIX,
-            details={"history": history},
+            details={"history": history, "changes": ["input_shape"]},
             short=_in_test(group[0].context) + short,
         ))
     return findings

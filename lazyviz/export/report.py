@@ -113,11 +113,13 @@ TOP_GROUPS = 8  # finding groups in a summary that fits one screen; --all shows 
 
 
 def _finding_groups(findings: list[Finding]) -> list[list[Finding]]:
-    """Findings of one kind at one site, together: a suite with a recompile in each of
-    1,800 tests is one line with its count. Worst first: severity, then time cost."""
-    groups: dict[tuple[str, str, str], list[Finding]] = {}
+    """Findings of one kind at one site (the same op, the same kinds of change) together:
+    a suite with a recompile in each of 1,800 tests is one line with its count. Worst
+    first: severity, then time cost."""
+    groups: dict[tuple, list[Finding]] = {}
     for finding in findings:
-        key = (finding.kind, finding.frame.site if finding.frame else "?", finding.details.get("op", ""))
+        key = (finding.kind, finding.frame.site if finding.frame else "?", finding.details.get("op", ""),
+               tuple(finding.details.get("changes", ())))
         groups.setdefault(key, []).append(finding)
     return sorted(groups.values(), key=lambda g: (min(SEVERITIES.index(f.severity) for f in g),
                                                   -sum(f.cost_ms for f in g)))

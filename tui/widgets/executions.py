@@ -234,8 +234,12 @@ class ExecutionList(ScrollView, can_focus=True):
             self.cursor = position
 
     def select_execution(self, index: int) -> None:
-        """Select execution number `index`, wherever the sort shows it."""
-        self.select(self.position_of(index))
+        """Select execution number `index`, wherever the sort shows it, with two rows of
+        context above it: where a jump lands does not depend on where the table was."""
+        position = self.position_of(index)
+        self.select(position)
+        if position >= 0:
+            self.call_after_refresh(lambda: self.scroll_to(y=max(0, position - 2), animate=False, immediate=True))
 
     def find(self, term: str, graphs: set[str]) -> bool:
         """Select the next execution after the cursor that the search term names (its
@@ -309,6 +313,8 @@ class ExecutionList(ScrollView, can_focus=True):
 
     def on_resize(self) -> None:
         self.virtual_size = Size(self.size.width, len(self.rows))
+        # The strip above grew or the terminal shrank: the selected row stays on screen.
+        self.call_after_refresh(self._scroll_to_cursor)
 
     def on_focus(self) -> None:
         self.refresh()

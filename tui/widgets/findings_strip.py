@@ -28,7 +28,7 @@ class FindingsStrip(OptionList):
             self.finding = finding
 
     def __init__(self, **kwargs: object) -> None:
-        super().__init__(Option(Text("reading the trace…", MUTED_COLOR), disabled=True), **kwargs)
+        super().__init__(Option(Text("looking for problems…", MUTED_COLOR), disabled=True), **kwargs)
         self.findings: list[Finding] = []
         self._shown: list[tuple[str, str]] = []
         self._width = 0

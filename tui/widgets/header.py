@@ -61,6 +61,8 @@ class RunHeader(Static):
     def show(self, run: RunInfo | None, counts: Counts, elapsed_s: float, follow: bool,
              process_status: int | None = None, source: str = "", rank: str = "", sort: str = "") -> None:
         state, state_style = run_state(run, process_status)
+        if len(state) > 40:  # "raised RuntimeError: <a long message>": the summary has it whole
+            state = state[:39] + "…"
         # The state and clock first: the command is what gets cut on a narrow terminal.
         first = Text.assemble(("lazyviz ", "bold"), (rank, f"bold {FALLBACK_COLOR}"), (state, state_style),
                               f" · {elapsed_s:.1f}s · ", no_wrap=True, overflow="ellipsis", end="")
