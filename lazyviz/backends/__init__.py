@@ -46,11 +46,14 @@ class ExecutionHook(Protocol):
     (-1 when lazyviz failed to record it)."""
 
     def __call__(self, key: int, graph: CompiledGraph | None, execute_ms: float, counters: Mapping[str, int],
-                 backend_stack: list[Frame] | None = None) -> int:
+                 backend_stack: list[Frame] | None = None, site: int | None = None) -> int:
         """key: the backend's id for the compiled computation; graph: what its compile
         produced, on its first execution only; counters: those that moved since the
         previous execution, by how much; backend_stack: where the backend saw it,
-        innermost first, when it reports after the fact (None: the caller's stack)."""
+        innermost first, when it reports after the fact (None: the caller's stack);
+        site: a signature of the calling stack (every frame's code object and
+        instruction, and the running test), equal only for the same stack, when the
+        backend can compute it cheaply: the tracer then repeats a row it built before."""
         ...
 
 

@@ -16,11 +16,14 @@
 #include <torch/csrc/lazy/core/tensor.h>
 #include <frameobject.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <string_view>
 #include <tuple>
 #include <vector>
 #include <unordered_map>
@@ -199,6 +202,42 @@ std::vector<SourceLocation> UserFrame() {
   return frames;
 }
 
+// ---- The calling stack's signature: lets Python repeat a recorded execution's row ------
+//
+// A hash of every frame's (code object, instruction) on the calling thread, and of the
+// test pytest says is running: equal signatures mean the same stack, the same lines and
+// the same test, so the tracer may reuse the row it built the first time instead of
+// walking the stack in Python again. Each code object seen is kept alive (one
+// reference) so its address is never reused by another while a signature names it.
+std::unordered_set<PyObject*>* g_signed_codes = nullptr;
+
+uint64_t Mix(uint64_t hash, uint64_t value) {
+  hash ^= value + 0x9e3779b97f4a7c15ULL + (hash << 6) + (hash >> 2);
+  return hash;
+}
+
+uint64_t StackSignature() {
+  if (g_signed_codes == nullptr) g_signed_codes = new std::unordered_set<PyObject*>();
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  PyFrameObject* frame = PyEval_GetFrame();
+  Py_XINCREF(frame);
+  while (frame != nullptr) {
+    PyCodeObject* code = PyFrame_GetCode(frame);
+    if (g_signed_codes->insert(reinterpret_cast<PyObject*>(code)).second) {
+      Py_INCREF(code);  // kept: see above
+    }
+    hash = Mix(Mix(hash, reinterpret_cast<uintptr_t>(code)), static_cast<uint64_t>(PyFrame_GetLasti(frame)));
+    Py_DECREF(code);
+    PyFrameObject* back = PyFrame_GetBack(frame);
+    Py_DECREF(frame);
+    frame = back;
+  }
+  if (const char* test = std::getenv("PYTEST_CURRENT_TEST")) {
+    hash = Mix(hash, std::hash<std::string_view>()(std::string_view(test)));
+  }
+  return hash;
+}
+
 // Lazy tensors made from CPU data (`batch.to("lazy")`) upload on first use, inside
 // whatever op uses them first: the line that made them is noted when `.to` returns
 // and carried to the upload, so an input node names it rather than the line using it.
@@ -350,7 +389,7 @@ class RecordingBackend : public BackendImplInterface {
   // Deltas count from here: what ran before lazyviz installed is not the script's.
   void ResetCounterBaseline() {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& entry : Counters()) std::get<2>(entry) = std::get<1>(entry)->Value();
+    Moved([](const std::string&, int64_t) {});
   }
 
  private:
@@ -455,13 +494,7 @@ class RecordingBackend : public BackendImplInterface {
       }
       // Only the counters that moved since the previous execution: a handful out of
       // a hundred or more, so Python sees little per execution.
-      for (auto& [name, counter, last] : Counters()) {
-        int64_t value = counter->Value();
-        if (value != last) {
-          moved.emplace_back(name, value - last);
-          last = value;
-        }
-      }
+      Moved([&moved](const std::string& name, int64_t delta) { moved.emplace_back(name, delta); });
     }
     py::gil_scoped_acquire gil;
     ForgetLastFrame();
@@ -473,7 +506,7 @@ class RecordingBackend : public BackendImplInterface {
       }
       py::dict deltas;
       for (auto& [name, delta] : moved) deltas[py::str(name)] = delta;
-      on_execution_(reinterpret_cast<uintptr_t>(key), graph, execute_ms, deltas);
+      on_execution_(reinterpret_cast<uintptr_t>(key), graph, execute_ms, deltas, StackSignature());
     } catch (py::error_already_set& error) {
       if (error.matches(PyExc_Exception)) {
         // A tracing bug must never break the user's program (the tracer counts its own).
@@ -484,22 +517,31 @@ class RecordingBackend : public BackendImplInterface {
     }
   }
 
-  // (name, counter, value at the previous execution). Counters are created lazily by
-  // the core but never removed, so the list is rebuilt only when new names appear.
-  std::vector<std::tuple<std::string, CounterData*, int64_t>>& Counters() const {
-    std::vector<std::string> names = GetCounterNames();
-    if (names.size() != counters_.size()) {
-      std::unordered_map<std::string, int64_t> previous;
-      for (auto& [name, counter, last] : counters_) previous[name] = last;
-      counters_.clear();
-      for (const std::string& name : names) {
-        CounterData* counter = GetCounter(name);
-        if (counter == nullptr) continue;
-        auto found = previous.find(name);
-        counters_.emplace_back(name, counter, found == previous.end() ? 0 : found->second);
+  // Calls moved(name, delta) for each counter whose value changed since the last
+  // call, in one pass over the arena (no copies of the names: GetCounterNames() would
+  // allocate a hundred strings per execution). Counters are created lazily but never
+  // removed; a new one shows as a mismatch at its position, and its count so far is new.
+  template <typename OnMoved>
+  void Moved(OnMoved&& moved) const {
+    size_t i = 0;
+    MetricsArena::Get()->ForEachCounter([&](const std::string& name, CounterData* counter) {
+      int64_t value = counter->Value();
+      if (i < counters_.size() && counters_[i].first == counter) {
+        int64_t& last = counters_[i].second;
+        if (value != last) {
+          moved(name, value - last);
+          last = value;
+        }
+      } else {  // a new counter here: the ones after it shift by one
+        auto known = std::find_if(counters_.begin() + i, counters_.end(),
+                                  [counter](const auto& entry) { return entry.first == counter; });
+        int64_t last = known == counters_.end() ? 0 : known->second;
+        if (known != counters_.end()) counters_.erase(known);
+        if (value != last) moved(name, value - last);
+        counters_.insert(counters_.begin() + i, {counter, value});
       }
-    }
-    return counters_;
+      ++i;
+    });
   }
 
   const BackendImplInterface* inner_;
@@ -511,7 +553,7 @@ class RecordingBackend : public BackendImplInterface {
   mutable double lowering_started_ms_ = 0;
   mutable CompiledGraph pending_;
   mutable std::unordered_map<const Computation*, CompiledGraph> compiled_;
-  mutable std::vector<std::tuple<std::string, CounterData*, int64_t>> counters_;
+  mutable std::vector<std::pair<CounterData*, int64_t>> counters_;  // in the arena's (name) order, last value
 };
 
 RecordingBackend* g_backend = nullptr;

@@ -158,7 +158,7 @@ class TorchScriptBackend(LazyBackend):
             return
         self._hook = load_hook()
 
-        def on_raw_execution(key: int, graph: tuple | None, execute_ms: float, counters: dict) -> None:
+        def on_raw_execution(key: int, graph: tuple | None, execute_ms: float, counters: dict, site: int) -> None:
             compiled = None
             if graph is not None:
                 graph_id, nodes, ir_text, backend_text, compile_ms = graph
@@ -166,7 +166,7 @@ class TorchScriptBackend(LazyBackend):
                     graph_id, nodes, ir_text.decode("utf-8", "replace"),
                     backend_text.decode("utf-8", "replace"), compile_ms,
                 )
-            self._on_execution(key, compiled, execute_ms, counters)
+            self._on_execution(key, compiled, execute_ms, counters, None, site)
 
         self._hook.install(on_raw_execution, self.capture_ir)
 

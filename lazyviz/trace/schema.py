@@ -3,6 +3,7 @@ names. The writer stores these records and the reader reads them back; column li
 INSERT statements are derived from the records' fields."""
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 FORMAT = "lazyviz-trace"
@@ -97,6 +98,14 @@ def _insert(table: str, record: type[tuple], verb: str = "INSERT") -> str:
 EXECUTION_COLUMNS = ", ".join(ExecutionRecord._fields)
 GRAPH_COLUMNS = ", ".join(GraphRecord._fields)
 INSERT_EXECUTION = _insert("executions", ExecutionRecord)
+EXECUTION_FIELDS = ExecutionRecord._fields
+
+
+@functools.cache
+def insert_executions(rows: int) -> str:
+    """One INSERT of `rows` executions, their values flattened in column order."""
+    values = "(" + ", ".join("?" * len(EXECUTION_FIELDS)) + ")"
+    return f"INSERT INTO executions ({EXECUTION_COLUMNS}) VALUES " + ", ".join([values] * rows)
 # Graphs and stacks are stored once: a second insert of the same one is a no-op.
 INSERT_GRAPH = _insert("graphs", GraphRecord, "INSERT OR IGNORE")
 INSERT_STACK = _insert("stacks", StackRecord, "INSERT OR IGNORE")

@@ -1,5 +1,6 @@
-"""Writes a trace: one committed transaction per execution, so readers can follow it
-and a killed process leaves a valid file up to its last execution."""
+"""Writes a trace: what arrives is committed in one transaction per time window (0.1 s),
+so readers follow it within a second and a killed process leaves a valid file that
+lacks at most the last window."""
 from __future__ import annotations
 
 import json
@@ -7,17 +8,21 @@ import os
 import queue
 import sqlite3
 import threading
+import time
 import weakref
 from pathlib import Path
 from typing import NamedTuple
 
+from itertools import chain
+
 from lazyviz.trace.schema import (
     FORMAT,
-    INSERT_EXECUTION,
+    EXECUTION_FIELDS,
     INSERT_GRAPH,
     INSERT_STACK,
     SCHEMA_VERSION,
     TABLES,
+    insert_executions,
     ExecutionRecord,
     GraphRecord,
     StackRecord,
@@ -39,9 +44,15 @@ class _ExecuteTime(NamedTuple):
     execute_ms: float
 
 
-# What the writer thread receives: a record to store, an Event to set once everything
-# before it is committed (flush), or None to stop.
-_Item = _RunFields | _NewExecution | _ExecuteTime | threading.Event | None
+# What the writer thread receives: a record to store, a row in stored form, an Event to
+# set once everything before it is committed (flush), or None to stop.
+_Item = _RunFields | _NewExecution | _ExecuteTime | tuple | threading.Event | None
+
+# How long executions may wait to be committed: what a SIGKILL can lose, and what the
+# live UI lags. One commit per window, not per execution: a commit per execution cost
+# the traced loop about 130 us each (the writer thread's wake-up and the GIL).
+COMMIT_WINDOW_S = 0.1
+MAX_ROWS_PER_INSERT = 1024
 
 # Writers alive in this process: a forked child must never use (or wait on) them.
 _WRITERS: weakref.WeakSet[TraceWriter] = weakref.WeakSet()
@@ -49,8 +60,9 @@ _WRITERS: weakref.WeakSet[TraceWriter] = weakref.WeakSet()
 
 class TraceWriter:
     """Writes executions from a background thread, so the traced step never waits on
-    SQLite; `flush()` waits for what was queued (the tracer calls it after each
-    mark_step and at exit, so a killed run keeps every completed step).
+    SQLite. The thread commits what has arrived at most once per COMMIT_WINDOW_S, as one
+    transaction; `flush()` waits for what was queued (at exit, and for a reader that
+    must see everything now).
 
     The file must not exist or be empty (`lazyviz run` creates and locks it first):
     a writer never removes or replaces anything."""
@@ -75,6 +87,7 @@ class TraceWriter:
         self._abandoned = False
         # SimpleQueue: a put is a few microseconds of C, on the traced step's hot path.
         self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
+        self._urgent = threading.Event()  # a flush or close: commit now, not at the window's end
         self._thread = threading.Thread(target=self._write_loop, name="lazyviz-trace-writer", daemon=True)
         self._thread.start()
         _WRITERS.add(self)
@@ -90,6 +103,12 @@ class TraceWriter:
         if not self._abandoned:
             self._queue.put(_NewExecution(execution, graph, stack))
 
+    def add_row(self, row: tuple) -> None:
+        """Queue one execution already in stored form (see `stored`), with no new graph
+        or stack: the tracer's repeated rows."""
+        if not self._abandoned:
+            self._queue.put(row)
+
     def set_execute_ms(self, index: int, execute_ms: float) -> None:
         """An execute time learnt after the execution was queued (asynchronous backends)."""
         if not self._abandoned:
@@ -101,6 +120,7 @@ class TraceWriter:
             return
         done = threading.Event()
         self._queue.put(done)
+        self._urgent.set()
         done.wait()
 
     def close(self) -> None:
@@ -108,6 +128,7 @@ class TraceWriter:
         if self._abandoned:
             return
         self._queue.put(None)
+        self._urgent.set()
         self._thread.join()
         try:
             # One self-contained file: no -wal or -shm left beside it. Fails harmlessly
@@ -126,42 +147,102 @@ class TraceWriter:
         self._abandoned = True
 
     def _write_loop(self) -> None:
+        last_commit = 0.0
         while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            if isinstance(item, threading.Event):
-                item.set()
-                continue
-            if self.error is None:
+            batch = [self._queue.get()]  # sleeps until something arrives
+            # Let a window's worth gather (a flush or close cuts it short); waiting on an
+            # Event holds no GIL, so the traced thread runs on.
+            wait = last_commit + COMMIT_WINDOW_S - time.monotonic()
+            if wait > 0 and not self._urgent.is_set():
+                self._urgent.wait(wait)
+            self._urgent.clear()
+            while True:
                 try:
-                    self._write(item)
-                except sqlite3.Error as error:
-                    self.error = str(error)
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            records = [item for item in batch if item is not None and not isinstance(item, threading.Event)]
+            if records and self.error is None:
+                try:
+                    self._write(records)
+                except (sqlite3.Error, ValueError):  # ValueError: a time that is not finite
+                    self._write_each(records)
+            last_commit = time.monotonic()
+            for item in batch:
+                if isinstance(item, threading.Event):
+                    item.set()
+            if any(item is None for item in batch):
+                return
 
-    def _write(self, item: _RunFields | _NewExecution | _ExecuteTime) -> None:
+    def _write_each(self, records: list[_RunFields | _NewExecution | _ExecuteTime | tuple]) -> None:
+        """The window's transaction failed (a full disk): keep what still fits, one record
+        per transaction, up to the first that fails."""
+        for record in records:
+            try:
+                self._write([record])
+            except (sqlite3.Error, ValueError) as error:
+                self.error = str(error)
+                return
+
+    def _write(self, records: list[_RunFields | _NewExecution | _ExecuteTime | tuple]) -> None:
+        """One transaction for the window; consecutive executions go in as a few inserts."""
         db = self._db
+        executions: list[tuple] = []
+        inserted = 0
         db.execute("BEGIN")
         try:
-            if isinstance(item, _RunFields):
-                db.executemany("INSERT OR REPLACE INTO run VALUES (?, ?)", item.fields)
-            elif isinstance(item, _ExecuteTime):
-                db.execute("UPDATE executions SET execute_ms = ?, sync_ms = compile_ms + ? WHERE idx = ?",
-                           (item.execute_ms, item.execute_ms, item.index))
-            else:
-                if item.graph is not None:
-                    db.execute(INSERT_GRAPH, item.graph)
-                if item.stack is not None:
-                    db.execute(INSERT_STACK, item.stack._replace(frames=json.dumps(item.stack.frames)))
-                execution = item.execution
-                db.execute(INSERT_EXECUTION, execution._replace(fallback_ops=json.dumps(execution.fallback_ops),
-                                                                counters=json.dumps(execution.counters)))
+            for item in records:
+                if type(item) is tuple:  # a row in stored form
+                    executions.append(item)
+                    continue
+                if isinstance(item, _NewExecution):
+                    if item.graph is not None:
+                        db.execute(INSERT_GRAPH, item.graph)
+                    if item.stack is not None:
+                        db.execute(INSERT_STACK, item.stack._replace(frames=json.dumps(item.stack.frames)))
+                    executions.append(stored(item.execution))
+                    continue
+                if executions:  # keep the order: an execute time may update a row just queued
+                    _insert_executions(db, executions)
+                    inserted += len(executions)
+                    executions = []
+                if isinstance(item, _RunFields):
+                    db.executemany("INSERT OR REPLACE INTO run VALUES (?, ?)", item.fields)
+                else:
+                    db.execute("UPDATE executions SET execute_ms = ?, sync_ms = compile_ms + ? WHERE idx = ?",
+                               (item.execute_ms, item.execute_ms, item.index))
+            if executions:
+                _insert_executions(db, executions)
+                inserted += len(executions)
+            db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise
-        db.execute("COMMIT")
-        if isinstance(item, _NewExecution):
-            self.written += 1
+        self.written += inserted
+
+
+def _insert_executions(db: sqlite3.Connection, rows: list[tuple]) -> None:
+    """Many rows per statement (INSERT ... VALUES (..), (..), ...): executemany would
+    step SQLite once per row, giving the GIL away and taking it back each time, and on
+    two cores every such hand-off is a wait for the traced thread. Chunks of 2**k rows,
+    so a handful of statements are prepared once and cached."""
+    limit = db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(EXECUTION_FIELDS)
+    done = 0
+    while done < len(rows):
+        size = 1 << min(len(rows) - done, limit, MAX_ROWS_PER_INSERT).bit_length() - 1
+        db.execute(insert_executions(size), list(chain.from_iterable(rows[done:done + size])))
+        done += size
+
+
+def stored(execution: ExecutionRecord) -> ExecutionRecord:
+    """The record as its row stores it: counts as JSON."""
+    return execution._replace(fallback_ops=_counts_json(execution.fallback_ops),
+                              counters=_counts_json(execution.counters))
+
+
+def _counts_json(counts: dict[str, int]) -> str:
+    return json.dumps(counts) if counts else "{}"
 
 
 def _create_empty(path: Path) -> None:
