@@ -17,7 +17,8 @@ from typing import NamedTuple
 from lazyviz.backends import OTHER_FRAME, STOP_FRAME, USER_FRAME, CompiledGraph, Frame, LazyBackend
 from lazyviz.errors import LazyvizError
 from lazyviz.trace.schema import ExecutionRecord, GraphRecord, StackRecord
-from lazyviz.trace.writer import TraceWriter, stored as _stored
+from lazyviz.trace.writer import TraceWriter
+from lazyviz.trace.writer import stored as _stored
 
 # Counters that name the sync itself rather than an op without a lowering.
 _SYNC_OPS = frozenset({"aten::_local_scalar_dense"})

@@ -10,22 +10,21 @@ import sqlite3
 import threading
 import time
 import weakref
+from itertools import chain
 from pathlib import Path
 from typing import NamedTuple
 
-from itertools import chain
-
 from lazyviz.trace.schema import (
-    FORMAT,
     EXECUTION_FIELDS,
+    FORMAT,
     INSERT_GRAPH,
     INSERT_STACK,
     SCHEMA_VERSION,
     TABLES,
-    insert_executions,
     ExecutionRecord,
     GraphRecord,
     StackRecord,
+    insert_executions,
 )
 
 
