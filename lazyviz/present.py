@@ -10,7 +10,7 @@ from pathlib import Path
 from lazyviz.analysis.diff import GraphDiff
 from lazyviz.analysis.findings import Finding
 from lazyviz.analysis.ranks import Divergence
-from lazyviz.analysis.recompiles import Recompile
+from lazyviz.analysis.recompiles import PendingRecompile, Recompile
 from lazyviz.trace.model import Execution, Frame
 
 
@@ -82,7 +82,7 @@ def drawing_title(execution: Execution, explained: Recompile | None = None, diff
     return title
 
 
-def why_text(execution: Execution, recompile: Recompile | None, explained: bool = True) -> str:
+def why_text(execution: Execution, recompile: Recompile | PendingRecompile | None, explained: bool = True) -> str:
     """Why this execution ran or compiled, for the table's `why` column: the op that fell
     back, the call that synced, and for a miss what changed. explained: whether analysis
     has seen this execution yet (a live run analyses about once a second)."""
@@ -92,7 +92,9 @@ def why_text(execution: Execution, recompile: Recompile | None, explained: bool 
     elif execution.cause != "mark_step":
         parts.append(execution.detail or execution.cause)
     if execution.is_miss:
-        if recompile is not None:
+        if isinstance(recompile, PendingRecompile) and not recompile.is_explained:
+            parts.append("recompile (warm-up)" if recompile.warmup else "recompile")  # not compared: costly
+        elif recompile is not None:
             parts.append(recompile.brief(compact=True) + (" (warm-up)" if recompile.warmup else ""))
         elif explained:
             parts.append("first graph")

@@ -38,6 +38,26 @@ def test_round_trip(tmp_path: Path) -> None:
             trace.execution(7)
 
 
+def test_graph_texts_are_stored_compressed_and_read_back_whole(tmp_path: Path) -> None:
+    ir = "".join(f"%{i} = lazy::add(%{i - 1}, %0), xla_shape=f32[16,16]{{1,0}}, location=step@train.py:{i}\n"
+                 for i in range(1, 5000))
+    writer = TraceWriter(tmp_path / "t.trace")
+    writer.add_execution(row(0, cache="miss"), graph=GraphRecord("g1", 5000, ir, "graph(" + ir + ")", 0))
+    writer.close()
+    assert (tmp_path / "t.trace").stat().st_size < 2 * len(ir) / 5  # both texts, compressed
+    with lazyviz.trace.open(tmp_path / "t.trace") as trace:
+        graph = trace.graph("g1")
+        assert graph.ir_text == ir and graph.backend_text == "graph(" + ir + ")"
+        assert trace.ir_texts() == {"g1": ir}
+    with sqlite3.connect(tmp_path / "t.trace") as db:  # one damaged byte in the stored text
+        blob = bytearray(db.execute("SELECT ir_text FROM graphs").fetchone()[0])
+        blob[len(blob) // 2] ^= 0xFF
+        db.execute("UPDATE graphs SET ir_text = ?", (bytes(blob),))
+    with lazyviz.trace.open(tmp_path / "t.trace") as trace, \
+            pytest.raises(lazyviz.trace.TraceError, match="damaged: graph 'g1''s IR is not readable"):
+        trace.graph("g1")
+
+
 def test_unfinished_trace_reads_what_was_written(tmp_path: Path) -> None:
     writer = TraceWriter(tmp_path / "t.trace")
     writer.set_run(argv=["a.py"])

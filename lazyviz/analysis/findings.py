@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from lazyviz.analysis.ir import parsed
-from lazyviz.analysis.recompiles import Recompile
+from lazyviz.analysis.recompiles import PendingRecompile, Recompile
 from lazyviz.trace.model import TS_NAMES, Execution, Frame
 
 SEVERITIES = ("error", "warning", "info")
@@ -109,7 +109,14 @@ def recompile_findings(recompiles: list[Recompile], steps: int = 1) -> list[Find
     and again at one site make a single dynamic-shape finding with their history, and
     the same kind of change again and again at one site (a Python number baked into
     the graph each iteration) makes one finding with its count."""
-    after_warmup = [r for r in recompiles if not r.warmup]
+    after_warmup = [r for r in recompiles if not r.warmup and not isinstance(r, PendingRecompile)]
+    # Past the first few at a site, recompiles that changed the graph's structure are
+    # counted, not compared: they join the site's largest group below (with steps; a
+    # stepless run's are pieces of its pass, never findings).
+    waiting: dict[tuple, list[int]] = defaultdict(list)  # site -> executions
+    for r in recompiles:
+        if steps and not r.warmup and isinstance(r, PendingRecompile):
+            waiting[(r.context, r.frame.site if r.frame else "?")].append(r.execution)
     if not steps:
         # No mark_step(): one site syncs the pieces of a pass between its fallbacks and
         # .item()s, each a different graph the first time round. Only the same graph
@@ -127,23 +134,35 @@ def recompile_findings(recompiles: list[Recompile], steps: int = 1) -> list[Find
         else:
             kinds = tuple(sorted({(c.kind, c.op) for c in origins})) or (("other", recompile.headline()[:40]),)
             alike[(*site, kinds)].append(recompile)
+    # The site's largest group takes the recompiles not compared.
+    largest: dict[tuple, tuple] = {}
+    for key, group in alike.items():
+        site = key[:2]
+        if site not in largest or len(group) > len(alike[largest[site]]):
+            largest[site] = key
+    extra = {key: len(waiting[site]) for site, key in largest.items()}
     findings = []
-    for group in alike.values():
+    for key, group in alike.items():
         first = group[0]
+        more = extra.get(key, 0)
+        count = len(group) + more
         when = f"step {first.step}" if steps else f"execution {first.execution}"
         message = f"{when} recompiled: {first.headline()}"
-        if len(group) > 1:
-            where = f"{len(group)} steps" if steps else f"{len(group)} syncs here"
-            message = f"recompiled at {where}, each time the same kind of change; first at {message}"
+        if count > 1:
+            where = f"{count} steps" if steps else f"{count} syncs here"
+            alike_text = ("each time the same kind of change" if not more
+                          else f"the first {len(group)} compared each the same kind of change")
+            message = f"recompiled at {where}, {alike_text}; first at {message}"
         short = f"{when}: {first.brief()}"
-        if len(group) > 1:
+        if count > 1:
             short = f"at {where}, first at {short}"
+        executions = [r.execution for r in group] + (waiting[key[:2]] if more else [])
         findings.append(Finding(
             "recompile", "warning", _in_test(first.context) + message,
-            first.frame, tuple(r.execution for r in group),
+            first.frame, tuple(sorted(executions)),
             fix=_recompile_fix(first),
             details={"closest_graph": first.closest, "closest_execution": first.closest_execution,
-                     "new_graph": first.new_graph, "recompiles": len(group),
+                     "new_graph": first.new_graph, "recompiles": count, "compared": len(group),
                      "changes": sorted({c.kind for c in (first.diff.origins if first.diff else ())})},
             short=_in_test(first.context) + short,
         ))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 INPUT_OPS = frozenset({"lazy_tensors::device_data", "prim::Constant", "xla::device_data"})
 
@@ -82,6 +82,24 @@ class IRGraph:
     def __len__(self) -> int:
         return len(self.nodes)
 
+    @cached_property
+    def structure_keys(self) -> dict[str, int]:
+        """A hash per node of its op and its operands' structure: same key, same
+        computation up to shapes and attribute values. Kept with the graph: a diff asks
+        for it once per graph, not once per pair."""
+        keys: dict[str, int] = {}
+        for node in self.nodes:
+            operand_keys = tuple(
+                (keys.get(node.operand_node(o), 0), o.partition(".")[2]) for o in node.operands
+            )
+            keys[node.id] = hash((node.op, tuple(sorted(node.attrs)), operand_keys))
+        return keys
+
+    @cached_property
+    def structure(self) -> tuple[int, ...]:
+        """The structure keys in node order: equal tuples, node-for-node the same computation."""
+        return tuple(self.structure_keys.values())
+
     def users(self) -> dict[str, list[str]]:
         users: dict[str, list[str]] = {node.id: [] for node in self.nodes}
         for node in self.nodes:
@@ -103,38 +121,52 @@ def parse_ir(text: str) -> IRGraph:
         line = raw.strip()
         if not line or line in ("IR {", "}", "{") or line.startswith("##"):
             continue
-        match = _NODE.match(line)
-        if match is None:
-            raise IRParseError(f"line {number}: not an IR node: {_clip(line)}")
-        node_id, types, op, operand_text, attr_text = match.groups()
-        types = types[1:-1] if types[0] in "[(" else types
-        outputs = tuple(TensorType(dtype, tuple(s.strip() for s in dims.split(",") if s.strip()))
-                        for dtype, dims in _TENSOR.findall(types))
-        if types.strip() and not outputs:
-            raise IRParseError(f"line {number}: cannot read output types [{_clip(types)}]")
-        operands = tuple(o.strip() for o in operand_text.split(",") if o.strip())
+        parts = _parse_line(line)
+        if isinstance(parts, str):
+            raise IRParseError(f"line {number}: {parts}")
+        node_id, op, outputs, operands, attrs, root, location = parts
         for operand in operands:
-            if not _OPERAND.match(operand):
-                raise IRParseError(f"line {number}: bad operand {_clip(operand)!r}")
             if operand.split(".", 1)[0] not in seen:
                 raise IRParseError(f"line {number}: {operand} is used before it is defined")
-        attrs: dict[str, str] = {}
-        root, location = None, ""
-        for item in _ATTR_SPLIT.split(attr_text) if attr_text else []:
-            name, sep, value = item.partition("=")
-            if not sep:
-                raise IRParseError(f"line {number}: bad attribute {_clip(item)!r}")
-            if name == "ROOT":
-                root = int(value) if value.strip().lstrip("-").isdigit() else None
-            elif name == "location":
-                location = value
-            elif name not in _DEBUG_ATTRS:
-                attrs[name] = value
         if node_id in seen:
             raise IRParseError(f"line {number}: {node_id} is defined twice")
         seen.add(node_id)
         nodes.append(Node(node_id, op, outputs, operands, attrs, root, number, location))
     return IRGraph(tuple(nodes))
+
+
+@lru_cache(maxsize=65536)
+def _parse_line(line: str) -> tuple | str:
+    """One node line's parts, or what is wrong with it. Cached: the graphs of one run
+    repeat most of their lines (a recompile changes a few), so a run's hundreds of
+    graphs parse in little more than the time of their distinct lines. attrs is shared
+    between the nodes made from one line: nothing may change it."""
+    match = _NODE.match(line)
+    if match is None:
+        return f"not an IR node: {_clip(line)}"
+    node_id, types, op, operand_text, attr_text = match.groups()
+    types = types[1:-1] if types[0] in "[(" else types
+    outputs = tuple(TensorType(dtype, tuple(s.strip() for s in dims.split(",") if s.strip()))
+                    for dtype, dims in _TENSOR.findall(types))
+    if types.strip() and not outputs:
+        return f"cannot read output types [{_clip(types)}]"
+    operands = tuple(o.strip() for o in operand_text.split(",") if o.strip())
+    for operand in operands:
+        if not _OPERAND.match(operand):
+            return f"bad operand {_clip(operand)!r}"
+    attrs: dict[str, str] = {}
+    root, location = None, ""
+    for item in _ATTR_SPLIT.split(attr_text) if attr_text else []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            return f"bad attribute {_clip(item)!r}"
+        if name == "ROOT":
+            root = int(value) if value.strip().lstrip("-").isdigit() else None
+        elif name == "location":
+            location = value
+        elif name not in _DEBUG_ATTRS:
+            attrs[name] = value
+    return node_id, op, outputs, operands, attrs, root, location
 
 
 def _clip(text: str, limit: int = 60) -> str:

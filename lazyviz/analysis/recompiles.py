@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
+from typing import Any
 
 from lazyviz.analysis.diff import Change, GraphDiff, diff_texts
 from lazyviz.analysis.ir import parsed
@@ -116,9 +117,46 @@ def _ops_summary(changes: list[Change], verb: str) -> str:
             f"({shown}{', ...' if len(ops) > 3 else ''}){built}")
 
 
+class PendingRecompile:
+    """A recompile whose explanation waits: what is cheap to know now (which execution,
+    where, warm-up or not), and the rest of a Recompile (the graph diff, the costly part)
+    computed on first use. Warm-up ones (never a finding) and those past the first
+    EXPLAINED_PER_SITE at one site (the findings group them with the first ones)."""
+
+    def __init__(self, execution: Execution, compiled: list[Execution], ir_texts: Mapping[str, str],
+                 warmup: bool = True) -> None:
+        self.execution, self.step, self.graph = execution.index, execution.step, execution.graph
+        self.frame, self.context, self.warmup = execution.frame, execution.context, warmup
+        self._explain = (execution, list(compiled), ir_texts)
+
+    @cached_property
+    def explained(self) -> Recompile:
+        execution, compiled, ir_texts = self._explain
+        return _explain(execution, compiled, ir_texts, self.warmup)
+
+    @property
+    def is_explained(self) -> bool:
+        return "explained" in self.__dict__
+
+    def __getattr__(self, name: str) -> Any:  # the Recompile's fields and methods, explained now
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.explained, name)
+
+
+# Warm-up recompiles explained at once while their graphs' nodes add up to less than
+# this (small programs read as before); the rest wait until asked.
+EAGER_WARMUP_NODES = 20_000
+# Recompiles after warm-up that changed the graph's structure (ops added or removed)
+# explained at once per site: enough to show the kind of change; the rest are counted.
+# A recompile that only changed values (the same computation node for node as a graph
+# before) is always explained: that diff is linear, and it is the headline finding.
+EXPLAINED_PER_SITE = 8
+
+
 def explain_recompiles(
     executions: list[Execution], ir_texts: Mapping[str, str], warmup_steps: int = WARMUP_STEPS
-) -> list[Recompile]:
+) -> list[Recompile | PendingRecompile]:
     """ir_texts: graph id -> IR text (empty when captured light).
 
     Under pytest each test is its own program: a recompile is judged against the graphs
@@ -129,7 +167,10 @@ def explain_recompiles(
     seen_sites: set[tuple[str | None, str]] = set()
     syncs_at: Counter[tuple[str | None, str]] = Counter()  # executions so far per site
     stepless = not any(e.step for e in executions)
-    explained: list[Recompile] = []
+    explained: list[Recompile | PendingRecompile] = []
+    eager_nodes = 0
+    explained_at: Counter[tuple[str | None, str]] = Counter()  # structure changes after warm-up, per site
+    structures: dict[str | None, set[tuple[int, ...]]] = {}  # context -> structures compiled
     for execution in executions:
         context = execution.context
         start = first_step.setdefault(context, execution.step)
@@ -140,10 +181,23 @@ def explain_recompiles(
         earlier = compiled.setdefault(context, [])
         if site in seen_sites:
             warmup = syncs_at[site] <= warmup_steps if stepless else execution.step - start < warmup_steps
-            explained.append(_explain(execution, earlier, ir_texts, warmup))
+            graph = parsed(ir_texts.get(execution.graph, ""))
+            values_only = graph is not None and graph.structure in structures.get(context, ())
+            if warmup and eager_nodes + execution.nodes > EAGER_WARMUP_NODES:
+                explained.append(PendingRecompile(execution, earlier, ir_texts))
+            elif not warmup and not values_only and (stepless or explained_at[site] >= EXPLAINED_PER_SITE):
+                # Stepless, such a recompile is a different piece of the pass, never a finding.
+                explained.append(PendingRecompile(execution, earlier, ir_texts, warmup=False))
+            else:
+                explained_at[site] += not warmup and not values_only
+                eager_nodes += execution.nodes if warmup else 0
+                explained.append(_explain(execution, earlier, ir_texts, warmup))
         seen_sites.add(site)
         if all(e.graph != execution.graph for e in earlier):
             earlier.append(execution)
+            graph = parsed(ir_texts.get(execution.graph, ""))
+            if graph is not None:
+                structures.setdefault(context, set()).add(graph.structure)
     return explained
 
 
@@ -200,6 +254,8 @@ def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[
                  -overlap, order)
         if best is None or score < best[0]:
             best = (score, candidate, diff)
+        if len(diff.origins) <= 1 and parsed(ir_texts.get(candidate.graph, "")).structure == new.structure:
+            break  # node for node the same computation, one value changed: none can be closer
     if best is None:
         return Recompile(closest=None, closest_execution=None, same_site=False, diff=None,
                          note="no IR of earlier graphs to compare with", **base)

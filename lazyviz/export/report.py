@@ -11,7 +11,7 @@ from typing import TextIO
 from lazyviz.analysis import Analysis, analyze
 from lazyviz.analysis.findings import SEVERITIES, Finding
 from lazyviz.analysis.ranks import Divergence
-from lazyviz.analysis.recompiles import Recompile
+from lazyviz.analysis.recompiles import PendingRecompile, Recompile
 from lazyviz.analysis.summary import graph_stats
 from lazyviz.export import Renderer, RenderRequest, RunData
 from lazyviz.present import KIND_LABELS, divergence_text, plural, short_path, site_text
@@ -21,7 +21,16 @@ REPORT_FORMAT = "lazyviz-report"
 REPORT_VERSION = 1
 
 
-def recompile_json(recompile: Recompile) -> dict:
+def recompile_json(recompile: Recompile | PendingRecompile) -> dict:
+    if isinstance(recompile, PendingRecompile) and not recompile.is_explained:
+        # Not compared (warm-up on a large run, or past the first few at a site): the
+        # diff costs seconds on large graphs; `lazyviz export --diff` computes it.
+        return {"execution": recompile.execution, "step": recompile.step, "graph": recompile.graph,
+                "closest_graph": None, "closest_execution": None, "same_site": None, "new_graph": None,
+                "choice": "", "warmup": recompile.warmup, "explained": False,
+                "site": recompile.frame.to_json() if recompile.frame else None,
+                "summary": "not compared (lazyviz export TRACE --execution N --diff compares it)",
+                "changes": [], "context": recompile.context}
     return {
         "execution": recompile.execution,
         "step": recompile.step,
@@ -32,6 +41,7 @@ def recompile_json(recompile: Recompile) -> dict:
         "new_graph": recompile.new_graph,  # no earlier graph is close: closest_graph is only the nearest
         "choice": recompile.choice,
         "warmup": recompile.warmup,
+        "explained": True,
         "site": recompile.frame.to_json() if recompile.frame else None,
         "summary": recompile.headline(),
         "changes": [

@@ -9,6 +9,7 @@ import math
 import os
 import sqlite3
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -115,11 +116,30 @@ def _execution(row: tuple) -> Execution:
         raise _Damaged(f"execution {index}: {error}") from None
 
 
+# The most a stored graph text may expand to: a damaged or crafted BLOB must not
+# exhaust memory (the largest real dump seen, 5,727 nodes, is under 1 MB).
+MAX_TEXT = 256 * 1024 * 1024
+
+
+def _text(value: Any, name: str) -> str:
+    """A graph text: TEXT as it is, or a BLOB of zlib-compressed UTF-8 (schema 3)."""
+    if type(value) is not bytes:
+        return _str(value, name)
+    try:
+        unpacker = zlib.decompressobj()
+        data = unpacker.decompress(value, MAX_TEXT)
+        if unpacker.unconsumed_tail or not unpacker.eof:
+            raise _Damaged(f"{name} is cut short or larger than {MAX_TEXT // 2**20} MB")
+    except zlib.error:
+        raise _Damaged(f"{name} is not readable compressed text") from None
+    return data.decode("utf-8", "replace")
+
+
 def _graph(row: tuple) -> Graph:
     r = GraphRecord(*row)
     name = f"graph {_shown(r.id)}"
-    return Graph(_str(r.id, "a graph id"), _int(r.nodes, f"{name}'s nodes"), _str(r.ir_text, f"{name}'s IR"),
-                 _str(r.backend_text, f"{name}'s backend text"),
+    return Graph(_str(r.id, "a graph id"), _int(r.nodes, f"{name}'s nodes"), _text(r.ir_text, f"{name}'s IR"),
+                 _text(r.backend_text, f"{name}'s backend text"),
                  _int(r.first_execution, f"{name}'s first execution"))
 
 
@@ -311,7 +331,7 @@ class Trace:
     def ir_texts(self) -> dict[str, str]:
         """graph id -> IR text, for the analysis ("" where captured light)."""
         def pair(row: tuple) -> tuple[str, str]:
-            return _str(row[0], "a graph id"), _str(row[1], f"graph {_shown(row[0])}'s IR")
+            return _str(row[0], "a graph id"), _text(row[1], f"graph {_shown(row[0])}'s IR")
 
         return dict(self._rows("SELECT id, ir_text FROM graphs", (), pair))
 

@@ -7,7 +7,10 @@ import functools
 from typing import NamedTuple
 
 FORMAT = "lazyviz-trace"
-SCHEMA_VERSION = 2
+# 3: graph texts stored zlib-compressed (a BLOB; short ones stay TEXT), indexes for readers.
+SCHEMA_VERSION = 3
+# Texts at least this long are stored compressed: an IR or TorchScript dump shrinks 5-10x.
+COMPRESS_FROM = 256
 # Columns added after version 1: a version-1 trace lacks them and reads them as NULL.
 ADDED_COLUMNS = {"executions": ("call", "context")}
 
@@ -42,8 +45,8 @@ class GraphRecord(NamedTuple):
 
     id: str
     nodes: int
-    ir_text: str
-    backend_text: str
+    ir_text: str | bytes  # bytes: zlib-compressed UTF-8 (schema 3)
+    backend_text: str | bytes
     first_execution: int
 
 
@@ -60,8 +63,8 @@ CREATE TABLE run (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE graphs (
     id TEXT PRIMARY KEY,
     nodes INTEGER NOT NULL,
-    ir_text TEXT NOT NULL,
-    backend_text TEXT NOT NULL,
+    ir_text NOT NULL,  -- TEXT, or a BLOB of zlib-compressed UTF-8
+    backend_text NOT NULL,
     first_execution INTEGER NOT NULL
 );
 CREATE TABLE stacks (id INTEGER PRIMARY KEY, frames TEXT NOT NULL);

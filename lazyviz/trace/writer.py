@@ -10,11 +10,13 @@ import sqlite3
 import threading
 import time
 import weakref
+import zlib
 from itertools import chain
 from pathlib import Path
 from typing import NamedTuple
 
 from lazyviz.trace.schema import (
+    COMPRESS_FROM,
     EXECUTION_FIELDS,
     FORMAT,
     INSERT_GRAPH,
@@ -196,7 +198,8 @@ class TraceWriter:
                     continue
                 if isinstance(item, _NewExecution):
                     if item.graph is not None:
-                        db.execute(INSERT_GRAPH, item.graph)
+                        db.execute(INSERT_GRAPH, item.graph._replace(ir_text=_packed(item.graph.ir_text),
+                                                                     backend_text=_packed(item.graph.backend_text)))
                     if item.stack is not None:
                         db.execute(INSERT_STACK, item.stack._replace(frames=json.dumps(item.stack.frames)))
                     executions.append(stored(item.execution))
@@ -232,6 +235,13 @@ def _insert_executions(db: sqlite3.Connection, rows: list[tuple]) -> None:
         size = 1 << min(len(rows) - done, limit, MAX_ROWS_PER_INSERT).bit_length() - 1
         db.execute(insert_executions(size), list(chain.from_iterable(rows[done:done + size])))
         done += size
+
+
+def _packed(text: str | bytes) -> str | bytes:
+    """A graph text as stored: compressed when long (zlib gives up the GIL while it works)."""
+    if isinstance(text, str) and len(text) >= COMPRESS_FROM:
+        return zlib.compress(text.encode("utf-8", "surrogatepass"), 6)
+    return text
 
 
 def stored(execution: ExecutionRecord) -> ExecutionRecord:
