@@ -395,7 +395,11 @@ def growth_findings(executions: list[Execution], ir_texts: Mapping[str, str],
     mark_step() and its iterations piled up into one graph. skip: graphs a finding
     already covers (a growing site)."""
     findings = []
-    for graph_id in dict.fromkeys(e.graph for e in executions if e.graph not in skip):
+    runs_of: dict[str, list[Execution]] = defaultdict(list)  # one pass, not one per graph
+    for execution in executions:
+        if execution.graph not in skip:
+            runs_of[execution.graph].append(execution)
+    for graph_id, runs in runs_of.items():
         graph = parsed(ir_texts.get(graph_id, ""))
         if graph is None:
             continue
@@ -406,7 +410,6 @@ def growth_findings(executions: list[Execution], ir_texts: Mapping[str, str],
         block, repeats, _ = found
         if len(block) * repeats < max(16, len(ops) // 2):
             continue  # a small repeated motif inside a normal graph
-        runs = [e for e in executions if e.graph == graph_id]
         first = runs[0]
         findings.append(Finding(
             "missing_mark_step", "warning",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 CAUSES = ("mark_step", "item", "print", "cpu", "tolist", "bool", "fallback", "other")
 # What traces from before backends named themselves get: torch's TorchScript backend.
@@ -14,7 +15,7 @@ class Frame:
     line: int
     function: str
 
-    @property
+    @cached_property  # asked for per execution, again and again; a reader shares one Frame per site
     def site(self) -> str:
         if self.file.startswith("In ["):  # a notebook cell, named as IPython numbers it
             return f"{self.file}, line {self.line}"
@@ -24,7 +25,7 @@ class Frame:
         return {"file": self.file, "line": self.line, "function": self.function}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a long run holds a million of them
 class Execution:
     index: int
     step: int
