@@ -47,16 +47,17 @@ class _Repeat(NamedTuple):
     """A recorded execution's row, less its index, step and times: what a cache hit from
     the same stack, cause and test repeats."""
 
-    sync: tuple[str | None, str | None]  # the sync-site call running when it was recorded
-    counters: dict[str, int]  # the counters that moved then: a hit repeats only if the same moved
+    cause: str | None  # the sync-site call running when it was recorded (the wrappers' own strings)
+    detail: str | None
+    counters: dict[str, int]  # the counters that moved then (the backend's dict): the same must move
     head: tuple  # cause .. cache, in column order
     tail: tuple  # fallback_ops .. context, stored form
 
     @classmethod
-    def of(cls, record: ExecutionRecord, sync: tuple[str | None, str | None], counters: dict[str, int]) -> _Repeat:
+    def of(cls, record: ExecutionRecord, cause: str | None, detail: str | None, counters: dict[str, int]) -> _Repeat:
         stored = _stored(record)
         head = stored[2:stored._fields.index("sync_ms")]
-        return cls(sync, dict(counters), head[:-1] + ("hit",), stored[stored._fields.index("fallback_ops"):])
+        return cls(cause, detail, counters, head[:-1] + ("hit",), stored[stored._fields.index("fallback_ops"):])
 
 
 class TracerBusy(LazyvizError):
@@ -124,7 +125,7 @@ class Tracer:
         self._outer_files = RUNNER_FILES | outer_files
         self._file_label = file_label
         self._wrapped: list[tuple[object, str, Callable, Callable]] = []  # owner, name, original, wrapper
-        self._repeats: dict[tuple[int, int], _Repeat] = {}  # (backend key, stack signature) -> its row
+        self._repeats: dict[int, dict[int, _Repeat]] = {}  # stack signature -> backend key -> its row
 
     @staticmethod
     def _stdlib_paths() -> list[str]:
@@ -224,10 +225,14 @@ class Tracer:
         try:
             if graph is None and site is not None and self._last_fallback_call is None:
                 # Fast path: a cache hit from a stack, cause and test seen before repeats
-                # that execution's row with new times (no stack walk, no new objects).
-                repeat = self._repeats.get((key, site))
+                # that execution's row with new times (no stack walk, and as few new
+                # objects as can be: the backend passes the same counters dict while
+                # the same counters move).
+                by_key = self._repeats.get(site)
+                repeat = by_key.get(key) if by_key is not None else None
                 sync = self._sync
-                if repeat is not None and repeat.sync == (sync.cause, sync.detail) and repeat.counters == counters:
+                if repeat is not None and repeat.cause is sync.cause and repeat.detail is sync.detail \
+                        and (repeat.counters is counters or repeat.counters == counters):
                     return self._repeat(repeat, execute_ms)
             return self._record(key, graph, execute_ms, counters, backend_stack, site)
         except Exception as error:
@@ -327,9 +332,10 @@ class Tracer:
         self.execution_count += 1
         if site is not None:
             if graph is not None:  # a new graph under this key: rows repeated for the old one are stale
-                self._repeats = {k: v for k, v in self._repeats.items() if k[0] != key}
+                for by_key in self._repeats.values():
+                    by_key.pop(key, None)
             if cause != "fallback" and call is None and len(self._repeats) < MAX_REPEATS:
-                self._repeats[key, site] = _Repeat.of(record, (sync.cause, sync.detail), counters)
+                self._repeats.setdefault(site, {})[key] = _Repeat.of(record, sync.cause, sync.detail, counters)
         return self.execution_count - 1
 
     def _on_execute_time(self, index: int, execute_ms: float) -> None:

@@ -3,6 +3,7 @@ real script run in its own interpreter, as a user's program would be: the hook i
 installed into that process, not into pytest's."""
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -45,7 +46,8 @@ def test_with_block_records_the_same_report_the_cli_prints(tmp_path: Path) -> No
         with lazyviz.trace("run.trace") as run:
             for batch in (16, 16, 16, 16, 24):
                 step(batch)
-        import json
+        import itertools
+import json
         json.dump(run.report(), open("report.json", "w"))
         print([(f.kind, f.frame.line) for f in run.findings])
     """)
@@ -189,3 +191,38 @@ async def test_the_terminal_ui_reads_a_trace_written_from_python(tmp_path: Path)
         await wait_for(pilot, lambda: len(table.rows) == 4 and app.analysis is not None)
         header = str(app.query_one(RunHeader).render())
         assert "lazyviz.trace() in Python" in header and "ended" in header
+
+
+def test_repeated_hits_keep_each_rows_own_line_cause_step_and_graph(tmp_path: Path) -> None:
+    """Cache hits from a stack seen before repeat its row (the fast path): each must still
+    carry its own sync line, cause, step and graph, as the first one from there did."""
+    result = run_python(tmp_path, """
+        x = torch.zeros(4, device="lazy")
+        with lazyviz.trace("t.trace", capture="full"):
+            for i in range(60):
+                x = x + 1
+                if i % 3 == 0:
+                    x.sum().item()  # the item line
+                y = x * 2 if i % 2 else x - 1
+                torch._lazy.mark_step()  # the mark_step line
+                if i % 20 == 19:
+                    (y * 3).cpu()  # the cpu line
+    """)
+    assert result.returncode == 0, result.stderr
+    item, mark, cpu = (line_of(tmp_path, f"# the {name} line") for name in ("item", "mark_step", "cpu"))
+    with open_trace(tmp_path / "t.trace") as trace:
+        rows = trace.executions()
+    assert [e.index for e in rows] == list(range(len(rows)))
+    expected = []  # (cause, line, step), as the loop runs
+    for i in range(60):
+        if i % 3 == 0:
+            expected.append(("item", item, i))
+        expected.append(("mark_step", mark, i))
+        if i % 20 == 19:
+            expected.append(("cpu", cpu, i + 1))  # after the step ended
+    assert [(e.cause, e.frame.line, e.step) for e in rows] == expected
+    marks = [e for e in rows if e.cause == "mark_step"]
+    assert len({e.graph for e in marks[2:]}) == 2  # the two branches' graphs, alternating as the loop did
+    assert all(a.graph != b.graph for a, b in itertools.pairwise(marks[2:]))
+    assert all(e.stack_id is not None and e.detail for e in rows)
+    assert sum(e.is_miss for e in rows) < 10 and all(e.sync_ms >= 0 for e in rows)

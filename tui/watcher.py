@@ -48,6 +48,7 @@ class TraceWatcher:
         self._last_run: RunInfo | None = None
         self._last_status: int | None = None
         self._analyzed_at = time.monotonic()
+        self._analyze_every = ANALYZE_EVERY_S  # grows with the analysis' own cost (below)
         self._analyzed_count = -1
         self._analyzed_finished = False
 
@@ -103,10 +104,13 @@ class TraceWatcher:
         finished = update.run.finished or exited
         # Rows first: after a big batch the analysis waits for the next poll; while rows
         # keep streaming in, it runs about once a second.
-        due = not update.executions or (len(update.executions) < BATCH and now - self._analyzed_at > ANALYZE_EVERY_S)
+        due = not update.executions or (len(update.executions) < BATCH and now - self._analyzed_at > self._analyze_every)
         fresh = len(self.executions) != self._analyzed_count or finished != self._analyzed_finished
         if fresh and due:
             update.analysis = analyze(update.run, self.executions, self.ir_texts)
+            # A long live run (hundreds of thousands of rows) analyses for seconds: wait
+            # four times that long before the next, so rows keep following.
+            self._analyze_every = max(ANALYZE_EVERY_S, 4 * (time.monotonic() - now))
             self._analyzed_at, self._analyzed_count = now, len(self.executions)
             self._analyzed_finished = finished
         update.more = len(update.executions) == BATCH

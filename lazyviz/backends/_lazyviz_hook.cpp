@@ -504,9 +504,16 @@ class RecordingBackend : public BackendImplInterface {
         graph = py::make_tuple(g.graph_id, g.nodes, py::bytes(g.ir_text), py::bytes(g.backend_text),
                                g.compile_ms);
       }
-      py::dict deltas;
-      for (auto& [name, delta] : moved) deltas[py::str(name)] = delta;
-      on_execution_(reinterpret_cast<uintptr_t>(key), graph, execute_ms, deltas, StackSignature());
+      // The same counters moving by the same amounts as last time (every step of a
+      // steady loop) pass the same dict: Python compares it by identity, and nothing new
+      // is allocated for the collector to chase.
+      if (moved != last_moved_ || !last_deltas_) {
+        py::dict deltas;
+        for (auto& [name, delta] : moved) deltas[py::str(name)] = delta;
+        last_deltas_ = std::make_unique<py::object>(std::move(deltas));
+        last_moved_ = std::move(moved);
+      }
+      on_execution_(reinterpret_cast<uintptr_t>(key), graph, execute_ms, *last_deltas_, StackSignature());
     } catch (py::error_already_set& error) {
       if (error.matches(PyExc_Exception)) {
         // A tracing bug must never break the user's program (the tracer counts its own).
@@ -554,6 +561,9 @@ class RecordingBackend : public BackendImplInterface {
   mutable CompiledGraph pending_;
   mutable std::unordered_map<const Computation*, CompiledGraph> compiled_;
   mutable std::vector<std::pair<CounterData*, int64_t>> counters_;  // in the arena's (name) order, last value
+  // The counters that moved at the last report, and the dict Python got for them (GIL held).
+  mutable std::vector<std::pair<std::string, int64_t>> last_moved_;
+  mutable std::unique_ptr<py::object> last_deltas_;
 };
 
 RecordingBackend* g_backend = nullptr;
