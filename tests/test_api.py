@@ -46,8 +46,7 @@ def test_with_block_records_the_same_report_the_cli_prints(tmp_path: Path) -> No
         with lazyviz.trace("run.trace") as run:
             for batch in (16, 16, 16, 16, 24):
                 step(batch)
-        import itertools
-import json
+        import json
         json.dump(run.report(), open("report.json", "w"))
         print([(f.kind, f.frame.line) for f in run.findings])
     """)
