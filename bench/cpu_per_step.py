@@ -1,0 +1,78 @@
+"""lazyviz's cost per step on the traced thread's own CPU clock, which a busy shared
+machine disturbs far less than wall time: a tiny step (`x = x + 1; mark_step()`, every
+execution a cache hit from the same line) and a fallback step (`torch.lerp`, which this
+backend runs on the CPU: each step syncs inside the op as well as at mark_step).
+
+    python bench/cpu_per_step.py [--steps 3000]
+
+Each mode runs in its own process (`lazyviz.trace` around the loop); the figure is the
+least CPU time per step over 5 chunks of the loop, so a chunk that a neighbour slowed
+does not count. What this leaves out: the writer thread's own CPU (it runs beside the
+script) and time spent waiting for the GIL; bench/overhead.py measures wall time.
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CHILD = r"""
+import os, sys, time
+import torch, torch._lazy, torch._lazy.ts_backend
+torch._lazy.ts_backend.init()
+kind, mode, steps, path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+a = torch.zeros(64).to("lazy")
+b = torch.ones(64).to("lazy")
+
+def loop(n):
+    global a
+    for _ in range(n):
+        if kind == "tiny":
+            a = a + 1
+        else:
+            a = torch.lerp(a + 1, b, 0.1)
+        torch._lazy.mark_step()
+
+def least_cpu_us():
+    loop(50)
+    chunk = steps // 5
+    best = []
+    for _ in range(5):
+        started = time.thread_time()
+        loop(chunk)
+        best.append((time.thread_time() - started) / chunk * 1e6)
+    return min(best)
+
+if mode == "untraced":
+    print(least_cpu_us())
+else:
+    import lazyviz
+    with lazyviz.trace(path, capture=mode):
+        print(least_cpu_us())
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=3000)
+    options = parser.parse_args()
+    modes = ["untraced", "light", "full"]
+    print(f"{'step':<10}" + "".join(f"{mode:>22}" for mode in modes))
+    with tempfile.TemporaryDirectory() as folder:
+        for kind in ("tiny", "fallback"):
+            cells = []
+            baseline = None
+            for mode in modes:
+                trace = Path(folder) / f"{kind}-{mode}.trace"
+                result = subprocess.run([sys.executable, "-c", CHILD, kind, mode, str(options.steps), str(trace)],
+                                        capture_output=True, text=True, check=True)
+                us = float(result.stdout.strip().splitlines()[-1])
+                baseline = us if baseline is None else baseline
+                cells.append(f"{us:8.1f} us" + (f" (+{us - baseline:.1f})" if mode != "untraced" else ""))
+            print(f"{kind:<10}" + "".join(f"{cell:>22}" for cell in cells))
+
+
+if __name__ == "__main__":
+    main()
