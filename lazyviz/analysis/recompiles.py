@@ -127,12 +127,13 @@ class PendingRecompile:
                  warmup: bool = True) -> None:
         self.execution, self.step, self.graph = execution.index, execution.step, execution.graph
         self.frame, self.context, self.warmup = execution.frame, execution.context, warmup
-        self._explain = (execution, list(compiled), ir_texts)
+        # The graphs compiled before it: a prefix of a list that only grows (no copy each).
+        self._explain = (execution, compiled, len(compiled), ir_texts)
 
     @cached_property
     def explained(self) -> Recompile:
-        execution, compiled, ir_texts = self._explain
-        return _explain(execution, compiled, ir_texts, self.warmup)
+        execution, compiled, before, ir_texts = self._explain
+        return _explain(execution, compiled[:before], ir_texts, self.warmup)
 
     @property
     def is_explained(self) -> bool:
