@@ -5,7 +5,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lazyviz.analysis.findings import Finding, find_all
-from lazyviz.analysis.recompiles import Recompile, explain_recompiles
+from lazyviz.analysis.recompiles import PendingRecompile, Recompile, explain_recompiles
 from lazyviz.analysis.summary import Summary, summarize
 from lazyviz.trace.model import Execution, RunInfo
 
@@ -13,7 +13,7 @@ from lazyviz.trace.model import Execution, RunInfo
 @dataclass(frozen=True)
 class Analysis:
     summary: Summary
-    recompiles: list[Recompile]
+    recompiles: list[Recompile | PendingRecompile]
     findings: list[Finding]
 
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lazyviz.analysis.findings import growth_findings
-from lazyviz.analysis.recompiles import Recompile
+from lazyviz.analysis.recompiles import PendingRecompile, Recompile
 from lazyviz.trace.model import Execution, RunInfo
 
 BASELINE_FORMAT = "lazyviz-baseline"
@@ -45,7 +45,7 @@ def steady_steps(executions: list[Execution], run: RunInfo, warmup_steps: int) -
     return steps
 
 
-def check_budget(run: RunInfo, executions: list[Execution], recompiles: list[Recompile], budget: Budget,
+def check_budget(run: RunInfo, executions: list[Execution], recompiles: list[Recompile | PendingRecompile], budget: Budget,
                  ir_texts: Mapping[str, str] | None = None) -> list[str]:
     breaches = []
     if not run.complete and not budget.allow_unfinished:

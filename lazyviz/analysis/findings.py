@@ -76,7 +76,7 @@ class RunFacts:
 
     executions: list[Execution]
     steps: int
-    recompiles: list[Recompile]
+    recompiles: list[Recompile | PendingRecompile]
     ir_texts: Mapping[str, str]
     names: Mapping[str, str]  # the backend's names for the calls fixes mention (RunInfo.names)
 
@@ -93,7 +93,7 @@ FINDERS: tuple[Callable[[RunFacts], list[Finding]], ...] = (
 
 
 def find_all(
-    executions: list[Execution], steps: int, recompiles: list[Recompile], ir_texts: Mapping[str, str],
+    executions: list[Execution], steps: int, recompiles: list[Recompile | PendingRecompile], ir_texts: Mapping[str, str],
     names: Mapping[str, str] = TS_NAMES,
 ) -> list[Finding]:
     """Every finding, worst first: by severity, then by the time it cost."""
@@ -104,7 +104,7 @@ def find_all(
     return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), -f.cost_ms))
 
 
-def recompile_findings(recompiles: list[Recompile], steps: int = 1) -> list[Finding]:
+def recompile_findings(recompiles: list[Recompile | PendingRecompile], steps: int = 1) -> list[Finding]:
     """One finding per recompile after warm-up, except that input shapes changing again
     and again at one site make a single dynamic-shape finding with their history, and
     the same kind of change again and again at one site (a Python number baked into

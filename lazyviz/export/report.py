@@ -22,38 +22,33 @@ REPORT_VERSION = 1
 
 
 def recompile_json(recompile: Recompile | PendingRecompile) -> dict:
-    if isinstance(recompile, PendingRecompile) and not recompile.is_explained:
-        # Not compared (warm-up on a large run, or past the first few at a site): the
-        # diff costs seconds on large graphs; `lazyviz export --diff` computes it.
-        return {"execution": recompile.execution, "step": recompile.step, "graph": recompile.graph,
-                "closest_graph": None, "closest_execution": None, "same_site": None, "new_graph": None,
-                "choice": "", "warmup": recompile.warmup, "explained": False,
-                "site": recompile.frame.to_json() if recompile.frame else None,
-                "summary": "not compared (lazyviz export TRACE --execution N --diff compares it)",
-                "changes": [], "context": recompile.context}
-    return {
-        "execution": recompile.execution,
-        "step": recompile.step,
-        "graph": recompile.graph,
-        "closest_graph": recompile.closest,
-        "closest_execution": recompile.closest_execution,
-        "same_site": recompile.same_site,
-        "new_graph": recompile.new_graph,  # no earlier graph is close: closest_graph is only the nearest
-        "choice": recompile.choice,
-        "warmup": recompile.warmup,
-        "explained": True,
-        "site": recompile.frame.to_json() if recompile.frame else None,
-        "summary": recompile.headline(),
-        "changes": [
-            {"kind": c.kind, "node": c.node or c.old_node, "op": c.op, "before": c.before,
-             "after": c.after, "origin": c.origin,
-             "source": recompile.frame.to_json() if recompile.frame else None,  # the sync site
-             # The line that built the node (TS with --capture full, XLA): "train.py:28".
-             "location": c.source_line, "built_at": _built_at(c.location)}
-            for c in recompile.changes
-        ],
-        "context": recompile.context,
-    }
+    # Not compared (warm-up on a large run, or past the first few at a site): the diff
+    # costs seconds on large graphs; `lazyviz export --diff` computes it.
+    explained = not (isinstance(recompile, PendingRecompile) and not recompile.is_explained)
+    site = recompile.frame.to_json() if recompile.frame else None
+    report = {"execution": recompile.execution, "step": recompile.step, "graph": recompile.graph,
+              "closest_graph": None, "closest_execution": None, "same_site": None, "new_graph": None,
+              "choice": "", "warmup": recompile.warmup, "explained": explained, "site": site,
+              "summary": "not compared (lazyviz export TRACE --execution N --diff compares it)",
+              "changes": [], "context": recompile.context}
+    if explained:
+        report.update({
+            "closest_graph": recompile.closest,
+            "closest_execution": recompile.closest_execution,
+            "same_site": recompile.same_site,
+            "new_graph": recompile.new_graph,  # no earlier graph is close: closest_graph is only the nearest
+            "choice": recompile.choice,
+            "summary": recompile.headline(),
+            "changes": [
+                {"kind": c.kind, "node": c.node or c.old_node, "op": c.op, "before": c.before,
+                 "after": c.after, "origin": c.origin,
+                 "source": site,  # the sync site
+                 # The line that built the node (TS with --capture full, XLA): "train.py:28".
+                 "location": c.source_line, "built_at": _built_at(c.location)}
+                for c in recompile.changes
+            ],
+        })
+    return report
 
 
 def _built_at(location: str) -> dict | None:

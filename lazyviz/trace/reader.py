@@ -310,7 +310,7 @@ class Trace:
     def _rows(self, sql: str, params: tuple | list, make: Callable[[tuple], Any]) -> list:
         # Without the cyclic collector while the rows become objects: a million new
         # objects would set it off again and again, each time walking all made so far
-        # (34 s for a million executions with it, 10 s without). They hold no cycles.
+        # (a million-execution `report` went from 34 s to 28 s). They hold no cycles.
         collecting = gc.isenabled()
         gc.disable()
         try:
