@@ -44,7 +44,7 @@ def main() -> None:
                 with lazyviz.trace(Path(folder) / f"lines-{lines}-{round_}.trace", source_lines=lines):
                     best[lines].append(min(build() for _ in range(5)))
         with sqlite3.connect(Path(folder) / "lines-True-0.trace") as db:
-            nodes = db.execute("SELECT MAX(nodes) FROM executions").fetchone()[0]
+            nodes = db.execute("SELECT MAX(nodes) FROM kinds").fetchone()[0]
     off, on = min(best[False]) * 1000, min(best[True]) * 1000
     print(f"building one step's graph ({nodes} nodes): source lines off {off:.2f} ms, on {on:.2f} ms "
           f"({on / off:.3f}x, {(on - off) / nodes * 1000:.2f} us per node)")

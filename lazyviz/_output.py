@@ -49,12 +49,15 @@ def check_output_path(output: str | os.PathLike[str], force: bool, inputs: Itera
     return path
 
 
-def write_output(text: str, output: str | None, *, force: bool = False,
+def write_output(text: str | Iterable[str], output: str | None, *, force: bool = False,
                  inputs: Iterable[str | os.PathLike[str]] = (), for_people: bool = True) -> None:
     """To standard output (escaped when it is for people or a terminal), or to a file,
-    which appears whole or not at all."""
+    which appears whole or not at all. text: the text, or its pieces in order."""
+    pieces = [text] if isinstance(text, str) else text
     if output is None:
-        sys.stdout.write(printable(text) if for_people or sys.stdout.isatty() else text)
+        escape = for_people or sys.stdout.isatty()
+        for piece in pieces:
+            sys.stdout.write(printable(piece) if escape else piece)
         return
     path = check_output_path(output, force, inputs)
     try:
@@ -65,7 +68,8 @@ def write_output(text: str, output: str | None, *, force: bool = False,
         raise OutputRefused(f"cannot write {path}: {error.strerror}") from None
     try:
         with handle:
-            handle.write(text)
+            for piece in pieces:
+                handle.write(piece)
         mask = os.umask(0)
         os.umask(mask)
         os.chmod(handle.name, 0o666 & ~mask)

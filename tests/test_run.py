@@ -94,15 +94,42 @@ def test_newer_schema_is_one_line(sample_trace, tmp_path: Path) -> None:
     assert result.status == 2 and result.stderr.count("\n") == 1 and "upgrade lazyviz" in result.stderr
 
 
+def as_version(path: Path, version: int) -> None:
+    """Rewrite a trace in an older schema's layout: before 4, each execution row held all
+    its fields (no `kinds`); before 2, without `call` and `context`."""
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE wide AS SELECT * FROM execution_rows ORDER BY idx")
+        db.execute("DROP VIEW execution_rows")
+        db.execute("DROP TABLE executions")
+        db.execute("DROP TABLE kinds")
+        db.execute("ALTER TABLE wide RENAME TO executions")
+        if version < 2:
+            db.execute("ALTER TABLE executions DROP COLUMN call")
+            db.execute("ALTER TABLE executions DROP COLUMN context")
+        db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
+
+
+def test_a_version_3_trace_reads_as_it_did(sample_trace, tmp_path: Path) -> None:
+    old = tmp_path / "v3.trace"
+    shutil.copy(sample_trace("batch_size_change"), old)
+    current = cli("report", "--format", "json", old)
+    with lazyviz.trace.open(old) as trace:
+        table, rows = list(trace.table()), trace.executions()
+    assert table == rows and len(rows) > 5  # the columns and the rows read alike
+    as_version(old, 3)
+    result = cli("report", "--format", "json", old)
+    assert result.status == 0, result.stderr
+    assert json.loads(result.stdout) == json.loads(current.stdout)
+    with lazyviz.trace.open(old) as trace:
+        assert list(trace.table()) == trace.executions() == rows
+
+
 def test_a_version_1_trace_still_reads(sample_trace, tmp_path: Path) -> None:
     # Version 1 had no `call` and `context` columns: they read as None, the rest as before.
     old = tmp_path / "v1.trace"
     shutil.copy(sample_trace("fallback_mse"), old)
     current = cli("report", "--format", "json", old)
-    with sqlite3.connect(old) as db:
-        db.execute("ALTER TABLE executions DROP COLUMN call")
-        db.execute("ALTER TABLE executions DROP COLUMN context")
-        db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    as_version(old, 1)
     result = cli("report", "--format", "json", old)
     assert result.status == 0, result.stderr
     before, after = json.loads(current.stdout), json.loads(result.stdout)
@@ -183,3 +210,15 @@ def test_follow_reads_a_growing_trace(tmp_path: Path) -> None:
         assert len(batches) >= 3  # it saw the trace grow, not one read at the end
     finally:
         process.wait(60)
+
+
+def test_json_report_streamed_in_pieces_is_the_same_document(sample_trace, monkeypatch) -> None:
+    from lazyviz.export import report
+
+    monkeypatch.setattr(report, "LINES_PER_PIECE", 3)  # several pieces, and a short last one
+    with lazyviz.trace.open(sample_trace("batch_size_change")) as trace:
+        run, ir_texts = trace.run, trace.ir_texts()
+        pieces = list(report.dumps_report(report.json_report(run, trace.table(), ir_texts, lines=True)))
+        whole = report.json_report(run, trace.executions(), ir_texts)
+    assert len(pieces) > 10 and len(whole["executions"]) > 6
+    assert json.loads("".join(pieces)) == json.loads(json.dumps(whole))

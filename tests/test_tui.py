@@ -194,17 +194,17 @@ def _normalised_copy(trace: Path, folder: Path) -> Path:
     with sqlite3.connect(copy) as db:
         db.execute("UPDATE executions SET sync_ms = 1.5 + idx % 3, trace_ms = 2.25 + idx % 5, "
                    "compile_ms = 0, execute_ms = 1.5, start_ms = idx * 10")
-        db.execute("UPDATE executions SET file = replace(file, ?, '/repo')", (str(ROOT),))
+        db.execute("UPDATE kinds SET file = replace(file, ?, '/repo')", (str(ROOT),))
         # Stacks name the repo, site-packages and the stdlib, wherever this machine has them.
         for folder, stable in ((str(ROOT), "/repo"), (sysconfig.get_paths()["purelib"], "/site-packages"),
                                (sysconfig.get_paths()["stdlib"], "/python")):
             db.execute("UPDATE stacks SET frames = replace(frames, ?, ?)", (folder, stable))
         # Graph ids hash torch's post order, which a loaded machine can shift for a graph
         # or two (see the closing note of #12): number them by first execution instead.
-        first_seen = [row[0] for row in db.execute("SELECT graph FROM executions GROUP BY graph ORDER BY MIN(idx)")]
+        first_seen = [row[0] for row in db.execute("SELECT graph FROM execution_rows GROUP BY graph ORDER BY MIN(idx)")]
         for number, graph in enumerate(first_seen):
             stable = f"{number:08x}" + "0" * 8
-            db.execute("UPDATE executions SET graph = ? WHERE graph = ?", (stable, graph))
+            db.execute("UPDATE kinds SET graph = ? WHERE graph = ?", (stable, graph))
             db.execute("UPDATE graphs SET id = ? WHERE id = ?", (stable, graph))
         db.execute("UPDATE run SET value = '1.0' WHERE key = 'elapsed_s'")
         db.execute("UPDATE run SET value = replace(value, ?, '/repo') WHERE key IN ('argv', 'cwd')", (str(ROOT),))
@@ -269,7 +269,7 @@ async def test_a_damaged_trace_says_so_instead_of_hanging(sample_trace, tmp_path
     trace = tmp_path / "t.trace"
     shutil.copy(sample_trace("clean_mlp"), trace)
     with sqlite3.connect(trace) as db:
-        db.execute("UPDATE executions SET nodes = 'many' WHERE idx = 3")
+        db.execute("UPDATE executions SET sync_ms = 'many' WHERE idx = 3")
     app = build_app(trace)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: "damaged" in view(app, "ir-view"))

@@ -23,9 +23,9 @@ from pathlib import Path
 from lazyviz.cli import main as lazyviz_main
 
 TABLES = {
-    "executions": ["idx", "step", "cause", "detail", "file", "line", "function", "stack_id", "graph", "nodes",
-                   "cache", "sync_ms", "trace_ms", "compile_ms", "execute_ms", "start_ms", "fallback_ops",
-                   "counters"],
+    "executions": ["idx", "step", "kind", "sync_ms", "trace_ms", "compile_ms", "execute_ms", "start_ms"],
+    "kinds": ["id", "cause", "detail", "file", "line", "function", "stack_id", "graph", "nodes", "cache",
+              "fallback_ops", "counters", "call", "context"],
     "graphs": ["id", "nodes", "ir_text", "backend_text", "first_execution"],
     "stacks": ["id", "frames"],
     "run": ["key", "value"],

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from lazyviz.analysis import Analysis, analyze
 from lazyviz.trace import Execution, RunInfo, Trace, TraceError
+from lazyviz.trace.table import ExecutionTable
 
 ANALYZE_EVERY_S = 1.0
 BATCH = 2000  # rows per update: a big trace shows its first rows at once
@@ -42,7 +43,7 @@ class TraceWatcher:
         self.output = output
         self.poll_s = poll_s
         self.trace: Trace | None = None
-        self.executions: list[Execution] = []
+        self.executions = ExecutionTable.empty()  # as columns: the analysis reads them, and they stay small
         self.ir_texts: dict[str, str] = {}
         self._output_offset = 0
         self._last_run: RunInfo | None = None
@@ -95,7 +96,7 @@ class TraceWatcher:
         exited = self.process is not None and update.process_status is not None
         followed = trace.poll(len(self.executions), BATCH, writer_gone=exited)  # as Trace.follow() does
         update.executions, update.run = followed.executions, followed.run
-        self.executions += update.executions
+        self.executions.extend(update.executions)
         new_graphs = {e.graph for e in update.executions} - self.ir_texts.keys()
         if new_graphs:
             update.ir_texts = {g: t for g, t in trace.ir_texts().items() if g not in self.ir_texts}

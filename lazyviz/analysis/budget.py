@@ -2,14 +2,16 @@
 data in, breaches (one line each) out."""
 from __future__ import annotations
 
+import itertools
 import os
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lazyviz.analysis.findings import growth_findings
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
 from lazyviz.trace.model import Execution, RunInfo
+from lazyviz.trace.table import ExecutionTable, Kind
 
 BASELINE_FORMAT = "lazyviz-baseline"
 BASELINE_VERSION = 1
@@ -24,7 +26,7 @@ class Budget:
     allow_unfinished: bool = False  # check what a killed or cut-short trace holds
 
 
-def site_key(execution: Execution, cwd: str) -> str:
+def site_key(execution: Execution | Kind, cwd: str) -> str:
     """A site as a baseline names it: relative to the run's directory, with its cause."""
     if execution.frame is None:
         return f"? {execution.cause}"
@@ -34,7 +36,7 @@ def site_key(execution: Execution, cwd: str) -> str:
     return f"{file}:{execution.frame.line} {execution.cause}"
 
 
-def steady_steps(executions: list[Execution], run: RunInfo, warmup_steps: int) -> dict[int, list[Execution]]:
+def steady_steps(executions: Sequence[Execution], run: RunInfo, warmup_steps: int) -> dict[int, list[Execution]]:
     """Executions per step after warm-up, for the steps that completed (a final partial
     step of a run that ended without mark_step is left out)."""
     steps: dict[int, list[Execution]] = defaultdict(list)
@@ -45,7 +47,14 @@ def steady_steps(executions: list[Execution], run: RunInfo, warmup_steps: int) -
     return steps
 
 
-def check_budget(run: RunInfo, executions: list[Execution], recompiles: list[Recompile | PendingRecompile], budget: Budget,
+def _steady_positions(table: ExecutionTable, run: RunInfo, warmup_steps: int) -> list[int]:
+    """The positions of the executions in steady_steps, ordered by step."""
+    last = run.steps if run.steps is not None else max(table.step, default=0)
+    step = table.step
+    return sorted((p for p in range(len(table)) if warmup_steps <= step[p] < last), key=step.__getitem__)
+
+
+def check_budget(run: RunInfo, executions: Sequence[Execution], recompiles: list[Recompile | PendingRecompile], budget: Budget,
                  ir_texts: Mapping[str, str] | None = None) -> list[str]:
     breaches = []
     if not run.complete and not budget.allow_unfinished:
@@ -54,31 +63,41 @@ def check_budget(run: RunInfo, executions: list[Execution], recompiles: list[Rec
     for finding in growth_findings(executions, ir_texts or {}, run.names):
         where = f" at {finding.frame.site}" if finding.frame else ""
         breaches.append(f"missing mark_step(){where}: {finding.message}")
+    table = ExecutionTable.of(executions)
     late = [r for r in recompiles if r.step >= budget.warmup_steps]
-    late_misses = [e for e in executions if e.is_miss and e.step >= budget.warmup_steps]
+    misses = table.merged([n for n in table.in_order if table.kinds[n].is_miss])
+    late_misses = [p for p in misses if table.step[p] >= budget.warmup_steps]
     if budget.max_misses_after is not None and len(late_misses) > budget.max_misses_after:
         first = late[0] if late else None
-        where = f" at {late_misses[0].site}" if late_misses[0].frame else ""
+        first_miss = table[late_misses[0]]
+        where = f" at {first_miss.site}" if first_miss.frame else ""
         why = f": {first.headline()}" if first else ""
         breaches.append(f"cache misses after warm-up: {len(late_misses)} (budget {budget.max_misses_after}); "
-                        f"first in step {late_misses[0].step}{where}{why}")
+                        f"first in step {first_miss.step}{where}{why}")
     if budget.max_executions_per_step is not None:
-        over = {step: group for step, group in steady_steps(executions, run, budget.warmup_steps).items()
-                if len(group) > budget.max_executions_per_step}
+        last = run.steps if run.steps is not None else max(table.step, default=0)
+        per_step = Counter(step for step in table.step if budget.warmup_steps <= step < last)
+        over = {step for step, count in per_step.items() if count > budget.max_executions_per_step}
         if over:
-            worst = max(len(group) for group in over.values())
-            extra = Counter((e.detail or e.cause, e.site) for group in over.values() for e in group
-                            if e.cause != "mark_step")
+            worst = max(per_step[step] for step in over)
+            extra: Counter[tuple[str, str]] = Counter()
+            for step, number in zip(table.step, table.kind):
+                if step in over:
+                    kind = table.kinds[number]
+                    if kind.cause != "mark_step":
+                        extra[(kind.detail or kind.cause, kind.site)] += 1
             culprits = ", ".join(f"{what} at {site} x{n}" for (what, site), n in extra.most_common(3))
             breaches.append(f"executions per step: up to {worst} in {len(over)} steps "
                             f"(budget {budget.max_executions_per_step}); {culprits or 'mark_step only'}")
     if budget.allowed_fallbacks is not None:
         calls: Counter[str] = Counter()
         sites: dict[str, str] = {}
-        for execution in executions:
-            calls.update(execution.fallback_ops)
-            if execution.cause == "fallback" and execution.detail:
-                sites.setdefault(execution.detail, execution.site)
+        for number in table.in_order:
+            kind = table.kinds[number]
+            for op, count in kind.fallback_ops.items():
+                calls[op] += count * len(table.positions[number])
+            if kind.cause == "fallback" and kind.detail:
+                sites.setdefault(kind.detail, kind.site)
         for op, count in calls.most_common():
             if op not in budget.allowed_fallbacks:
                 where = f" at {sites[op]}" if op in sites else ""
@@ -86,20 +105,25 @@ def check_budget(run: RunInfo, executions: list[Execution], recompiles: list[Rec
     return breaches
 
 
-def baseline_of(run: RunInfo, executions: list[Execution], warmup_steps: int) -> dict:
+def baseline_of(run: RunInfo, executions: Sequence[Execution], warmup_steps: int) -> dict:
     """The run's graph set, per site: a small, stable, diff-friendly record to commit."""
+    table = ExecutionTable.of(executions)
     sites: dict[str, dict] = {}
-    for execution in executions:
-        entry = sites.setdefault(site_key(execution, run.cwd), {"graphs": {}, "executions_per_step": 0})
-        entry["graphs"][execution.graph] = execution.nodes
-    for group in steady_steps(executions, run, warmup_steps).values():
-        per_site = Counter(site_key(e, run.cwd) for e in group)
+    keys = [site_key(kind, run.cwd) for kind in table.kinds]
+    for number in table.in_order:
+        kind = table.kinds[number]
+        entry = sites.setdefault(keys[number], {"graphs": {}, "executions_per_step": 0})
+        entry["graphs"][kind.graph] = kind.nodes
+    per_step = []
+    step, kind_of = table.step, table.kind
+    for _, group in itertools.groupby(_steady_positions(table, run, warmup_steps), key=step.__getitem__):
+        per_site = Counter(keys[kind_of[p]] for p in group)
+        per_step.append(sum(per_site.values()))
         for site, count in per_site.items():
             sites[site]["executions_per_step"] = max(sites[site]["executions_per_step"], count)
-    per_step = [len(g) for g in steady_steps(executions, run, warmup_steps).values()]
     fallbacks: set[str] = set()
-    for execution in executions:
-        fallbacks.update(execution.fallback_ops)
+    for kind in table.kinds:
+        fallbacks.update(kind.fallback_ops)
     return {
         "format": BASELINE_FORMAT,
         "version": BASELINE_VERSION,
@@ -112,7 +136,7 @@ def baseline_of(run: RunInfo, executions: list[Execution], warmup_steps: int) ->
     }
 
 
-def check_baseline(run: RunInfo, executions: list[Execution], baseline: dict) -> list[str]:
+def check_baseline(run: RunInfo, executions: Sequence[Execution], baseline: dict) -> list[str]:
     current = baseline_of(run, executions, baseline.get("warmup_steps", 2))
     breaches = []
     old_sites: dict = baseline.get("sites", {})

@@ -1,14 +1,15 @@
 """Findings: what a user should fix, with where and how. Pure functions of trace data."""
 from __future__ import annotations
 
-import itertools
+import operator
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from lazyviz.analysis.ir import parsed
+from lazyviz.analysis.ir import facts, parsed
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
 from lazyviz.trace.model import TS_NAMES, Execution, Frame
+from lazyviz.trace.table import ExecutionTable
 
 SEVERITIES = ("error", "warning", "info")
 
@@ -74,7 +75,7 @@ class Finding:
 class RunFacts:
     """What finders read: the run's executions and what analysis already derived."""
 
-    executions: list[Execution]
+    executions: ExecutionTable
     steps: int
     recompiles: list[Recompile | PendingRecompile]
     ir_texts: Mapping[str, str]
@@ -93,13 +94,13 @@ FINDERS: tuple[Callable[[RunFacts], list[Finding]], ...] = (
 
 
 def find_all(
-    executions: list[Execution], steps: int, recompiles: list[Recompile | PendingRecompile], ir_texts: Mapping[str, str],
-    names: Mapping[str, str] = TS_NAMES,
+    executions: Sequence[Execution], steps: int, recompiles: list[Recompile | PendingRecompile],
+    ir_texts: Mapping[str, str], names: Mapping[str, str] = TS_NAMES,
 ) -> list[Finding]:
     """Every finding, worst first: by severity, then by the time it cost."""
-    facts = RunFacts(executions, steps, recompiles, ir_texts, names)
-    sync_ms = {e.index: e.sync_ms for e in executions}
-    findings = [replace(finding, cost_ms=sum(sync_ms.get(i, 0.0) for i in finding.executions))
+    table = ExecutionTable.of(executions)
+    facts = RunFacts(table, steps, recompiles, ir_texts, names)
+    findings = [replace(finding, cost_ms=table.sum_at(table.sync_ms, finding.executions))
                 for finder in FINDERS for finding in finder(facts)]
     return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), -f.cost_ms))
 
@@ -238,21 +239,22 @@ def _recompile_fix(recompile: Recompile) -> str:
     return _PATH_FIX
 
 
-def extra_sync_findings(executions: list[Execution], steps: int,
+def extra_sync_findings(executions: Sequence[Execution], steps: int,
                         names: Mapping[str, str] = TS_NAMES) -> list[Finding]:
     if steps == 0:
         return []  # no mark_step at all: nothing is "extra"; growth_findings says why
-    groups: dict[tuple[str | None, str, str], list[Execution]] = defaultdict(list)
-    for execution in executions:
-        if execution.cause not in ("mark_step", "fallback"):
-            # Under pytest, per test: a suite's report names the tests that sync more.
-            groups[(execution.context, execution.cause, execution.site)].append(execution)
+    table = ExecutionTable.of(executions)
+    # Under pytest, per test: a suite's report names the tests that sync more.
+    groups = table.kinds_by(lambda kind: None if kind.cause in ("mark_step", "fallback")
+                            else (kind.context, kind.cause, kind.site))
     findings = []
-    for (context, cause, _), group in groups.items():
-        steps_with = len({e.step for e in group})
-        per_step = len(group) / steps_with
-        ms_per_step = sum(e.sync_ms for e in group) / max(steps, 1)
-        what = group[0].detail or cause
+    for (context, cause, _), numbers in groups.items():
+        positions = table.merged(numbers)
+        steps_with = len(set(map(table.step.__getitem__, positions)))
+        per_step = len(positions) / steps_with
+        ms_per_step = table.sum(table.sync_ms, positions) / max(steps, 1)
+        first = table.kinds[numbers[0]]
+        what = first.detail or cause
         fix = SYNC_FIXES.get(cause, "").format(**names)
         if what.startswith("distributed."):
             fix = ("a collective on a lazy tensor runs the pending graph first, once per call: flatten the "
@@ -261,36 +263,45 @@ def extra_sync_findings(executions: list[Execution], steps: int,
             "extra_sync", "warning" if steps_with >= max(2, steps // 2) else "info",
             f"{_in_test(context)}{what} forces {per_step:g} extra execution{'s' if per_step != 1 else ''} per step "
             f"in {steps_with} of {max(steps, steps_with)} steps ({ms_per_step:.2f} ms per step)",
-            group[0].frame, tuple(e.index for e in group), fix,
-            {"cause": cause, "count": len(group), "steps": steps_with, "ms_per_step": round(ms_per_step, 3)},
+            first.frame, table.indices(positions), fix,
+            {"cause": cause, "count": len(positions), "steps": steps_with, "ms_per_step": round(ms_per_step, 3)},
         ))
     return findings
 
 
-def fallback_findings(executions: list[Execution], steps: int) -> list[Finding]:
+def fallback_findings(executions: Sequence[Execution], steps: int) -> list[Finding]:
+    table = ExecutionTable.of(executions)
     calls: Counter[str] = Counter()
-    forced: dict[str, list[Execution]] = defaultdict(list)
-    for execution in executions:
-        calls.update(execution.fallback_ops)
-        if execution.cause == "fallback" and execution.detail:
-            forced[execution.detail].append(execution)
+    for number in table.in_order:
+        runs = len(table.positions[number])
+        for op, count in table.kinds[number].fallback_ops.items():
+            calls[op] += count * runs
+    forced = table.kinds_by(lambda kind: kind.detail if kind.cause == "fallback" and kind.detail else None)
     findings = []
     for op, count in calls.most_common():
-        group = forced.get(op, [])
-        sites = Counter(e.frame for e in group if e.frame)
+        numbers = forced.get(op, [])
+        sites: Counter[Frame] = Counter()
+        user_calls: Counter[str] = Counter()
+        for number in numbers:
+            kind = table.kinds[number]
+            if kind.frame:
+                sites[kind.frame] += len(table.positions[number])
+            if kind.call:
+                user_calls[kind.call] += len(table.positions[number])
         frame = sites.most_common(1)[0][0] if sites else None
-        user_call = Counter(e.call for e in group if e.call).most_common(1)
+        user_call = user_calls.most_common(1)
         call = user_call[0][0] if user_call else None
-        per_step = len(group) / max(steps, 1)
+        positions = table.merged(numbers) if numbers else []
+        per_step = len(positions) / max(steps, 1)
         per_step_text = f" ({per_step:.3g} per step)" if steps else ""
         fix = FALLBACK_FIXES.get(op) or (call and CALL_FIXES.get(call.rpartition(".")[2])) or \
             "no lazy lowering for this op: avoid it in the step or accept the sync"
         findings.append(Finding(
-            "fallback", "warning" if group else "info",
+            "fallback", "warning" if positions else "info",
             f"{op} falls back to the CPU{f' in {call}()' if call else ''}: {count} call{'s' if count != 1 else ''}, "
-            f"forcing {len(group)} execution{'s' if len(group) != 1 else ''}{per_step_text}",
-            frame, tuple(e.index for e in group), fix,
-            {"op": op, "calls": count, "executions_forced": len(group), "per_step": round(per_step, 3),
+            f"forcing {len(positions)} execution{'s' if len(positions) != 1 else ''}{per_step_text}",
+            frame, table.indices(positions), fix,
+            {"op": op, "calls": count, "executions_forced": len(positions), "per_step": round(per_step, 3),
              "call": call},
         ))
     return findings
@@ -321,26 +332,36 @@ def repeated_block(ops: list[str], max_period: int = 64) -> tuple[list[str], int
 MIN_GROWING_SYNCS = 3  # syncs at one site before steady growth is a pattern, not chance
 
 
-def _growing_sites(executions: list[Execution]) -> dict[str, tuple[list[Execution], int]]:
-    """Sites whose graph grows by a steady amount at nearly every sync: site -> (its
-    executions, the median growth in nodes)."""
-    by_site: dict[str, list[Execution]] = defaultdict(list)
-    for execution in executions:
-        by_site[execution.site].append(execution)
+def _growing_sites(table: ExecutionTable) -> dict[str, tuple[Sequence[int], int]]:
+    """Sites whose graph grows by a steady amount at nearly every sync: site -> (the
+    positions of its executions, the median growth in nodes)."""
     growing = {}
-    for site, group in by_site.items():
-        if len(group) < MIN_GROWING_SYNCS:
+    nodes_of = [kind.nodes for kind in table.kinds]
+    for site, numbers in table.kinds_by(lambda kind: kind.site).items():
+        if len(numbers) == 1:
+            continue  # one graph, one size: no growth
+        positions = table.merged(numbers)
+        if len(positions) < MIN_GROWING_SYNCS:
             continue
-        growths = sorted(b.nodes - a.nodes for a, b in itertools.pairwise(group))
-        median = growths[len(growths) // 2]
-        steady = sum(1 for g in growths if median / 2 <= g <= median * 2)
-        if median >= 4 and steady >= max(2, len(growths) * 3 // 4):
-            growing[site] = (group, median)
+        sizes = list(map(nodes_of.__getitem__, map(table.kind.__getitem__, positions)))
+        growths = sorted(Counter(map(operator.sub, sizes[1:], sizes[:-1])).items())
+        # The median and how many are near it, from the counts of each growth.
+        total = len(sizes) - 1
+        seen, median = 0, 0
+        for growth, count in growths:
+            seen += count
+            if seen > total // 2:
+                median = growth
+                break
+        steady = sum(count for growth, count in growths if median / 2 <= growth <= median * 2)
+        if median >= 4 and steady >= max(2, total * 3 // 4):
+            growing[site] = (positions, median)
     return growing
 
 
-def growing_graphs(executions: list[Execution]) -> set[str]:
-    return {e.graph for group, _ in _growing_sites(executions).values() for e in group}
+def growing_graphs(executions: Sequence[Execution]) -> set[str]:
+    table = ExecutionTable.of(executions)
+    return {table.kind_at(p).graph for positions, _ in _growing_sites(table).values() for p in positions}
 
 
 def _built_at(ir_text: str, limit: int = 3) -> str:
@@ -357,29 +378,30 @@ def _built_at(ir_text: str, limit: int = 3) -> str:
     return ", built at " + ", ".join(shown)
 
 
-def growing_site_findings(executions: list[Execution], names: Mapping[str, str] = TS_NAMES,
+def growing_site_findings(executions: Sequence[Execution], names: Mapping[str, str] = TS_NAMES,
                           ir_texts: Mapping[str, str] | None = None) -> list[Finding]:
     """The graph synced at one site grows by about the same number of nodes at every
     sync: a loop runs without mark_step(), so the work of all the iterations so far
     (an optimizer's updates, say) is still pending and each sync runs it again. Found
     by size alone, however big an iteration is."""
+    table = ExecutionTable.of(executions)
     findings = []
-    for group, growth in _growing_sites(executions).values():
-        sizes = [e.nodes for e in group]
+    for positions, growth in _growing_sites(table).values():
+        sizes = [table.kind_at(p).nodes for p in positions]
         shown = " -> ".join(map(str, sizes[:4])) + (f" -> ... -> {sizes[-1]}" if len(sizes) > 4 else "")
-        first = group[0]
+        first = table.kind_at(positions[0])
         what = first.detail or first.cause
-        largest = max(group, key=lambda e: e.nodes)
+        largest = table.kind_at(positions[sizes.index(max(sizes))])
         built = _built_at(ir_texts.get(largest.graph, "")) if ir_texts else ""
         findings.append(Finding(
             "missing_mark_step", "warning",
             f"the graph {what} runs here grows by about {growth} nodes at every sync ({shown} nodes over "
-            f"{len(group)} syncs{built}): a loop runs without {names['mark_step']}, so each sync runs all "
+            f"{len(positions)} syncs{built}): a loop runs without {names['mark_step']}, so each sync runs all "
             "the work pending since the loop began",
-            first.frame, tuple(e.index for e in group),
+            first.frame, table.indices(positions),
             f"call {names['mark_step']} at the end of each iteration (after the optimizer step); then "
             f"{what} costs one small execution, or none if read in {names['step_closure']}",
-            {"growth_per_sync": growth, "syncs": len(group), "nodes": sizes[:50]},
+            {"growth_per_sync": growth, "syncs": len(positions), "nodes": sizes[:50]},
         ))
     return findings
 
@@ -389,37 +411,35 @@ def _ops_text(block: list[str], limit: int = 6) -> str:
     return f"[{shown}{f', ... {len(block)} ops' if len(block) > limit else ''}]"
 
 
-def growth_findings(executions: list[Execution], ir_texts: Mapping[str, str],
+def growth_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str],
                     names: Mapping[str, str] = TS_NAMES, skip: set[str] = frozenset()) -> list[Finding]:
     """A graph that repeats one block of ops many times over: a loop ran without
     mark_step() and its iterations piled up into one graph. skip: graphs a finding
     already covers (a growing site)."""
+    table = ExecutionTable.of(executions)
     findings = []
-    runs_of: dict[str, list[Execution]] = defaultdict(list)  # one pass, not one per graph
-    for execution in executions:
-        if execution.graph not in skip:
-            runs_of[execution.graph].append(execution)
-    for graph_id, runs in runs_of.items():
-        graph = parsed(ir_texts.get(graph_id, ""))
+    runs_of = table.kinds_by(lambda kind: kind.graph if kind.graph not in skip else None)
+    for graph_id, numbers in runs_of.items():
+        graph = facts(ir_texts.get(graph_id, ""))
         if graph is None:
             continue
-        ops = [node.op for node in graph.nodes if not node.is_input]
+        ops = list(graph.ops)
         found = repeated_block(ops)
         if found is None:
             continue
         block, repeats, _ = found
         if len(block) * repeats < max(16, len(ops) // 2):
             continue  # a small repeated motif inside a normal graph
-        first = runs[0]
+        first = table.kinds[numbers[0]]
         findings.append(Finding(
             "missing_mark_step", "warning",
-            f"graph {graph_id} ({len(graph)} nodes{_built_at(ir_texts.get(graph_id, ''))}) repeats "
+            f"graph {graph_id} ({graph.size} nodes{_built_at(ir_texts.get(graph_id, ''))}) repeats "
             f"{_ops_text(block)} {repeats} times: "
             f"a loop ran {repeats} iterations without mark_step() and they piled up into one graph, "
             f"run by {first.detail or first.cause}",
-            first.frame, tuple(e.index for e in runs),
+            first.frame, table.indices(table.merged(numbers)),
             f"call {names['mark_step']} at the end of each iteration of the loop that builds it "
             f"(the loop runs before line {first.frame.line if first.frame else '?'})",
-            {"graph": graph_id, "pattern": block, "repeats": repeats, "nodes": len(graph)},
+            {"graph": graph_id, "pattern": block, "repeats": repeats, "nodes": graph.size},
         ))
     return findings

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
+from typing import NamedTuple
 
 INPUT_OPS = frozenset({"lazy_tensors::device_data", "prim::Constant", "xla::device_data"})
 
@@ -146,7 +147,7 @@ def _parse_line(line: str) -> tuple | str:
         return f"not an IR node: {_clip(line)}"
     node_id, types, op, operand_text, attr_text = match.groups()
     types = types[1:-1] if types[0] in "[(" else types
-    outputs = tuple(TensorType(dtype, tuple(s.strip() for s in dims.split(",") if s.strip()))
+    outputs = tuple(TensorType(dtype, tuple(filter(None, map(str.strip, dims.split(",")))))
                     for dtype, dims in _TENSOR.findall(types))
     if types.strip() and not outputs:
         return f"cannot read output types [{_clip(types)}]"
@@ -171,6 +172,23 @@ def _parse_line(line: str) -> tuple | str:
 
 def _clip(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class GraphFacts(NamedTuple):
+    """What a run's every graph is asked, kept for all of them (a parsed graph is kept
+    for the last few hundred): a 1,500-graph run parsed each graph twice."""
+
+    ops: tuple[str, ...]  # the ops that are not inputs, in order
+    size: int  # nodes
+    structure: tuple[int, ...]  # IRGraph.structure
+
+
+@lru_cache(maxsize=65536)
+def facts(text: str) -> GraphFacts | None:
+    graph = parsed(text)
+    if graph is None:
+        return None
+    return GraphFacts(tuple(node.op for node in graph.nodes if not node.is_input), len(graph), graph.structure)
 
 
 @lru_cache(maxsize=512)

@@ -2,15 +2,17 @@
 compiled before (same site first, then any), and what differs, origins first."""
 from __future__ import annotations
 
+import bisect
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Any
 
 from lazyviz.analysis.diff import Change, GraphDiff, diff_texts
-from lazyviz.analysis.ir import parsed
+from lazyviz.analysis.ir import facts, parsed
 from lazyviz.trace.model import Execution, Frame
+from lazyviz.trace.table import ExecutionTable
 
 # Misses in the first steps are warm-up: step 0 also runs initialisation, step 1 is the
 # first steady-state step (optimizer state now exists).
@@ -156,33 +158,41 @@ EXPLAINED_PER_SITE = 8
 
 
 def explain_recompiles(
-    executions: list[Execution], ir_texts: Mapping[str, str], warmup_steps: int = WARMUP_STEPS
+    executions: Sequence[Execution], ir_texts: Mapping[str, str], warmup_steps: int = WARMUP_STEPS
 ) -> list[Recompile | PendingRecompile]:
     """ir_texts: graph id -> IR text (empty when captured light).
 
     Under pytest each test is its own program: a recompile is judged against the graphs
     of the same test, and its warm-up counts from the test's first step. A script that
     never calls mark_step() has no steps: there a site's first syncs are its warm-up."""
+    table = ExecutionTable.of(executions)
     compiled: dict[str | None, list[Execution]] = {}  # context -> earlier misses, one per distinct graph
-    first_step: dict[str | None, int] = {}
-    seen_sites: set[tuple[str | None, str]] = set()
-    syncs_at: Counter[tuple[str | None, str]] = Counter()  # executions so far per site
-    stepless = not any(e.step for e in executions)
+    # Each test's first step: the step of its first execution.
+    first_step = {context: table.step[table.positions[numbers[0]][0]]
+                  for (context,), numbers in table.kinds_by(lambda kind: (kind.context,)).items()}
+    stepless = not any(table.step)
+    at_site = table.kinds_by(lambda kind: (kind.context, kind.site)) if stepless else {}  # site -> its kinds
     explained: list[Recompile | PendingRecompile] = []
     eager_nodes = 0
     explained_at: Counter[tuple[str | None, str]] = Counter()  # structure changes after warm-up, per site
     structures: dict[str | None, set[tuple[int, ...]]] = {}  # context -> structures compiled
-    for execution in executions:
+    # Only misses are walked; a stepless site's syncs before one are counted.
+    misses = table.merged([number for number, kind in enumerate(table.kinds) if kind.is_miss and
+                           table.positions[number]])
+    seen_sites: set[tuple[str | None, str]] = set()  # sites that compiled before
+    for position in misses:
+        execution = table[position]
         context = execution.context
-        start = first_step.setdefault(context, execution.step)
+        start = first_step[context]
         site = (context, execution.site)
-        syncs_at[site] += 1
-        if not execution.is_miss:
-            continue
         earlier = compiled.setdefault(context, [])
         if site in seen_sites:
-            warmup = syncs_at[site] <= warmup_steps if stepless else execution.step - start < warmup_steps
-            graph = parsed(ir_texts.get(execution.graph, ""))
+            if stepless:  # its syncs so far, this one included
+                syncs = 1 + sum(bisect.bisect_left(table.positions[n], position) for n in at_site[site])
+                warmup = syncs <= warmup_steps
+            else:
+                warmup = execution.step - start < warmup_steps
+            graph = facts(ir_texts.get(execution.graph, ""))
             values_only = graph is not None and graph.structure in structures.get(context, ())
             if warmup and eager_nodes + execution.nodes > EAGER_WARMUP_NODES:
                 explained.append(PendingRecompile(execution, earlier, ir_texts))
@@ -196,7 +206,7 @@ def explain_recompiles(
         seen_sites.add(site)
         if all(e.graph != execution.graph for e in earlier):
             earlier.append(execution)
-            graph = parsed(ir_texts.get(execution.graph, ""))
+            graph = facts(ir_texts.get(execution.graph, ""))
             if graph is not None:
                 structures.setdefault(context, set()).add(graph.structure)
     return explained
@@ -270,18 +280,20 @@ def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[
 
 
 def explain_execution(
-    executions: list[Execution], ir_texts: Mapping[str, str], index: int, warmup_steps: int = WARMUP_STEPS
+    executions: Sequence[Execution], ir_texts: Mapping[str, str], index: int, warmup_steps: int = WARMUP_STEPS
 ) -> Recompile | None:
     """Explain any execution's graph against the closest graph compiled before it (the UI's
     Diff tab and `export --diff`); None for the first graph of the run."""
-    target = next((e for e in executions if e.index == index), None)
-    if target is None:
+    table = ExecutionTable.of(executions)
+    position = table.position_of(index)
+    if position is None:
         return None
+    target = table[position]
     compiled: list[Execution] = []
-    for execution in executions:
-        if execution.index >= index:
-            break
-        if execution.is_miss and all(e.graph != execution.graph for e in compiled):
+    misses = table.merged([n for n, kind in enumerate(table.kinds) if kind.is_miss and table.positions[n]])
+    for miss in misses[:bisect.bisect_left(misses, position)]:
+        execution = table[miss]
+        if all(e.graph != execution.graph for e in compiled):
             compiled.append(execution)
     if not any(e.graph != target.graph for e in compiled):
         return None

@@ -1,11 +1,12 @@
 """The run at a glance: counts, fallbacks, and the sync sites that cost the most."""
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from lazyviz.trace.model import Execution
+from lazyviz.trace.table import ExecutionTable
 
 
 @dataclass(frozen=True)
@@ -38,51 +39,46 @@ class Summary:
         return sorted(self.sites, key=lambda s: s.total_ms, reverse=True)
 
 
-def summarize(executions: list[Execution], steps: int | None = None) -> Summary:
+def summarize(executions: Sequence[Execution], steps: int | None = None) -> Summary:
+    table = ExecutionTable.of(executions)
     causes: Counter[str] = Counter()
     fallbacks: Counter[str] = Counter()
-    per_site: dict[str, list[Execution]] = defaultdict(list)
-    for execution in executions:
-        causes[execution.cause] += 1
-        fallbacks.update(execution.fallback_ops)
-        per_site[execution.site].append(execution)
-    sites = [
-        SiteStats(
-            site=site,
-            function=group[0].frame.function if group[0].frame else "?",
-            causes=dict(Counter(e.cause for e in group)),
-            executions=len(group),
-            total_ms=sum(e.sync_ms for e in group),
-        )
-        for site, group in per_site.items()
-    ]
+    sync_ms = table.sync_ms
+    for kind, positions in zip(table.kinds, table.positions):
+        causes[kind.cause] += len(positions)
+        for op, calls in kind.fallback_ops.items():
+            fallbacks[op] += calls * len(positions)
+    sites = []
+    for site, numbers in table.kinds_by(lambda kind: kind.site).items():
+        first = table.kinds[numbers[0]]
+        site_causes: Counter[str] = Counter()
+        for number in numbers:
+            site_causes[table.kinds[number].cause] += len(table.positions[number])
+        sites.append(SiteStats(site=site, function=first.frame.function if first.frame else "?",
+                               causes=dict(site_causes), executions=sum(site_causes.values()),
+                               total_ms=sum(table.sum(sync_ms, table.positions[n]) for n in numbers)))
     sites.sort(key=lambda s: (-s.executions, s.site))
     if steps is None:
-        steps = max((e.step for e in executions), default=0)
+        steps = max(table.step, default=0)
     return Summary(
-        executions=len(executions),
+        executions=len(table),
         steps=steps,
-        graphs=len({e.graph for e in executions}),
-        misses=sum(1 for e in executions if e.is_miss),
+        graphs=len({kind.graph for kind, positions in zip(table.kinds, table.positions) if positions}),
+        misses=sum(len(positions) for kind, positions in zip(table.kinds, table.positions) if kind.is_miss),
         causes=dict(causes.most_common()),
         fallbacks=dict(fallbacks.most_common()),
-        sync_ms=sum(e.sync_ms for e in executions),
-        trace_ms=sum(e.trace_ms for e in executions),
+        sync_ms=sum(sync_ms),
+        trace_ms=sum(table.trace_ms),
         sites=sites,
     )
 
 
-def graph_stats(executions: list[Execution]) -> list[dict]:
+def graph_stats(executions: Sequence[Execution]) -> list[dict]:
     """Per distinct graph: node count, how often it ran, its first execution."""
-    stats: dict[str, dict] = {}
-    for execution in executions:
-        entry = stats.setdefault(
-            execution.graph,
-            {"id": execution.graph, "nodes": execution.nodes, "executions": 0,
-             "first_execution": execution.index},
-        )
-        entry["executions"] += 1
-    return list(stats.values())
+    table = ExecutionTable.of(executions)
+    return [{"id": graph, "nodes": table.kind_at(positions[0]).nodes, "executions": len(positions),
+             "first_execution": table.index[positions[0]]}
+            for graph, positions in table.group_by(lambda kind: kind.graph).items()]
 
 
 def chart_scale(step_totals: list[float]) -> float:
@@ -108,11 +104,15 @@ class StepTime:
 def step_times(executions: Iterable[Execution]) -> list[StepTime]:
     """Time per step, in step order: the one computation the report, HTML, UI and
     `lazyviz diff` share."""
+    table = ExecutionTable.of(executions)
+    misses = [kind.is_miss for kind in table.kinds]
     totals: dict[int, list] = {}
-    for e in executions:
-        entry = totals.setdefault(e.step, [0.0, 0.0, 0, False])
-        entry[0] += e.trace_ms
-        entry[1] += e.sync_ms
+    for step, trace_ms, sync_ms, kind in zip(table.step, table.trace_ms, table.sync_ms, table.kind):
+        entry = totals.get(step)
+        if entry is None:
+            entry = totals[step] = [0.0, 0.0, 0, False]
+        entry[0] += trace_ms
+        entry[1] += sync_ms
         entry[2] += 1
-        entry[3] = entry[3] or e.is_miss
+        entry[3] = entry[3] or misses[kind]
     return [StepTime(step, *entry) for step, entry in sorted(totals.items())]

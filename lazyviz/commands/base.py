@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
@@ -37,7 +37,7 @@ def open_ranks(folder: str | Path):  # -> dict[int, Trace]
     return open_rank_traces(folder)
 
 
-def write_output(text: str, options: argparse.Namespace, output: str | None = None,
+def write_output(text: str | Iterable[str], options: argparse.Namespace, output: str | None = None,
                  inputs: tuple[str, ...] = (), for_people: bool = True) -> None:
     """To stdout, or to -o without overwriting anything the rules forbid."""
     from lazyviz._output import write_output as write

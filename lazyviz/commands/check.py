@@ -46,7 +46,7 @@ class CheckCommand:
         if options.same_graphs_across_ranks:
             raise CliError("--same-graphs-across-ranks needs the folder of rank traces (lazyviz run -o DIR/)")
         trace = open_trace(options.trace)
-        run, executions = trace.run, trace.executions()
+        run, executions = trace.run, trace.table()
         if not executions:
             raise CliError(f"{options.trace} holds no executions")
         if options.write_baseline:

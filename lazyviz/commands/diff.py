@@ -19,7 +19,7 @@ class DiffCommand:
         from lazyviz.analysis.compare import compare_runs, run_diff_text
 
         a, b = open_trace(options.a), open_trace(options.b)
-        diff = compare_runs(a.run, a.executions(), a.ir_texts(), b.run, b.executions(), b.ir_texts())
+        diff = compare_runs(a.run, a.table(), a.ir_texts(), b.run, b.table(), b.ir_texts())
         write_output(run_diff_text(diff, options.a, options.b), options)
         return 0
 

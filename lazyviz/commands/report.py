@@ -29,14 +29,16 @@ class ReportCommand:
         renderer = renderer_for(REPORT_FORMATS, options.format, options.output, "text")
         if Path(options.trace).is_dir():
             return self._ranks(options, renderer.name)
-        text = renderer.render(RenderRequest(RunData(open_trace(options.trace)), all_findings=options.all_findings))
+        request = RenderRequest(RunData(open_trace(options.trace)), all_findings=options.all_findings)
         if options.output is None and renderer.name == "text":
             from lazyviz._output import printable
             from lazyviz.export.report import coloured
 
+            text = renderer.render(request)
             sys.stdout.write(coloured(printable(text), sys.stdout))  # colour on a terminal, unless NO_COLOR
             return 0
-        write_output(text, options, options.output, inputs=(options.trace,), for_people=renderer.for_people)
+        write_output(renderer.stream(request), options, options.output, inputs=(options.trace,),
+                     for_people=renderer.for_people)
         return 0
 
     @staticmethod

@@ -195,15 +195,15 @@ def _summary_text(trace_path: Path, status: int) -> str:
         return ""  # the tracer never started; it said why
     try:
         with open_trace(trace_path) as trace:
-            run, executions, ir_texts = trace.run, trace.executions(), trace.ir_texts()
+            run, executions = trace.run, trace.table()
+            if not run.argv:
+                return ""
+            if not executions:
+                return (f"lazyviz: {run.script} ran no lazy-tensor graph (nothing on device '{run.device}'), "
+                        f"{run.state}; trace: {trace_path}")
+            return text_report(run, executions, trace.ir_texts(), trace_path)
     except TraceError as error:
         return f"lazyviz: cannot read the trace: {error}"
-    if not run.argv:
-        return ""
-    if not executions:
-        return (f"lazyviz: {run.script} ran no lazy-tensor graph (nothing on device '{run.device}'), "
-                f"{run.state}; trace: {trace_path}")
-    return text_report(run, executions, ir_texts, trace_path)
 
 
 def _script_traceback(trace_path: Path) -> str:

@@ -8,6 +8,7 @@ EXPORT_FORMATS below; `--format` names it and `-o`'s suffix picks it.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -16,7 +17,8 @@ from typing import TYPE_CHECKING, ClassVar
 from lazyviz.errors import LazyvizError
 
 if TYPE_CHECKING:
-    from lazyviz.trace import Execution, Graph, RunInfo, Trace
+    from lazyviz.trace import Graph, RunInfo, Trace
+    from lazyviz.trace.table import ExecutionTable
 
 
 class RunData:
@@ -31,8 +33,8 @@ class RunData:
         return self.trace.run
 
     @cached_property
-    def executions(self) -> list[Execution]:
-        return self.trace.executions()
+    def executions(self) -> ExecutionTable:
+        return self.trace.table()
 
     @cached_property
     def graphs(self) -> list[Graph]:
@@ -62,6 +64,10 @@ class Renderer:
 
     def render(self, request: RenderRequest) -> str:
         raise NotImplementedError
+
+    def stream(self, request: RenderRequest) -> Iterator[str]:
+        """The text in pieces, for output that need not be held whole (a long run's JSON)."""
+        yield self.render(request)
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import re
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -16,6 +18,7 @@ from lazyviz.analysis.summary import graph_stats
 from lazyviz.export import Renderer, RenderRequest, RunData
 from lazyviz.present import KIND_LABELS, divergence_text, plural, short_path, site_text
 from lazyviz.trace.model import Execution, RunInfo
+from lazyviz.trace.table import ExecutionTable
 
 REPORT_FORMAT = "lazyviz-report"
 REPORT_VERSION = 1
@@ -58,8 +61,61 @@ def _built_at(location: str) -> dict | None:
     return {"file": file, "line": int(line), "function": function} if file and line.isdigit() else None
 
 
-def json_report(run: RunInfo, executions: list[Execution], ir_texts: dict[str, str]) -> dict:
-    """The machine-readable report; field names and meanings are stable within a version."""
+def _executions_json(executions: Sequence[Execution]) -> list[dict]:
+    return [
+        {
+            "index": e.index,
+            "step": e.step,
+            "cause": e.cause,
+            "detail": e.detail,
+            "frame": e.frame.to_json() if e.frame else None,
+            "graph": e.graph,
+            "nodes": e.nodes,
+            "cache": e.cache,
+            "sync_ms": e.sync_ms,
+            "trace_ms": e.trace_ms,
+            "compile_ms": e.compile_ms,
+            "execute_ms": e.execute_ms,
+            "fallback_ops": e.fallback_ops,
+        }
+        for e in executions
+    ]
+
+
+class ExecutionLines:
+    """The report's executions as JSON text, one object per line, written from the
+    table's columns as they are iterated: a million executions never exist as dicts
+    (json.dumps of each, as _executions_json makes them, gives the same text)."""
+
+    def __init__(self, executions: Sequence[Execution]) -> None:
+        self.table = ExecutionTable.of(executions)
+        self.table.load_all()  # now: a damaged trace fails before any output, not half-way
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __iter__(self) -> Iterator[str]:
+        table = self.table
+        dumps = json.dumps
+        heads, tails = [], []
+        for kind in table.kinds:
+            frame = dumps(kind.frame.to_json()) if kind.frame else "null"
+            heads.append(f'"cause": {dumps(kind.cause)}, "detail": {dumps(kind.detail)}, "frame": {frame}, '
+                         f'"graph": {dumps(kind.graph)}, "nodes": {kind.nodes}, "cache": {dumps(kind.cache)}')
+            tails.append(dumps(kind.fallback_ops))
+        for index, step, kind, sync_ms, trace_ms, compile_ms, execute_ms in zip(
+                table.index, table.step, table.kind, table.sync_ms, table.trace_ms, table.compile_ms,
+                table.execute_ms):
+            yield (f'{{"index": {index}, "step": {step}, {heads[kind]}, "sync_ms": {sync_ms!r}, '
+                   f'"trace_ms": {trace_ms!r}, "compile_ms": {compile_ms!r}, "execute_ms": {execute_ms!r}, '
+                   f'"fallback_ops": {tails[kind]}}}')
+
+
+def json_report(run: RunInfo, executions: Sequence[Execution], ir_texts: dict[str, str],
+                lines: bool = False) -> dict:
+    """The machine-readable report; field names and meanings are stable within a version.
+    lines: its executions as ExecutionLines (for dumps_report), not a list of dicts."""
+    executions = ExecutionTable.of(executions)
     analysis = analyze(run, executions, ir_texts)
     summary = analysis.summary
     return {
@@ -81,24 +137,7 @@ def json_report(run: RunInfo, executions: list[Execution], ir_texts: dict[str, s
             "rank": run.rank,
         },
         "steps": summary.steps,
-        "executions": [
-            {
-                "index": e.index,
-                "step": e.step,
-                "cause": e.cause,
-                "detail": e.detail,
-                "frame": e.frame.to_json() if e.frame else None,
-                "graph": e.graph,
-                "nodes": e.nodes,
-                "cache": e.cache,
-                "sync_ms": e.sync_ms,
-                "trace_ms": e.trace_ms,
-                "compile_ms": e.compile_ms,
-                "execute_ms": e.execute_ms,
-                "fallback_ops": e.fallback_ops,
-            }
-            for e in executions
-        ],
+        "executions": ExecutionLines(executions) if lines else _executions_json(executions),
         "graphs": graph_stats(executions),
         "fallbacks": summary.fallbacks,
         "recompiles": [recompile_json(r) for r in analysis.recompiles],
@@ -251,22 +290,38 @@ class JsonRenderer(Renderer):
     name = "json"
 
     def render(self, request: RenderRequest) -> str:
+        return "".join(self.stream(request))
+
+    def stream(self, request: RenderRequest) -> Iterator[str]:
         data = request.data
-        return dumps_report(json_report(data.run, data.executions, data.ir_texts))
+        return dumps_report(json_report(data.run, data.executions, data.ir_texts, lines=True))
 
 
-def dumps_report(report: dict) -> str:
-    """The report as indented JSON, with one line per execution: the same document as
-    json.dumps(report, indent=1), written by the C encoder where it is long (indent
-    makes json use its Python encoder: 12 s for 100,000 executions, now under 1 s)."""
-    parts = []
-    for key, value in report.items():
-        if key == "executions" and value:
-            text = "[\n  " + ",\n  ".join(map(json.dumps, value)) + "\n ]"
+# Lines of the executions (and findings) list joined into one piece of output.
+LINES_PER_PIECE = 4096
+
+
+def dumps_report(report: dict) -> Iterator[str]:
+    """The report as indented JSON, in pieces: the same document as json.dumps(report,
+    indent=1), except that each execution and each finding is one line, written by the
+    C encoder (indent makes json use its Python encoder: 12 s for 100,000 executions)
+    and a few thousand at a time (a million executions are 250 MB of text)."""
+    yield "{\n"
+    for number, (key, value) in enumerate(report.items()):
+        yield f",\n {json.dumps(key)}: " if number else f" {json.dumps(key)}: "
+        if isinstance(value, ExecutionLines) and not len(value):
+            yield "[]"
+        elif key in ("executions", "findings") and len(value):
+            items = iter(value if isinstance(value, ExecutionLines) else map(json.dumps, value))
+            yield "["
+            separator = "\n  "
+            while piece := list(itertools.islice(items, LINES_PER_PIECE)):
+                yield separator + ",\n  ".join(piece)
+                separator = ",\n  "
+            yield "\n ]"
         else:
-            text = json.dumps(value, indent=1).replace("\n", "\n ")
-        parts.append(f" {json.dumps(key)}: {text}")
-    return "{\n" + ",\n".join(parts) + "\n}\n"
+            yield json.dumps(value, indent=1).replace("\n", "\n ")
+    yield "\n}\n"
 
 
 def ranks_json_report(ranks: dict[int, RunData], divergence: Divergence | None) -> dict:

@@ -25,8 +25,24 @@ class Frame:
         return {"file": self.file, "line": self.line, "function": self.function}
 
 
+class SiteAndCache:
+    """What an Execution and a Kind (what executions of one kind share) both answer."""
+
+    __slots__ = ()
+    frame: Frame | None
+    cache: str
+
+    @property
+    def site(self) -> str:
+        return self.frame.site if self.frame else "?"
+
+    @property
+    def is_miss(self) -> bool:
+        return self.cache == "miss"
+
+
 @dataclass(frozen=True, slots=True)  # slots: a long run holds a million of them
-class Execution:
+class Execution(SiteAndCache):
     index: int
     step: int
     cause: str
@@ -45,14 +61,6 @@ class Execution:
     counters: dict[str, int] = field(default_factory=dict)
     call: str | None = None  # what the user's line called that led here: "clip_grad_norm_"
     context: str | None = None  # the test that ran it, under pytest: "tests/test_x.py::test_y"
-
-    @property
-    def site(self) -> str:
-        return self.frame.site if self.frame else "?"
-
-    @property
-    def is_miss(self) -> bool:
-        return self.cache == "miss"
 
 
 @dataclass(frozen=True)

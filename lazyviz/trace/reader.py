@@ -11,6 +11,7 @@ import os
 import sqlite3
 import time
 import zlib
+from array import array
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -21,13 +22,16 @@ from lazyviz.trace.model import CAUSES, TS_NAMES, Execution, Frame, Graph, RunIn
 from lazyviz.trace.schema import (
     ADDED_COLUMNS,
     COLUMNS,
-    EXECUTION_COLUMNS,
     FORMAT,
     GRAPH_COLUMNS,
+    KIND_FIELDS,
+    KINDS_FROM,
+    OLD_COLUMNS,
     SCHEMA_VERSION,
     ExecutionRecord,
     GraphRecord,
 )
+from lazyviz.trace.table import ExecutionTable, Kind
 
 
 class TraceError(LazyvizError):
@@ -222,7 +226,10 @@ class Trace:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self._execution_columns = EXECUTION_COLUMNS  # with NULL for columns an older trace lacks
+        self.version = SCHEMA_VERSION
+        # SELECT ... FROM ... giving ExecutionRecord's columns in order (e: the row's table).
+        self._execution_select = ""
+        self._closed = False
         self._db = self._connect()
         try:
             self._check_schema()
@@ -278,17 +285,23 @@ class Trace:
                 f"{self.path}: trace schema {version} is newer than this lazyviz reads "
                 f"({SCHEMA_VERSION}); upgrade lazyviz"
             )
-        for table, columns in COLUMNS.items():
+        self.version = version
+        expected = COLUMNS if version >= KINDS_FROM else OLD_COLUMNS
+        for table, columns in expected.items():
             if kinds.get(table) != "table":
                 raise TraceError(f"{self.path}: damaged: table {table} is missing")
             found = {row[1] for row in self._query(f"PRAGMA table_info({table})")}
             added = ADDED_COLUMNS.get(table, ()) if version < SCHEMA_VERSION else ()
-            if table == "executions":
-                self._execution_columns = ", ".join(c if c in found or c not in added else f"NULL AS {c}"
-                                                    for c in columns)
             missing = [c for c in columns if c not in found and c not in added]
             if missing:
                 raise TraceError(f"{self.path}: damaged: table {table} lacks {', '.join(missing)}")
+            if table == "executions" and version < KINDS_FROM:
+                wide = ", ".join(c if c in found else f"NULL AS {c}" for c in columns)
+                self._execution_select = f"SELECT {wide} FROM executions AS e"
+        if version >= KINDS_FROM:
+            # LEFT JOIN: a row whose kind is missing reads as damaged, not as absent.
+            wide = ", ".join(f"k.{c}" if c in KIND_FIELDS else f"e.{c}" for c in ExecutionRecord._fields)
+            self._execution_select = f"SELECT {wide} FROM executions AS e LEFT JOIN kinds AS k ON k.id = e.kind"
 
     def _query(self, sql: str, params: tuple | list = ()) -> list[tuple]:
         try:
@@ -323,6 +336,7 @@ class Trace:
 
     def close(self) -> None:
         self._db.close()
+        self._closed = True
 
     def __enter__(self) -> Trace:
         return self
@@ -367,12 +381,112 @@ class Trace:
 
     def executions(self, start: int = 0, stop: int | None = None) -> list[Execution]:
         """Executions with start <= index < stop, in order."""
-        query = f"SELECT {self._execution_columns} FROM executions WHERE idx >= ?"
+        query = f"{self._execution_select} WHERE e.idx >= ?"
         params: list[int] = [start]
         if stop is not None:
-            query += " AND idx < ?"
+            query += " AND e.idx < ?"
             params.append(stop)
-        return self._rows(query + " ORDER BY idx", params, _ExecutionRows())
+        return self._rows(query + " ORDER BY e.idx", params, _ExecutionRows())
+
+    def table(self) -> ExecutionTable:
+        """Every execution, as columns: what a reader of the whole run holds (a million
+        executions in about 60 MB, read in seconds)."""
+        if self.version < KINDS_FROM:
+            return ExecutionTable.of(self.executions())
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            table = self._columns()
+        finally:
+            if collecting:
+                gc.enable()
+        # None: say what is wrong, and where, as the row-by-row reader does.
+        return table if table is not None else ExecutionTable.of(self.executions())
+
+    def _columns(self) -> ExecutionTable | None:
+        """The columns a report reads (None: a value is out of range; the row-by-row reader
+        then says which)."""
+        kinds, numbers = self._kinds()
+        low, high, count = self._query("SELECT MIN(idx), MAX(idx), COUNT(*) FROM executions")[0]
+        # Indices without gaps (as written, unless a write failed) need not be read.
+        contiguous = not count or (type(low) is type(high) is int and low >= 0 and high - low == count - 1)
+        names = ("step", "kind", "sync_ms", "trace_ms")
+        columns = self._read_columns(names if contiguous else ("idx", *names), count)
+        if columns is None:
+            return None
+        if contiguous:
+            columns.insert(0, range(low, high + 1) if count else range(0))
+        index, step, kind, sync_ms, trace_ms = columns
+        if len(index) != len(step) or (index and (index[0] < 0 or min(step) < 0)):
+            return None
+        if numbers is not None:  # ids are not 0..n-1 (the writer's): renumber
+            try:
+                kind = array("l", map(numbers.__getitem__, kind))
+            except KeyError:
+                return None
+        elif kind and not (min(kind) >= 0 and max(kind) < len(kinds)):
+            return None
+        return ExecutionTable(kinds, kind, index, step, sync_ms, trace_ms, load_rest=self._rest_of,
+                              load_one=self._rest_of_one)
+
+    def _read_columns(self, names: tuple[str, ...], limit: int) -> list[array] | None:
+        """These columns of the first `limit` executions, as arrays; None when a value is not
+        a finite number of the column's type."""
+        columns = [array("d" if name.endswith("_ms") else "q" if name != "kind" else "l") for name in names]
+        try:
+            cursor = self._db.execute(f"SELECT {', '.join(names)} FROM executions ORDER BY idx LIMIT ?", (limit,))
+            while rows := cursor.fetchmany(65536):
+                for column, values in zip(columns, zip(*rows)):
+                    column.extend(values)
+        except (TypeError, OverflowError):  # a value of the wrong type
+            return None
+        except (sqlite3.Error, ValueError) as error:
+            raise TraceError(f"{self.path}: damaged: {_one_line(error)}") from None
+        if not all(all(map(math.isfinite, column)) for column in columns if column.typecode == "d"):
+            return None
+        return columns
+
+    def _reopen(self) -> None:
+        if self._closed:  # a table outlived the `with` that read it
+            self._db, self._closed = self._connect(), False
+
+    def _rest_of_one(self, index: int) -> tuple[float, float, float]:
+        self._reopen()
+        rows = self._query("SELECT compile_ms, execute_ms, start_ms FROM executions WHERE idx = ?", (index,))
+        try:
+            return (_float(rows[0][0], "compile_ms"), _float(rows[0][1], "execute_ms"),
+                    _float(rows[0][2], "start_ms")) if rows else (0.0, 0.0, 0.0)
+        except _Damaged as error:
+            raise TraceError(f"{self.path}: damaged: execution {index}: {error}") from None
+
+    def _rest_of(self, count: int) -> tuple[array, array, array]:
+        self._reopen()
+        columns = self._read_columns(("compile_ms", "execute_ms", "start_ms"), count)
+        if columns is None or len(columns[0]) != count:
+            self.executions()  # raises, saying which execution is damaged
+            raise TraceError(f"{self.path}: damaged: executions changed while read")
+        return columns[0], columns[1], columns[2]
+
+    def _kinds(self) -> tuple[list[Kind], dict[int, int] | None]:
+        """The kinds, checked as execution rows are; and id -> number where ids are not
+        their numbers."""
+        rows = self._query(f"SELECT id, {', '.join(KIND_FIELDS)} FROM kinds ORDER BY id")
+        check = _ExecutionRows()
+        kinds = []
+        for row in rows:
+            kind_id, fields = row[0], row[1:]
+            cause, detail, file, line, function, stack_id, graph, nodes, cache, fallback_ops, counters, call, context = fields
+            try:
+                e = check((0, 0, cause, detail, file, line, function, stack_id, graph, nodes, cache, 0.0, 0.0, 0.0,
+                           0.0, 0.0, fallback_ops, counters, call, context))
+            except _Damaged as error:
+                raise TraceError(f"{self.path}: damaged: kind {_shown(kind_id)}: "
+                                 f"{str(error).partition(': ')[2]}") from None
+            kinds.append(Kind(e.cause, e.detail, e.frame, e.stack_id, e.graph, e.nodes, e.cache, e.fallback_ops,
+                              e.counters, e.call, e.context))
+        ids = [row[0] for row in rows]
+        numbers = None if ids == list(range(len(ids))) else {kind_id: n for n, kind_id in enumerate(ids)}
+        return kinds, numbers
 
     def execution(self, index: int) -> Execution:
         if not 0 <= index < 2**63:

@@ -7,12 +7,16 @@ import functools
 from typing import NamedTuple
 
 FORMAT = "lazyviz-trace"
-# 3: graph texts stored zlib-compressed (a BLOB; short ones stay TEXT), indexes for readers.
-SCHEMA_VERSION = 3
+# 3: graph texts stored zlib-compressed (a BLOB; short ones stay TEXT).
+# 4: what repeats about an execution (cause, site, graph, cache, ...) stored once per
+#    distinct combination in `kinds`; an execution row is its index, step, kind and times.
+SCHEMA_VERSION = 4
 # Texts at least this long are stored compressed: an IR or TorchScript dump shrinks 5-10x.
 COMPRESS_FROM = 256
 # Columns added after version 1: a version-1 trace lacks them and reads them as NULL.
 ADDED_COLUMNS = {"executions": ("call", "context")}
+# The first version with the `kinds` table.
+KINDS_FROM = 4
 
 
 class ExecutionRecord(NamedTuple):
@@ -38,6 +42,19 @@ class ExecutionRecord(NamedTuple):
     counters: dict[str, int]  # stored as JSON
     call: str | None = None  # the call the user's line made that led here ("clip_grad_norm_")
     context: str | None = None  # the test running (pytest's PYTEST_CURRENT_TEST, without the phase)
+
+
+# An ExecutionRecord's fields split into what a row stores (KindRecord's id in `kind`)...
+ROW_FIELDS = ("idx", "step", "kind", "sync_ms", "trace_ms", "compile_ms", "execute_ms", "start_ms")
+# ... and what its kind stores: everything that stays the same while a step repeats.
+KIND_FIELDS = ("cause", "detail", "file", "line", "function", "stack_id", "graph", "nodes", "cache",
+               "fallback_ops", "counters", "call", "context")
+
+
+def split_row(row: tuple) -> tuple[tuple, tuple]:
+    """An ExecutionRecord in stored form -> (its kind's fields, its row's fields without the
+    kind id)."""
+    return row[2:11] + row[16:20], row[:2] + row[11:16]
 
 
 class GraphRecord(NamedTuple):
@@ -68,9 +85,8 @@ CREATE TABLE graphs (
     first_execution INTEGER NOT NULL
 );
 CREATE TABLE stacks (id INTEGER PRIMARY KEY, frames TEXT NOT NULL);
-CREATE TABLE executions (
-    idx INTEGER PRIMARY KEY,
-    step INTEGER NOT NULL,
+CREATE TABLE kinds (
+    id INTEGER PRIMARY KEY,
     cause TEXT NOT NULL,
     detail TEXT,
     file TEXT,
@@ -80,16 +96,28 @@ CREATE TABLE executions (
     graph TEXT NOT NULL,
     nodes INTEGER NOT NULL,
     cache TEXT NOT NULL,
-    sync_ms REAL NOT NULL,
-    trace_ms REAL NOT NULL,
-    compile_ms REAL NOT NULL,
-    execute_ms REAL NOT NULL,
-    start_ms REAL NOT NULL,
     fallback_ops TEXT NOT NULL,
     counters TEXT NOT NULL,
     call TEXT,
     context TEXT
 );
+CREATE TABLE executions (
+    idx INTEGER PRIMARY KEY,
+    step INTEGER NOT NULL,
+    kind INTEGER NOT NULL,
+    sync_ms REAL NOT NULL,
+    trace_ms REAL NOT NULL,
+    compile_ms REAL NOT NULL,
+    execute_ms REAL NOT NULL,
+    start_ms REAL NOT NULL
+);
+-- For people querying a trace with sqlite3: every execution with its kind, one row each
+-- (the columns of an ExecutionRecord). lazyviz itself never reads it.
+CREATE VIEW execution_rows AS
+    SELECT e.idx, e.step, k.cause, k.detail, k.file, k.line, k.function, k.stack_id, k.graph, k.nodes,
+           k.cache, e.sync_ms, e.trace_ms, e.compile_ms, e.execute_ms, e.start_ms, k.fallback_ops,
+           k.counters, k.call, k.context
+    FROM executions AS e JOIN kinds AS k ON k.id = e.kind;
 """
 
 
@@ -106,9 +134,12 @@ EXECUTION_FIELDS = ExecutionRecord._fields
 
 @functools.cache
 def insert_executions(rows: int) -> str:
-    """One INSERT of `rows` executions, their values flattened in column order."""
-    values = "(" + ", ".join("?" * len(EXECUTION_FIELDS)) + ")"
-    return f"INSERT INTO executions ({EXECUTION_COLUMNS}) VALUES " + ", ".join([values] * rows)
+    """One INSERT of `rows` execution rows, their values (ROW_FIELDS) flattened in order."""
+    values = "(" + ", ".join("?" * len(ROW_FIELDS)) + ")"
+    return f"INSERT INTO executions ({', '.join(ROW_FIELDS)}) VALUES " + ", ".join([values] * rows)
+
+
+INSERT_KIND = f"INSERT INTO kinds (id, {', '.join(KIND_FIELDS)}) VALUES ({', '.join('?' * (len(KIND_FIELDS) + 1))})"
 # Graphs and stacks are stored once: a second insert of the same one is a no-op.
 INSERT_GRAPH = _insert("graphs", GraphRecord, "INSERT OR IGNORE")
 INSERT_STACK = _insert("stacks", StackRecord, "INSERT OR IGNORE")
@@ -118,5 +149,8 @@ COLUMNS = {
     "run": ("key", "value"),
     "graphs": GraphRecord._fields,
     "stacks": StackRecord._fields,
-    "executions": ExecutionRecord._fields,
+    "kinds": ("id", *KIND_FIELDS),
+    "executions": ROW_FIELDS,
 }
+# Before KINDS_FROM: no kinds, and each execution row holds all its fields.
+OLD_COLUMNS = {**{t: c for t, c in COLUMNS.items() if t != "kinds"}, "executions": ExecutionRecord._fields}

@@ -17,16 +17,18 @@ from typing import NamedTuple
 
 from lazyviz.trace.schema import (
     COMPRESS_FROM,
-    EXECUTION_FIELDS,
     FORMAT,
     INSERT_GRAPH,
+    INSERT_KIND,
     INSERT_STACK,
+    ROW_FIELDS,
     SCHEMA_VERSION,
     TABLES,
     ExecutionRecord,
     GraphRecord,
     StackRecord,
     insert_executions,
+    split_row,
 )
 
 
@@ -85,6 +87,9 @@ class TraceWriter:
             )
         self.error: str | None = None  # the first write that failed, for the user
         self.written = 0  # executions committed
+        # An execution's kind (KIND_FIELDS) -> its id in `kinds`: a loop's steps repeat a
+        # few kinds, so a row stores 8 values, not 20. Only the writer thread uses it.
+        self._kinds: dict[tuple, int] = {}
         self._abandoned = False
         # SimpleQueue: a put is a few microseconds of C, on the traced step's hot path.
         self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
@@ -190,6 +195,8 @@ class TraceWriter:
         db = self._db
         executions: list[tuple] = []
         inserted = 0
+        kinds = self._kinds
+        new_kinds: list[tuple] = []  # this transaction's: forgotten again if it fails
         db.execute("BEGIN")
         try:
             for item in records:
@@ -205,7 +212,7 @@ class TraceWriter:
                     executions.append(stored(item.execution))
                     continue
                 if executions:  # keep the order: an execute time may update a row just queued
-                    _insert_executions(db, executions)
+                    _insert_executions(db, executions, kinds, new_kinds)
                     inserted += len(executions)
                     executions = []
                 if isinstance(item, _RunFields):
@@ -214,22 +221,39 @@ class TraceWriter:
                     db.execute("UPDATE executions SET execute_ms = ?, sync_ms = compile_ms + ? WHERE idx = ?",
                                (item.execute_ms, item.execute_ms, item.index))
             if executions:
-                _insert_executions(db, executions)
+                _insert_executions(db, executions, kinds, new_kinds)
                 inserted += len(executions)
             db.execute("COMMIT")
         except BaseException:
+            for kind in new_kinds:
+                del kinds[kind[1:]]
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
         self.written += inserted
 
 
-def _insert_executions(db: sqlite3.Connection, rows: list[tuple]) -> None:
-    """Many rows per statement (INSERT ... VALUES (..), (..), ...): executemany would
-    step SQLite once per row, giving the GIL away and taking it back each time, and on
-    two cores every such hand-off is a wait for the traced thread. Chunks of 2**k rows,
-    so a handful of statements are prepared once and cached."""
-    limit = db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(EXECUTION_FIELDS)
+def _insert_executions(db: sqlite3.Connection, executions: list[tuple], kinds: dict[tuple, int],
+                       new_kinds: list[tuple]) -> None:
+    """Stored-form executions as `executions` rows, after any kinds not seen before (which
+    join `kinds` and new_kinds).
+
+    Many rows per statement (INSERT ... VALUES (..), (..), ...): executemany would step
+    SQLite once per row, giving the GIL away and taking it back each time, and on two
+    cores every such hand-off is a wait for the traced thread. Chunks of 2**k rows, so a
+    handful of statements are prepared once and cached."""
+    rows = []
+    first_new = len(new_kinds)
+    for execution in executions:
+        kind, row = split_row(execution)
+        number = kinds.get(kind)
+        if number is None:
+            number = kinds[kind] = len(kinds)
+            new_kinds.append((number, *kind))
+        rows.append((row[0], row[1], number, *row[2:]))
+    if len(new_kinds) > first_new:
+        db.executemany(INSERT_KIND, new_kinds[first_new:])
+    limit = db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(ROW_FIELDS)
     done = 0
     while done < len(rows):
         size = 1 << min(len(rows) - done, limit, MAX_ROWS_PER_INSERT).bit_length() - 1
