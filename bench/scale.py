@@ -80,13 +80,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--real", type=int, default=0, metavar="N", help="also a real loop of N tiny steps")
+    parser.add_argument("--write", nargs=2, metavar=("PATH", "N"), help=argparse.SUPPRESS)
     options = parser.parse_args()
+    if options.write:
+        print(synthetic_trace(Path(options.write[0]), int(options.write[1])))
+        return
     lazyviz = [sys.executable, "-m", "lazyviz"]
     with tempfile.TemporaryDirectory() as folder:
         traces = []
         for size in options.sizes:
             path = Path(folder) / f"synthetic-{size}.trace"
-            took = synthetic_trace(path, size)
+            # In a child: a child's peak RSS counts from its parent's at the fork, so this
+            # process must stay small for the readers' peaks to be their own.
+            took = float(subprocess.run([sys.executable, __file__, "--write", str(path), str(size)], check=True,
+                                        capture_output=True, text=True).stdout)
             traces.append((f"synthetic {size:,}", path, took))
         if options.real:
             path = Path(folder) / f"real-{options.real}.trace"

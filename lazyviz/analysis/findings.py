@@ -6,7 +6,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from lazyviz.analysis.ir import facts, parsed
+from lazyviz.analysis.ir import facts
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
 from lazyviz.trace.model import TS_NAMES, Execution, Frame
 from lazyviz.trace.table import ExecutionTable
@@ -367,11 +367,10 @@ def growing_graphs(executions: Sequence[Execution]) -> set[str]:
 def _built_at(ir_text: str, limit: int = 3) -> str:
     """", built at lm.py:140 (412 nodes), lm.py:152 (96)": the lines that built most of a
     graph's ops, where the IR records them; "" where it does not."""
-    graph = parsed(ir_text)
+    graph = facts(ir_text)
     if graph is None:
         return ""
-    lines = Counter(node.source_line for node in graph.nodes
-                    if node.location and not node.is_input)
+    lines = graph.built_at
     if not lines:
         return ""
     shown = [f"{line} ({count} node{'s' if count != 1 else ''})" for line, count in lines.most_common(limit)]

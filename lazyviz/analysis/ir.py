@@ -13,6 +13,7 @@ and PyTorch/XLA's dialect of it, with XLA_IR_DEBUG=1 source locations:
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import NamedTuple
@@ -181,6 +182,8 @@ class GraphFacts(NamedTuple):
     ops: tuple[str, ...]  # the ops that are not inputs, in order
     size: int  # nodes
     structure: tuple[int, ...]  # IRGraph.structure
+    op_counts: Counter[str]  # every node's op, inputs too
+    built_at: Counter[str]  # the lines that built its ops ("train.py:28"), where the IR says
 
 
 @lru_cache(maxsize=65536)
@@ -188,7 +191,9 @@ def facts(text: str) -> GraphFacts | None:
     graph = parsed(text)
     if graph is None:
         return None
-    return GraphFacts(tuple(node.op for node in graph.nodes if not node.is_input), len(graph), graph.structure)
+    return GraphFacts(tuple(node.op for node in graph.nodes if not node.is_input), len(graph), graph.structure,
+                      Counter(node.op for node in graph.nodes),
+                      Counter(node.source_line for node in graph.nodes if node.location and not node.is_input))
 
 
 @lru_cache(maxsize=512)

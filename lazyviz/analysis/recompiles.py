@@ -6,7 +6,7 @@ import bisect
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import Any
 
 from lazyviz.analysis.diff import Change, GraphDiff, diff_texts
@@ -212,10 +212,9 @@ def explain_recompiles(
     return explained
 
 
-@lru_cache(maxsize=4096)
 def _ops(ir_text: str) -> tuple[Counter[str], int]:
-    graph = parsed(ir_text)
-    return (Counter(node.op for node in graph.nodes), len(graph)) if graph is not None else (Counter(), 0)
+    graph = facts(ir_text)
+    return (graph.op_counts, graph.size) if graph is not None else (Counter(), 0)
 
 
 def op_overlap(a_text: str, b_text: str) -> float:
