@@ -126,10 +126,7 @@ def _insert(table: str, record: type[tuple], verb: str = "INSERT") -> str:
     return f"{verb} INTO {table} ({', '.join(fields)}) VALUES ({', '.join('?' * len(fields))})"
 
 
-EXECUTION_COLUMNS = ", ".join(ExecutionRecord._fields)
 GRAPH_COLUMNS = ", ".join(GraphRecord._fields)
-INSERT_EXECUTION = _insert("executions", ExecutionRecord)
-EXECUTION_FIELDS = ExecutionRecord._fields
 
 
 @functools.cache
