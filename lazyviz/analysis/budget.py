@@ -65,7 +65,7 @@ def check_budget(run: RunInfo, executions: Sequence[Execution], recompiles: list
         breaches.append(f"missing mark_step(){where}: {finding.message}")
     table = ExecutionTable.of(executions)
     late = [r for r in recompiles if r.step >= budget.warmup_steps]
-    misses = table.merged([n for n in table.in_order if table.kinds[n].is_miss])
+    misses = table.where(lambda kind: kind.is_miss)
     late_misses = [p for p in misses if table.step[p] >= budget.warmup_steps]
     if budget.max_misses_after is not None and len(late_misses) > budget.max_misses_after:
         first = late[0] if late else None

@@ -177,8 +177,7 @@ def explain_recompiles(
     explained_at: Counter[tuple[str | None, str]] = Counter()  # structure changes after warm-up, per site
     structures: dict[str | None, set[tuple[int, ...]]] = {}  # context -> structures compiled
     # Only misses are walked; a stepless site's syncs before one are counted.
-    misses = table.merged([number for number, kind in enumerate(table.kinds) if kind.is_miss and
-                           table.positions[number]])
+    misses = table.where(lambda kind: kind.is_miss)
     seen_sites: set[tuple[str | None, str]] = set()  # sites that compiled before
     for position in misses:
         execution = table[position]
@@ -289,7 +288,7 @@ def explain_execution(
         return None
     target = table[position]
     compiled: list[Execution] = []
-    misses = table.merged([n for n, kind in enumerate(table.kinds) if kind.is_miss and table.positions[n]])
+    misses = table.where(lambda kind: kind.is_miss)
     for miss in misses[:bisect.bisect_left(misses, position)]:
         execution = table[miss]
         if all(e.graph != execution.graph for e in compiled):

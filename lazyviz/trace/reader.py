@@ -390,7 +390,7 @@ class Trace:
 
     def table(self) -> ExecutionTable:
         """Every execution, as columns: what a reader of the whole run holds (a million
-        executions in about 60 MB, read in seconds)."""
+        executions in about 32 MB, read in about 2 s)."""
         if self.version < KINDS_FROM:
             return ExecutionTable.of(self.executions())
         collecting = gc.isenabled()

@@ -44,7 +44,7 @@ class ExecutionRecord(NamedTuple):
     context: str | None = None  # the test running (pytest's PYTEST_CURRENT_TEST, without the phase)
 
 
-# An ExecutionRecord's fields split into what a row stores (KindRecord's id in `kind`)...
+# An ExecutionRecord's fields split into what a row stores (its kind's id in `kind`)...
 ROW_FIELDS = ("idx", "step", "kind", "sync_ms", "trace_ms", "compile_ms", "execute_ms", "start_ms")
 # ... and what its kind stores: everything that stays the same while a step repeats.
 KIND_FIELDS = ("cause", "detail", "file", "line", "function", "stack_id", "graph", "nodes", "cache",

@@ -206,6 +206,10 @@ class ExecutionTable(Sequence[Execution]):
             return self.positions[numbers[0]]
         return sorted(chain.from_iterable(self.positions[number] for number in numbers))
 
+    def where(self, test: Callable[[Kind], bool]) -> Sequence[int]:
+        """The positions of executions whose kind passes the test, in order."""
+        return self.merged([number for number in self.in_order if test(self.kinds[number])])
+
     def group_by(self, key: Callable[[Kind], Hashable | None]) -> dict[Hashable, Sequence[int]]:
         """key(kind) -> the positions of executions of kinds with that key, in order (see
         kinds_by)."""
