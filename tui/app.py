@@ -271,7 +271,10 @@ class LazyvizApp(App[None]):
     def show_execution(self, message: ExecutionList.Selected) -> None:
         # The tab that explains the row: Diff for a recompile, Stack for a fallback or an
         # extra sync, IR otherwise; a tab chosen outside those three stays.
-        tabs = self.query_one(TabbedContent)
+        found = self.query(TabbedContent)
+        if not found:  # a selection still queued while the app closes: its screen is gone
+            return
+        tabs = found.first()
         if tabs.active in AUTO_TABS:
             tabs.active = explaining_tab(message.execution, self.recompiles.get(message.execution.index))
         self.load_details(message.execution)
