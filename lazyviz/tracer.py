@@ -9,14 +9,14 @@ import sys
 import sysconfig
 import threading
 import time
+from array import array
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import NamedTuple
 
-from lazyviz.backends import OTHER_FRAME, STOP_FRAME, USER_FRAME, CompiledGraph, Frame, LazyBackend
+from lazyviz.backends import OTHER_FRAME, STOP_FRAME, USER_FRAME, CompiledGraph, Frame, LazyBackend, Recorded
 from lazyviz.errors import LazyvizError
-from lazyviz.trace.schema import ExecutionRecord, GraphRecord, StackRecord
+from lazyviz.trace.schema import ExecutionRecord, GraphRecord, StackRecord, split_row
 from lazyviz.trace.writer import TraceWriter
 from lazyviz.trace.writer import stored as _stored
 
@@ -33,7 +33,6 @@ _USER, _FRAMEWORK, _SKIP, _STOP = "user", "framework", "skip", "stop"
 _WRAPPER_NAMES = frozenset({"wrapper", "wrapped", "inner", "decorate_context", "decorated", "fn", "func"})
 
 MAX_ERRORS = 20  # lazyviz's own errors kept for the end-of-run message
-MAX_REPEATS = 100_000  # rows kept to repeat: a script with more distinct stacks takes the slow path
 
 
 class _SyncCause(threading.local):
@@ -41,23 +40,6 @@ class _SyncCause(threading.local):
 
     cause: str | None = None
     detail: str | None = None
-
-
-class _Repeat(NamedTuple):
-    """A recorded execution's row, less its index, step and times: what a cache hit from
-    the same stack, cause and test repeats."""
-
-    cause: str | None  # the sync-site call running when it was recorded (the wrappers' own strings)
-    detail: str | None
-    counters: dict[str, int]  # the counters that moved then (the backend's dict): the same must move
-    head: tuple  # cause .. cache, in column order
-    tail: tuple  # fallback_ops .. context, stored form
-
-    @classmethod
-    def of(cls, record: ExecutionRecord, cause: str | None, detail: str | None, counters: dict[str, int]) -> _Repeat:
-        stored = _stored(record)
-        head = stored[2:stored._fields.index("sync_ms")]
-        return cls(cause, detail, counters, head[:-1] + ("hit",), stored[stored._fields.index("fallback_ops"):])
 
 
 class TracerBusy(LazyvizError):
@@ -103,7 +85,12 @@ class Tracer:
         self.backend = backend
         self.writer = writer
         self.capture = capture
-        self.execution_count = 0  # executions recorded so far
+        # [executions recorded, steps completed], shared with a backend that records
+        # repeated rows itself (record_repeats) and numbers them from here. Steps are
+        # step-ending syncs that returned (not torch's MarkStep counter, which a script or
+        # test harness may reset with torch._lazy.metrics.reset()).
+        self._counts = array("q", [0, 0])
+        self._take_repeated: Callable[[], list[tuple]] | None = None
         self.errors: list[str] = []  # lazyviz's own failures, swallowed so the script goes on
         self._sync = _SyncCause()  # set by the sync-site wrappers while they run
         self._last_fallback_call: tuple[int, int] | None = None
@@ -116,16 +103,17 @@ class Tracer:
         self._stack_ids: dict[tuple, int] = {}
         self._user_file: dict[str, bool] = {}
         self._frame_entries: dict[tuple[int, int], tuple] = {}
-        # Steps completed: step-ending syncs that returned (not torch's MarkStep counter,
-        # which a script or test harness may reset with torch._lazy.metrics.reset()).
-        self._steps = 0
         self._started = time.perf_counter() if started is None else started
         self._last_end: float | None = None  # None until the first execution: start-up is apart
         self._not_user = [_LAZYVIZ_DIR, *self._stdlib_paths()]  # + the backend's, once initialised
         self._outer_files = RUNNER_FILES | outer_files
         self._file_label = file_label
         self._wrapped: list[tuple[object, str, Callable, Callable]] = []  # owner, name, original, wrapper
-        self._repeats: dict[int, dict[int, _Repeat]] = {}  # stack signature -> backend key -> its row
+
+    @property
+    def execution_count(self) -> int:
+        """Executions recorded so far."""
+        return self._counts[0]
 
     @staticmethod
     def _stdlib_paths() -> list[str]:
@@ -140,6 +128,8 @@ class Tracer:
         self.backend.init()
         self._not_user += self.backend.framework_paths()
         self.backend.install_hook(self._on_execution, self._on_execute_time)
+        self._take_repeated = self.backend.record_repeats(self._counts, self._sync, self._started)
+        self.writer.set_source(self._take_repeated)
         if self.capture == "full" and self.source_lines:
             self.backend.record_source_lines(self._classify_code)
         if not _Process.fork_handler:  # register_at_fork cannot be undone: once per process
@@ -163,6 +153,7 @@ class Tracer:
         device = self.backend.device
 
         sync = self._sync
+        counts = self._counts  # [executions, steps]: shared with the backend, read as it counts
         ends_step = cause == "mark_step"
         empty_sync_ends_step = self.backend.empty_sync_ends_step
 
@@ -178,13 +169,13 @@ class Tracer:
             if poll is not None:  # executions from before this call are not its own
                 poll()
             sync.cause, sync.detail = cause, detail
-            executions_before = tracer.execution_count
+            executions_before = counts[0]
             try:
                 result = original(*args, **kwargs)
                 if poll is not None:
                     poll()
-                if ends_step and (empty_sync_ends_step or tracer.execution_count > executions_before):
-                    tracer._steps += 1
+                if ends_step and (empty_sync_ends_step or counts[0] > executions_before):
+                    counts[1] += 1
                 return result
             finally:
                 sync.cause = None
@@ -200,6 +191,11 @@ class Tracer:
                 self.backend.poll(final=True)
         finally:
             self.backend.set_hook_enabled(False)
+            if self._take_repeated is not None:  # the last window's repeated rows
+                self.writer.add_rows(self._take_repeated())
+                self.writer.set_source(None)
+                self.backend.record_repeats(None, None, 0.0)
+                self._take_repeated = None
             for owner, name, original, wrapper in reversed(self._wrapped):
                 if getattr(owner, name, None) is wrapper:  # not when wrapped again on top of ours
                     setattr(owner, name, original)
@@ -216,46 +212,33 @@ class Tracer:
     def _on_execution(
         self, key: int, graph: CompiledGraph | None, execute_ms: float, counters: dict[str, int],
         backend_stack: list[Frame] | None = None, site: int | None = None,
-    ) -> int:
+        ends: tuple[float, float | None] | None = None,
+    ) -> Recorded:
         """`counters`: the counters that moved since the previous execution;
         `backend_stack`: where the backend saw it, when it reports after the fact;
-        `site`: the calling stack's signature, when the backend has one.
+        `site`: the calling stack's signature, when the backend has one (a backend that
+        repeats rows itself sees the answer's repeat_as);
+        `ends`: when it and the previous execution ended, when the backend times them.
         A failure of lazyviz's own is counted and swallowed; KeyboardInterrupt and
         SystemExit (a signal handler may raise them here) go on to the script."""
         try:
-            if graph is None and site is not None and self._last_fallback_call is None:
-                # Fast path: a cache hit from a stack, cause and test seen before repeats
-                # that execution's row with new times (no stack walk, and as few new
-                # objects as can be: the backend passes the same counters dict while
-                # the same counters move).
-                by_key = self._repeats.get(site)
-                repeat = by_key.get(key) if by_key is not None else None
-                sync = self._sync
-                if repeat is not None and repeat.cause is sync.cause and repeat.detail is sync.detail \
-                        and (repeat.counters is counters or repeat.counters == counters):
-                    return self._repeat(repeat, execute_ms)
-            return self._record(key, graph, execute_ms, counters, backend_stack, site)
+            return self._record(key, graph, execute_ms, counters, backend_stack, site, ends)
         except Exception as error:
             if len(self.errors) < MAX_ERRORS:
                 self.errors.append(f"{type(error).__name__}: {error}")
-            return -1
-
-    def _repeat(self, repeat: _Repeat, execute_ms: float) -> int:
-        end = time.perf_counter()
-        start = end - execute_ms / 1000
-        trace_ms = (start - self._last_end) * 1000  # type: ignore[operator] # set by the row repeated
-        self._last_end = end
-        index = self.execution_count
-        self.writer.add_row((index, self._steps, *repeat.head, execute_ms, trace_ms if trace_ms > 0 else 0.0, 0.0,
-                             execute_ms, (start - self._started) * 1000, *repeat.tail))
-        self.execution_count = index + 1
-        return index
+            return Recorded(-1)
 
     def _record(
         self, key: int, graph: CompiledGraph | None, execute_ms: float, counters: dict[str, int],
         backend_stack: list[Frame] | None, site: int | None = None,
-    ) -> int:
-        end = time.perf_counter()
+        ends: tuple[float, float | None] | None = None,
+    ) -> Recorded:
+        if ends is not None:
+            end, previous_end = ends
+            if previous_end is not None:  # the previous may have been a row the backend repeated
+                self._last_end = previous_end
+        else:
+            end = time.perf_counter()
         frame = None
         if backend_stack is None:
             frame = sys._getframe(3)  # skip _record, _on_execution and the backend adapter's
@@ -301,11 +284,15 @@ class Tracer:
             trace_ms = max(0.0, (start - self._last_end) * 1000)
         self._last_end = end
 
+        counts = self._counts
+        # Read and bumped with no call in between: no other thread (nor the backend's
+        # repeated rows, numbered under the GIL) can take the same index.
+        index = counts[0]
+        counts[0] = index + 1
         new_graph = None
         if known is not None and known.graph_id not in self._graphs_seen:  # new to this trace
             self._graphs_seen.add(known.graph_id)
-            new_graph = GraphRecord(known.graph_id, known.nodes, known.ir_text, known.backend_text,
-                                    self.execution_count)
+            new_graph = GraphRecord(known.graph_id, known.nodes, known.ir_text, known.backend_text, index)
         stack_id = new_stack = None
         if self.capture == "full":
             stack_key = tuple(stack)
@@ -319,8 +306,8 @@ class Tracer:
         if "_pytest" in sys.modules:  # under pytest: which test ran it (an env lookup costs ~1 us)
             context = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0] or None
         record = ExecutionRecord(
-            idx=self.execution_count,
-            step=self._steps,  # completed before this execution; a mark_step's own is the step it ends
+            idx=index,
+            step=counts[1],  # completed before this execution; a mark_step's own is the step it ends
             cause=cause, detail=detail, file=file, line=line, function=function, stack_id=stack_id,
             graph=graph_id, nodes=nodes, cache="miss" if graph is not None else "hit",
             sync_ms=sync_ms, trace_ms=trace_ms, compile_ms=compile_ms, execute_ms=execute_ms,
@@ -329,14 +316,12 @@ class Tracer:
             call=call, context=context,
         )
         self.writer.add_execution(record, new_graph, new_stack)
-        self.execution_count += 1
-        if site is not None:
-            if graph is not None:  # a new graph under this key: rows repeated for the old one are stale
-                for by_key in self._repeats.values():
-                    by_key.pop(key, None)
-            if cause != "fallback" and call is None and len(self._repeats) < MAX_REPEATS:
-                self._repeats.setdefault(site, {})[key] = _Repeat.of(record, sync.cause, sync.detail, counters)
-        return self.execution_count - 1
+        repeat_as = -1
+        if site is not None and graph is None and cause != "fallback" and call is None:
+            # A later hit from this stack, under this cause, with these counters moving, is
+            # this row again with new times: the backend repeats it, as this row's kind.
+            repeat_as = self.writer.kind_id(split_row(_stored(record))[0])
+        return Recorded(index, repeat_as, self._last_fallback_call is not None)
 
     def _on_execute_time(self, index: int, execute_ms: float) -> None:
         self.writer.set_execute_ms(index, execute_ms)
@@ -422,7 +407,7 @@ class Tracer:
         return next((entry for entry in stack if self._is_user_file(entry[0])), None)
 
     def steps(self) -> int:
-        return self._steps
+        return self._counts[1]
 
 
 # Frames of lazyviz's runner and of runpy below the script: the stack walk stops there.

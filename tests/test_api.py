@@ -192,6 +192,25 @@ async def test_the_terminal_ui_reads_a_trace_written_from_python(tmp_path: Path)
         assert "lazyviz.trace() in Python" in header and "ended" in header
 
 
+def test_a_repeated_row_keeps_the_cause_of_the_call_that_ran_it(tmp_path: Path) -> None:
+    """One instruction that calls a different sync each time (`getattr(t, name)()`): the
+    stack is the same, so only the cause running tells the rows apart."""
+    result = run_python(tmp_path, """
+        x = torch.ones(4, device="lazy")
+        torch._lazy.mark_step()
+        with lazyviz.trace("t.trace", capture="light"):
+            for i in range(30):
+                y = x * 2  # the same graph each time: a cache hit after the first
+                getattr(y, ("tolist", "cpu", "tolist")[i % 3])()  # the sync line
+    """)
+    assert result.returncode == 0, result.stderr
+    with open_trace(tmp_path / "t.trace") as trace:
+        rows = trace.executions()
+    assert [e.cause for e in rows] == [("tolist", "cpu", "tolist")[i % 3] for i in range(30)]
+    assert sum(e.is_miss for e in rows) == 1
+    assert {e.frame.line for e in rows} == {line_of(tmp_path, "# the sync line")}
+
+
 def test_repeated_hits_keep_each_rows_own_line_cause_step_and_graph(tmp_path: Path) -> None:
     """Cache hits from a stack seen before repeat its row (the fast path): each must still
     carry its own sync line, cause, step and graph, as the first one from there did."""

@@ -6,9 +6,9 @@ this package touch torch's private lazy APIs.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from lazyviz.errors import LazyvizError
 
@@ -41,19 +41,29 @@ class SyncSite:
 # A Python frame as (file, line, function).
 Frame = tuple[str, int, str]
 
+class Recorded(NamedTuple):
+    """What the tracer answers a backend that reported an execution."""
+
+    index: int  # the execution's index (-1 when lazyviz failed to record it)
+    repeat_as: int = -1  # the row kind later hits from this site repeat (see record_repeats), or -1
+    ask_next: bool = True  # the next execution must be reported, not repeated (a fallback's next)
+
+
 class ExecutionHook(Protocol):
-    """What a backend calls once per graph execution; returns the execution's index
-    (-1 when lazyviz failed to record it)."""
+    """What a backend calls once per graph execution."""
 
     def __call__(self, key: int, graph: CompiledGraph | None, execute_ms: float, counters: Mapping[str, int],
-                 backend_stack: list[Frame] | None = None, site: int | None = None) -> int:
+                 backend_stack: list[Frame] | None = None, site: int | None = None,
+                 ends: tuple[float, float | None] | None = None) -> Recorded:
         """key: the backend's id for the compiled computation; graph: what its compile
         produced, on its first execution only; counters: those that moved since the
         previous execution, by how much; backend_stack: where the backend saw it,
         innermost first, when it reports after the fact (None: the caller's stack);
         site: a signature of the calling stack (every frame's code object and
         instruction, and the running test), equal only for the same stack, when the
-        backend can compute it cheaply: the tracer then repeats a row it built before."""
+        backend can compute it cheaply, and a repeat_as for it means something (see
+        record_repeats); ends: (when it ended, when the previous execution ended or
+        None for the first), on the tracer's clock, when the backend times them."""
         ...
 
 
@@ -109,6 +119,16 @@ class LazyBackend(ABC):
     def poll(self, final: bool = False) -> None:  # noqa: B027 - optional: only polling backends override it
         """Report executions seen since the last poll; final: the script has ended,
         wait for the device and report everything."""
+
+    def record_repeats(self, counts: object, sync: object, started: float) -> Callable[[], list[tuple]] | None:
+        """Repeat rows without the tracer, where the backend can: a cache hit from a site
+        (stack and sync cause) for which the tracer answered a repeat_as is appended as a
+        row of that kind (ROW_FIELDS), numbered and stepped from counts (an array('q',
+        [executions, steps completed]) the tracer shares), timed on the tracer's clock
+        that started at `started`. Returns what takes the rows repeated since its last
+        call, or None where the backend cannot (the tracer then sees every execution).
+        counts None: stop."""
+        return None
 
     @abstractmethod
     def set_hook_enabled(self, enabled: bool) -> None:

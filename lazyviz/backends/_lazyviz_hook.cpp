@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -238,6 +239,69 @@ uint64_t StackSignature() {
   return hash;
 }
 
+// ---- Repeated rows: a steady loop's cache hits recorded without calling Python -------
+//
+// The first execution from a stack (signature above, plus the sync cause running) of a
+// compiled computation goes to Python, which records it and answers with the id of the
+// row kind that later hits from there repeat (or -1). Such a hit, with the same counters
+// moving by the same amounts, is then only a row appended here: index, step, kind and
+// times, in the trace's own layout, which the writer takes once per commit window.
+// Everything here is touched with the GIL held.
+struct Row {  // one `executions` row (ROW_FIELDS), as take_rows() hands it out
+  int64_t idx, step, kind;
+  double sync_ms, trace_ms, compile_ms, execute_ms, start_ms;
+};
+static_assert(sizeof(Row) == 64, "take_rows() hands out 64-byte rows");
+
+using Moves = std::vector<std::pair<std::string, int64_t>>;  // counters that moved, by how much
+
+struct RepeatOf {
+  int64_t kind;
+  Moves moved;
+};
+
+struct Repeats {
+  py::object counts_owner;        // the tracer's array('q', [executions, steps completed])
+  std::unique_ptr<py::buffer_info> counts_view;  // held: the array cannot be resized under us
+  int64_t* counts = nullptr;
+  py::object sync;                // the tracer's thread-local sync cause (.cause, .detail)
+  double clock_offset_s = 0;      // steady clock + offset = the tracer's clock (time.perf_counter)
+  double started_s = 0;           // the tracer's start, on its clock
+  double last_end_s = NAN;        // the previous execution's end; NaN before the first
+  bool ask_next = true;           // Python asked to see the next execution (a fallback's)
+  size_t size = 0;
+  std::unordered_map<uint64_t, std::unordered_map<const Computation*, RepeatOf>> by_site;
+  std::unordered_set<PyObject*> kept;  // causes mixed into signatures: their ids stay theirs
+  std::vector<Row> rows;
+
+  ~Repeats() {
+    for (PyObject* value : kept) Py_DECREF(value);
+  }
+};
+Repeats* g_repeats = nullptr;
+constexpr size_t kMaxRepeats = 100000;  // a script with more distinct stacks takes the slow path
+
+double SteadySeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The sync cause running on this thread (the sync-site wrappers' own strings): a hit
+// repeats a row only under the same cause.
+uint64_t WithCause(uint64_t site) {
+  static PyObject* const names[] = {PyUnicode_InternFromString("cause"), PyUnicode_InternFromString("detail")};
+  for (PyObject* name : names) {
+    PyObject* value = PyObject_GetAttr(g_repeats->sync.ptr(), name);
+    if (value == nullptr) {
+      PyErr_Clear();
+      continue;
+    }
+    if (value != Py_None && g_repeats->kept.insert(value).second) Py_INCREF(value);
+    site = Mix(site, reinterpret_cast<uintptr_t>(value));
+    Py_DECREF(value);
+  }
+  return site;
+}
+
 // Lazy tensors made from CPU data (`batch.to("lazy")`) upload on first use, inside
 // whatever op uses them first: the line that made them is noted when `.to` returns
 // and carried to the upload, so an input node names it rather than the line using it.
@@ -356,8 +420,8 @@ class RecordingBackend : public BackendImplInterface {
                                                  const BackendDevice& device) const override {
     double started = now_ms();
     auto results = inner_->ExecuteComputation(computation, arguments, device);
-    double execute_ms = now_ms() - started;
-    Report(computation.get(), execute_ms);
+    double ended = now_ms();
+    Report(computation.get(), ended - started, SteadySeconds());
     return results;
   }
 
@@ -479,11 +543,11 @@ class RecordingBackend : public BackendImplInterface {
   // mu_ guards compiled_, counters_ and the pending graph: the executor may compile on
   // one thread while another executes (checked on torch 2.13: LazyGraphExecutor holds
   // no lock of ours). mu_ is never held while waiting for the GIL.
-  void Report(const Computation* key, double execute_ms) const {
+  void Report(const Computation* key, double execute_ms, double ended_s) const {
     if (!enabled_.load()) return;
     bool have_graph = false;
     CompiledGraph g;
-    std::vector<std::pair<std::string, int64_t>> moved;
+    Moves moved;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto found = compiled_.find(key);
@@ -498,6 +562,21 @@ class RecordingBackend : public BackendImplInterface {
     }
     py::gil_scoped_acquire gil;
     ForgetLastFrame();
+    uint64_t site = StackSignature();
+    Repeats* repeats = g_repeats;
+    py::object previous_end = py::none();
+    double end = ended_s;
+    if (repeats != nullptr) {
+      site = WithCause(site);
+      end = ended_s + repeats->clock_offset_s;
+      if (have_graph) {  // a new graph under this key: rows repeated for the old one are stale
+        for (auto& [_, by_key] : repeats->by_site) repeats->size -= by_key.erase(key);
+      } else if (!repeats->ask_next && Repeat(*repeats, site, key, moved, execute_ms, end)) {
+        return;
+      }
+      if (!std::isnan(repeats->last_end_s)) previous_end = py::float_(repeats->last_end_s);
+      repeats->last_end_s = end;
+    }
     try {
       py::object graph = py::none();
       if (have_graph) {
@@ -511,9 +590,23 @@ class RecordingBackend : public BackendImplInterface {
         py::dict deltas;
         for (auto& [name, delta] : moved) deltas[py::str(name)] = delta;
         last_deltas_ = std::make_unique<py::object>(std::move(deltas));
-        last_moved_ = std::move(moved);
+        last_moved_ = moved;
       }
-      on_execution_(reinterpret_cast<uintptr_t>(key), graph, execute_ms, *last_deltas_, StackSignature());
+      py::object recorded = on_execution_(reinterpret_cast<uintptr_t>(key), graph, execute_ms, *last_deltas_,
+                                          site, end, previous_end);
+      // (index, repeat_as, ask_next): the kind later hits from here repeat, or -1.
+      if (repeats != nullptr && repeats == g_repeats && PyTuple_Check(recorded.ptr()) &&
+          PyTuple_GET_SIZE(recorded.ptr()) >= 3) {
+        int64_t kind = PyLong_AsLongLong(PyTuple_GET_ITEM(recorded.ptr(), 1));
+        int ask_next = PyObject_IsTrue(PyTuple_GET_ITEM(recorded.ptr(), 2));
+        if (PyErr_Occurred()) PyErr_Clear();
+        repeats->ask_next = ask_next != 0;
+        if (kind >= 0 && repeats->size < kMaxRepeats) {
+          auto& entry = repeats->by_site[site];
+          repeats->size += entry.count(key) ? 0 : 1;
+          entry[key] = RepeatOf{kind, std::move(moved)};
+        }
+      }
     } catch (py::error_already_set& error) {
       if (error.matches(PyExc_Exception)) {
         // A tracing bug must never break the user's program (the tracer counts its own).
@@ -522,6 +615,24 @@ class RecordingBackend : public BackendImplInterface {
         KeepForScript(error);  // KeyboardInterrupt, SystemExit: the script's, not ours
       }
     }
+  }
+
+  // A cache hit Python has seen from this stack, under this cause, with these counters:
+  // append its row and tell no one (GIL held).
+  static bool Repeat(Repeats& repeats, uint64_t site, const Computation* key, const Moves& moved,
+                     double execute_ms, double end) {
+    auto by_key = repeats.by_site.find(site);
+    if (by_key == repeats.by_site.end()) return false;
+    auto found = by_key->second.find(key);
+    if (found == by_key->second.end() || found->second.moved != moved) return false;
+    double start = end - execute_ms / 1000;
+    double trace_ms = std::isnan(repeats.last_end_s) ? 0.0 : (start - repeats.last_end_s) * 1000;
+    repeats.last_end_s = end;
+    int64_t index = repeats.counts[0]++;
+    repeats.rows.push_back(Row{index, repeats.counts[1], found->second.kind, execute_ms,
+                               trace_ms > 0 ? trace_ms : 0.0, 0.0, execute_ms,
+                               (start - repeats.started_s) * 1000});
+    return true;
   }
 
   // Calls moved(name, delta) for each counter whose value changed since the last
@@ -562,7 +673,7 @@ class RecordingBackend : public BackendImplInterface {
   mutable std::unordered_map<const Computation*, CompiledGraph> compiled_;
   mutable std::vector<std::pair<CounterData*, int64_t>> counters_;  // in the arena's (name) order, last value
   // The counters that moved at the last report, and the dict Python got for them (GIL held).
-  mutable std::vector<std::pair<std::string, int64_t>> last_moved_;
+  mutable Moves last_moved_;
   mutable std::unique_ptr<py::object> last_deltas_;
 };
 
@@ -618,6 +729,33 @@ void set_source_lines(py::object classify) {
   g_source_lines.store(true);
 }
 
+// Repeated rows for a tracer: counts is its array('q', [executions, steps]) (the hook
+// numbers repeated rows from it), sync its thread-local sync cause, started and now its
+// clock's start and current reading. None stops, forgetting what was learnt.
+void set_repeats(py::object counts, py::object sync, double started, double now) {
+  delete g_repeats;
+  g_repeats = nullptr;
+  if (counts.is_none()) return;
+  auto repeats = std::make_unique<Repeats>();
+  repeats->counts_view = std::make_unique<py::buffer_info>(py::buffer(counts).request(true));
+  TORCH_CHECK(repeats->counts_view->itemsize == 8 && repeats->counts_view->size >= 2,
+              "counts must be an array('q') of at least 2");
+  repeats->counts = static_cast<int64_t*>(repeats->counts_view->ptr);
+  repeats->counts_owner = std::move(counts);
+  repeats->sync = std::move(sync);
+  repeats->clock_offset_s = now - SteadySeconds();
+  repeats->started_s = started;
+  g_repeats = repeats.release();
+}
+
+// The rows repeated since the last call, as bytes of 64-byte rows (`=qqqddddd`).
+py::bytes take_rows() {
+  if (g_repeats == nullptr || g_repeats->rows.empty()) return py::bytes();
+  py::bytes taken(reinterpret_cast<const char*>(g_repeats->rows.data()), g_repeats->rows.size() * sizeof(Row));
+  g_repeats->rows.clear();
+  return taken;
+}
+
 // `tensor` was just made on the lazy device from CPU data: remember the calling line
 // for the upload its first use will do.
 void note_upload(const at::Tensor& tensor) {
@@ -644,5 +782,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_capture_ir", &set_capture_ir, "Record the IR text of each new graph, or not.");
   m.def("set_source_lines", &set_source_lines, "Record the user's line for each IR node (None: stop).");
   m.def("note_upload", &note_upload, "Note the calling line for a lazy tensor made from CPU data.");
+  m.def("set_repeats", &set_repeats, "Repeat rows for hits seen before (None: stop).");
+  m.def("take_rows", &take_rows, "The rows repeated since the last call, as bytes.");
   m.def("has_backend", &has_backend, "Is a lazy backend registered (initialised) in this process?");
 }

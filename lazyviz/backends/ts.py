@@ -9,8 +9,10 @@ import functools
 import hashlib
 import os
 import shutil
+import struct
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -22,11 +24,14 @@ from lazyviz.backends import (
     ExecuteTimeHook,
     ExecutionHook,
     LazyBackend,
+    Recorded,
     SyncSite,
 )
 
 HOOK_SOURCE = Path(__file__).with_name("_lazyviz_hook.cpp")
 HOOK_NAME = "lazyviz_hook"
+# A row the hook repeated (its `Row`): idx, step, kind, then the five times.
+REPEATED_ROW = struct.Struct("=qqqddddd")
 
 
 def hook_build_dir() -> Path:
@@ -158,7 +163,8 @@ class TorchScriptBackend(LazyBackend):
             return
         self._hook = load_hook()
 
-        def on_raw_execution(key: int, graph: tuple | None, execute_ms: float, counters: dict, site: int) -> None:
+        def on_raw_execution(key: int, graph: tuple | None, execute_ms: float, counters: dict, site: int,
+                             end: float, previous_end: float | None) -> Recorded:
             compiled = None
             if graph is not None:
                 graph_id, nodes, ir_text, backend_text, compile_ms = graph
@@ -166,9 +172,22 @@ class TorchScriptBackend(LazyBackend):
                     graph_id, nodes, ir_text.decode("utf-8", "replace"),
                     backend_text.decode("utf-8", "replace"), compile_ms,
                 )
-            self._on_execution(key, compiled, execute_ms, counters, None, site)
+            return self._on_execution(key, compiled, execute_ms, counters, None, site, (end, previous_end))
 
         self._hook.install(on_raw_execution, self.capture_ir)
+
+    def record_repeats(self, counts: object, sync: object, started: float) -> Callable[[], list[tuple]] | None:
+        if self._hook is None:
+            return None
+        hook = self._hook
+        hook.set_repeats(counts, sync, started, time.perf_counter())
+        if counts is None:
+            return None
+
+        def take_rows() -> list[tuple]:
+            return list(REPEATED_ROW.iter_unpack(hook.take_rows()))
+
+        return take_rows
 
     def set_hook_enabled(self, enabled: bool) -> None:
         if self._hook is not None:

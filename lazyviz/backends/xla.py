@@ -168,7 +168,7 @@ class XlaBackend(LazyBackend):
             )
         assert self._on_execution is not None
         # The execute time comes with XLA's ExecuteTime sample, usually by the next poll.
-        index = self._on_execution(int(graph_hash[:16] or "0", 16), graph, 0.0, counters, report.frames)
+        index = self._on_execution(int(graph_hash[:16] or "0", 16), graph, 0.0, counters, report.frames).index
         self._awaiting_execute.append(index)
 
     def _read_reports(self) -> None:

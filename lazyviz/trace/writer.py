@@ -11,6 +11,7 @@ import threading
 import time
 import weakref
 import zlib
+from collections.abc import Callable
 from itertools import chain
 from pathlib import Path
 from typing import NamedTuple
@@ -47,9 +48,10 @@ class _ExecuteTime(NamedTuple):
     execute_ms: float
 
 
-# What the writer thread receives: a record to store, a row in stored form, an Event to
-# set once everything before it is committed (flush), or None to stop.
-_Item = _RunFields | _NewExecution | _ExecuteTime | tuple | threading.Event | None
+# What the writer thread receives: a record to store, a list of rows (ROW_FIELDS), an
+# Event to set once everything before it is committed (flush), or None to stop.
+_Item = _RunFields | _NewExecution | _ExecuteTime | list | threading.Event | None
+_Record = _RunFields | _NewExecution | _ExecuteTime | list
 
 # How long executions may wait to be committed: what a SIGKILL can lose, and what the
 # live UI lags. One commit per window, not per execution: a commit per execution cost
@@ -88,8 +90,14 @@ class TraceWriter:
         self.error: str | None = None  # the first write that failed, for the user
         self.written = 0  # executions committed
         # An execution's kind (KIND_FIELDS) -> its id in `kinds`: a loop's steps repeat a
-        # few kinds, so a row stores 8 values, not 20. Only the writer thread uses it.
+        # few kinds, so a row stores 8 values, not 20. Numbered when first asked for (by
+        # any thread: the tracer numbers the kinds its repeated rows use); written with
+        # the next window, before any row that uses them.
         self._kinds: dict[tuple, int] = {}
+        self._unwritten_kinds: list[tuple] = []  # (id, *kind)
+        self._kinds_lock = threading.Lock()
+        # Where rows wait outside the queue (the backend's repeated rows): taken each window.
+        self._source: Callable[[], list[tuple]] | None = None
         self._abandoned = False
         # SimpleQueue: a put is a few microseconds of C, on the traced step's hot path.
         self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
@@ -109,11 +117,26 @@ class TraceWriter:
         if not self._abandoned:
             self._queue.put(_NewExecution(execution, graph, stack))
 
-    def add_row(self, row: tuple) -> None:
-        """Queue one execution already in stored form (see `stored`), with no new graph
-        or stack: the tracer's repeated rows."""
-        if not self._abandoned:
-            self._queue.put(row)
+    def kind_id(self, kind: tuple) -> int:
+        """The id of an execution kind (KIND_FIELDS, stored form) in `kinds`, numbering it
+        if new."""
+        with self._kinds_lock:
+            number = self._kinds.get(kind)
+            if number is None:
+                number = self._kinds[kind] = len(self._kinds)
+                self._unwritten_kinds.append((number, *kind))
+            return number
+
+    def add_rows(self, rows: list[tuple]) -> None:
+        """Queue executions as rows (ROW_FIELDS, their kinds from kind_id)."""
+        if rows and not self._abandoned:
+            self._queue.put(rows)
+
+    def set_source(self, take_rows: Callable[[], list[tuple]] | None) -> None:
+        """Rows waiting elsewhere (ROW_FIELDS, their kinds from kind_id): taken and
+        committed once per window, and by flush and close."""
+        self._source = take_rows
+        self._queue.put([])  # wakes a writer thread asleep on the queue: it now wakes every window
 
     def set_execute_ms(self, index: int, execute_ms: float) -> None:
         """An execute time learnt after the execution was queued (asynchronous backends)."""
@@ -155,32 +178,50 @@ class TraceWriter:
     def _write_loop(self) -> None:
         last_commit = 0.0
         while True:
-            batch = [self._queue.get()]  # sleeps until something arrives
+            source = self._source
+            # Sleep until something arrives; with a source, also wake once per window.
+            try:
+                batch: list[_Item] = [self._queue.get(timeout=COMMIT_WINDOW_S if source is not None else None)]
+            except queue.Empty:
+                batch = []
             # Let a window's worth gather (a flush or close cuts it short); waiting on an
             # Event holds no GIL, so the traced thread runs on.
             wait = last_commit + COMMIT_WINDOW_S - time.monotonic()
             if wait > 0 and not self._urgent.is_set():
                 self._urgent.wait(wait)
             self._urgent.clear()
+            # Taken before the queue: every kind a taken row uses was numbered before it.
+            taken = self._take(source) if source is not None else []
             while True:
                 try:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            records = [item for item in batch if item is not None and not isinstance(item, threading.Event)]
+            records: list[_Record] = [item for item in batch
+                                      if item is not None and item != [] and not isinstance(item, threading.Event)]
+            if taken:
+                records.append(taken)
             if records and self.error is None:
                 try:
                     self._write(records)
                 except (sqlite3.Error, ValueError):  # ValueError: a time that is not finite
                     self._write_each(records)
-            last_commit = time.monotonic()
+                last_commit = time.monotonic()
             for item in batch:
                 if isinstance(item, threading.Event):
                     item.set()
             if any(item is None for item in batch):
                 return
 
-    def _write_each(self, records: list[_RunFields | _NewExecution | _ExecuteTime | tuple]) -> None:
+    def _take(self, source: Callable[[], list[tuple]]) -> list[tuple]:
+        try:
+            return source()
+        except Exception as error:  # lazyviz's own failure: say it, and go on without the source
+            self.error = self.error or f"taking repeated rows: {type(error).__name__}: {error}"
+            self._source = None
+            return []
+
+    def _write_each(self, records: list[_Record]) -> None:
         """The window's transaction failed (a full disk): keep what still fits, one record
         per transaction, up to the first that fails."""
         for record in records:
@@ -190,18 +231,24 @@ class TraceWriter:
                 self.error = str(error)
                 return
 
-    def _write(self, records: list[_RunFields | _NewExecution | _ExecuteTime | tuple]) -> None:
-        """One transaction for the window; consecutive executions go in as a few inserts."""
+    def _write(self, records: list[_Record]) -> None:
+        """One transaction for the window: new kinds first, then the records in order;
+        consecutive executions go in as a few inserts."""
         db = self._db
+        # Rows for the executions first: numbering their kinds may add unwritten ones.
+        prepared = [(item, self._row_of(item.execution)) if isinstance(item, _NewExecution) else (item, None)
+                    for item in records]
+        with self._kinds_lock:
+            new_kinds, self._unwritten_kinds = self._unwritten_kinds, []
         executions: list[tuple] = []
         inserted = 0
-        kinds = self._kinds
-        new_kinds: list[tuple] = []  # this transaction's: forgotten again if it fails
         db.execute("BEGIN")
         try:
-            for item in records:
-                if type(item) is tuple:  # a row in stored form
-                    executions.append(item)
+            if new_kinds:
+                db.executemany(INSERT_KIND, new_kinds)
+            for item, row in prepared:
+                if type(item) is list:  # rows
+                    executions += item
                     continue
                 if isinstance(item, _NewExecution):
                     if item.graph is not None:
@@ -209,10 +256,10 @@ class TraceWriter:
                                                                      backend_text=_packed(item.graph.backend_text)))
                     if item.stack is not None:
                         db.execute(INSERT_STACK, item.stack._replace(frames=json.dumps(item.stack.frames)))
-                    executions.append(stored(item.execution))
+                    executions.append(row)
                     continue
                 if executions:  # keep the order: an execute time may update a row just queued
-                    _insert_executions(db, executions, kinds, new_kinds)
+                    _insert_executions(db, executions)
                     inserted += len(executions)
                     executions = []
                 if isinstance(item, _RunFields):
@@ -221,38 +268,27 @@ class TraceWriter:
                     db.execute("UPDATE executions SET execute_ms = ?, sync_ms = compile_ms + ? WHERE idx = ?",
                                (item.execute_ms, item.execute_ms, item.index))
             if executions:
-                _insert_executions(db, executions, kinds, new_kinds)
+                _insert_executions(db, executions)
                 inserted += len(executions)
             db.execute("COMMIT")
         except BaseException:
-            for kind in new_kinds:
-                del kinds[kind[1:]]
+            with self._kinds_lock:  # not written: with the next transaction
+                self._unwritten_kinds[:0] = new_kinds
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
         self.written += inserted
 
+    def _row_of(self, execution: ExecutionRecord) -> tuple:
+        kind, row = split_row(stored(execution))
+        return (row[0], row[1], self.kind_id(kind), *row[2:])
 
-def _insert_executions(db: sqlite3.Connection, executions: list[tuple], kinds: dict[tuple, int],
-                       new_kinds: list[tuple]) -> None:
-    """Stored-form executions as `executions` rows, after any kinds not seen before (which
-    join `kinds` and new_kinds).
 
-    Many rows per statement (INSERT ... VALUES (..), (..), ...): executemany would step
-    SQLite once per row, giving the GIL away and taking it back each time, and on two
-    cores every such hand-off is a wait for the traced thread. Chunks of 2**k rows, so a
-    handful of statements are prepared once and cached."""
-    rows = []
-    first_new = len(new_kinds)
-    for execution in executions:
-        kind, row = split_row(execution)
-        number = kinds.get(kind)
-        if number is None:
-            number = kinds[kind] = len(kinds)
-            new_kinds.append((number, *kind))
-        rows.append((row[0], row[1], number, *row[2:]))
-    if len(new_kinds) > first_new:
-        db.executemany(INSERT_KIND, new_kinds[first_new:])
+def _insert_executions(db: sqlite3.Connection, rows: list[tuple]) -> None:
+    """`executions` rows (ROW_FIELDS), many per statement (INSERT ... VALUES (..), (..),
+    ...): executemany would step SQLite once per row, giving the GIL away and taking it
+    back each time, and on two cores every such hand-off is a wait for the traced thread.
+    Chunks of 2**k rows, so a handful of statements are prepared once and cached."""
     limit = db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(ROW_FIELDS)
     done = 0
     while done < len(rows):
