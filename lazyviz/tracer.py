@@ -95,6 +95,7 @@ class Tracer:
         self._sync = _SyncCause()  # set by the sync-site wrappers while they run
         self._last_fallback_call: tuple[int, int] | None = None
         self._last_fallback_op: str | None = None
+        self._fallback_ops: dict[int, str | None] = {}  # a fallback row's kind -> its op (for `follows`)
         # The backend's computation key -> its graph; without keep_graphs, without its texts
         # (they are written once, on the miss, and need not stay in the script's memory).
         self._graph_of: dict[int, CompiledGraph] = _Process.graphs if keep_graphs else {}
@@ -212,17 +213,19 @@ class Tracer:
     def _on_execution(
         self, key: int, graph: CompiledGraph | None, execute_ms: float, counters: dict[str, int],
         backend_stack: list[Frame] | None = None, site: int | None = None,
-        ends: tuple[float, float | None] | None = None,
+        ends: tuple[float, float | None] | None = None, follows: int | None = None,
     ) -> Recorded:
         """`counters`: the counters that moved since the previous execution;
         `backend_stack`: where the backend saw it, when it reports after the fact;
         `site`: the calling stack's signature, when the backend has one (a backend that
-        repeats rows itself sees the answer's repeat_as);
-        `ends`: when it and the previous execution ended, when the backend times them.
+        repeats rows itself acts on the answer's kind and repeat);
+        `ends`: when it and the previous execution ended, when the backend times them;
+        `follows`: the fallback kind it follows from the same site (-1: none), from a
+        backend that repeats rows (its rows never reach this tracer's own bookkeeping).
         A failure of lazyviz's own is counted and swallowed; KeyboardInterrupt and
         SystemExit (a signal handler may raise them here) go on to the script."""
         try:
-            return self._record(key, graph, execute_ms, counters, backend_stack, site, ends)
+            return self._record(key, graph, execute_ms, counters, backend_stack, site, ends, follows)
         except Exception as error:
             if len(self.errors) < MAX_ERRORS:
                 self.errors.append(f"{type(error).__name__}: {error}")
@@ -231,7 +234,7 @@ class Tracer:
     def _record(
         self, key: int, graph: CompiledGraph | None, execute_ms: float, counters: dict[str, int],
         backend_stack: list[Frame] | None, site: int | None = None,
-        ends: tuple[float, float | None] | None = None,
+        ends: tuple[float, float | None] | None = None, follows: int | None = None,
     ) -> Recorded:
         if ends is not None:
             end, previous_end = ends
@@ -259,7 +262,9 @@ class Tracer:
             cause, detail = sync.cause, sync.detail
         elif fallback_ops:
             cause, detail = "fallback", next(iter(fallback_ops))
-        elif call is not None and call == self._last_fallback_call:
+        elif follows is not None and follows >= 0:  # the backend saw the fallback (it may have repeated it)
+            cause, detail = "fallback", self._fallback_ops.get(follows)
+        elif follows is None and call is not None and call == self._last_fallback_call:
             cause, detail = "fallback", self._last_fallback_op
         else:
             cause, detail = "other", None
@@ -316,12 +321,17 @@ class Tracer:
             call=call, context=context,
         )
         self.writer.add_execution(record, new_graph, new_stack)
-        repeat_as = -1
-        if site is not None and graph is None and cause != "fallback" and call is None:
-            # A later hit from this stack, under this cause, with these counters moving, is
-            # this row again with new times: the backend repeats it, as this row's kind.
-            repeat_as = self.writer.kind_id(split_row(_stored(record))[0])
-        return Recorded(index, repeat_as, self._last_fallback_call is not None)
+        # A later hit from this stack, under this cause, after the same fallback or none,
+        # with these counters moving, is this row again with new times: the backend
+        # repeats it as this row's kind.
+        repeat = site is not None and graph is None
+        fallback = cause == "fallback"
+        kind = -1
+        if repeat or (fallback and follows is not None):
+            kind = self.writer.kind_id(split_row(_stored(record))[0])
+            if fallback:
+                self._fallback_ops[kind] = detail
+        return Recorded(index, kind, repeat, fallback)
 
     def _on_execute_time(self, index: int, execute_ms: float) -> None:
         self.writer.set_execute_ms(index, execute_ms)

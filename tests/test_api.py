@@ -211,6 +211,28 @@ def test_a_repeated_row_keeps_the_cause_of_the_call_that_ran_it(tmp_path: Path) 
     assert {e.frame.line for e in rows} == {line_of(tmp_path, "# the sync line")}
 
 
+def test_repeated_fallbacks_keep_their_op_and_the_execution_that_follows_it(tmp_path: Path) -> None:
+    """A fallback op with two pending inputs runs two executions; only the first sees
+    its counter move. Repeated step after step, both stay the fallback's."""
+    result = run_python(tmp_path, """
+        x = torch.ones(8, device="lazy")
+        torch._lazy.mark_step()
+        with lazyviz.trace("t.trace", capture="light"):
+            for i in range(12):
+                y = torch.lerp(x * 2, x + 1, 0.5)  # the lerp line
+                z = (y * 3).sum()  # pending: runs at the mark_step
+                torch._lazy.mark_step()  # the mark_step line
+    """)
+    assert result.returncode == 0, result.stderr
+    lerp, mark = line_of(tmp_path, "# the lerp line"), line_of(tmp_path, "# the mark_step line")
+    with open_trace(tmp_path / "t.trace") as trace:
+        rows = trace.executions()
+    one_step = [("fallback", "aten::lerp.Scalar", lerp)] * 2 + [("mark_step", "mark_step()", mark)]
+    assert [(e.cause, e.detail, e.frame.line) for e in rows] == one_step * 12
+    assert [e.step for e in rows] == [step for step in range(12) for _ in one_step]
+    assert {e.step for e in rows if e.is_miss} == {0}
+
+
 def test_repeated_hits_keep_each_rows_own_line_cause_step_and_graph(tmp_path: Path) -> None:
     """Cache hits from a stack seen before repeat its row (the fast path): each must still
     carry its own sync line, cause, step and graph, as the first one from there did."""

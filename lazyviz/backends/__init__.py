@@ -45,8 +45,9 @@ class Recorded(NamedTuple):
     """What the tracer answers a backend that reported an execution."""
 
     index: int  # the execution's index (-1 when lazyviz failed to record it)
-    repeat_as: int = -1  # the row kind later hits from this site repeat (see record_repeats), or -1
-    ask_next: bool = True  # the next execution must be reported, not repeated (a fallback's next)
+    kind: int = -1  # its row's kind id, when numbered now (a repeat's, a fallback's)
+    repeat: bool = False  # later hits from this site are this row again: repeat it as `kind`
+    fallback: bool = False  # a fallback op's execution: the next one from this site may follow it
 
 
 class ExecutionHook(Protocol):
@@ -54,7 +55,7 @@ class ExecutionHook(Protocol):
 
     def __call__(self, key: int, graph: CompiledGraph | None, execute_ms: float, counters: Mapping[str, int],
                  backend_stack: list[Frame] | None = None, site: int | None = None,
-                 ends: tuple[float, float | None] | None = None) -> Recorded:
+                 ends: tuple[float, float | None] | None = None, follows: int | None = None) -> Recorded:
         """key: the backend's id for the compiled computation; graph: what its compile
         produced, on its first execution only; counters: those that moved since the
         previous execution, by how much; backend_stack: where the backend saw it,
@@ -63,7 +64,9 @@ class ExecutionHook(Protocol):
         instruction, and the running test), equal only for the same stack, when the
         backend can compute it cheaply, and a repeat_as for it means something (see
         record_repeats); ends: (when it ended, when the previous execution ended or
-        None for the first), on the tracer's clock, when the backend times them."""
+        None for the first), on the tracer's clock, when the backend times them;
+        follows: for a backend that repeats rows, the kind of the previous execution
+        when it was a fallback's from this same site, else -1."""
         ...
 
 
@@ -122,8 +125,8 @@ class LazyBackend(ABC):
 
     def record_repeats(self, counts: object, sync: object, started: float) -> Callable[[], list[tuple]] | None:
         """Repeat rows without the tracer, where the backend can: a cache hit from a site
-        (stack and sync cause) for which the tracer answered a repeat_as is appended as a
-        row of that kind (ROW_FIELDS), numbered and stepped from counts (an array('q',
+        (stack, sync cause, and the fallback it follows) for which the tracer answered
+        `repeat` is appended as a row of that kind (ROW_FIELDS), numbered and stepped from counts (an array('q',
         [executions, steps completed]) the tracer shares), timed on the tracer's clock
         that started at `started`. Returns what takes the rows repeated since its last
         call, or None where the backend cannot (the tracer then sees every execution).

@@ -241,12 +241,14 @@ uint64_t StackSignature() {
 
 // ---- Repeated rows: a steady loop's cache hits recorded without calling Python -------
 //
-// The first execution from a stack (signature above, plus the sync cause running) of a
-// compiled computation goes to Python, which records it and answers with the id of the
-// row kind that later hits from there repeat (or -1). Such a hit, with the same counters
-// moving by the same amounts, is then only a row appended here: index, step, kind and
-// times, in the trace's own layout, which the writer takes once per commit window.
-// Everything here is touched with the GIL held.
+// The first hit of a compiled computation from a site goes to Python, which records it
+// and answers with its row's kind and whether later hits from there repeat it. A site is
+// the stack (signature above), the sync cause running, and the fallback execution it
+// follows from the same stack, if any (one fallback op can force several executions: the
+// later ones are the fallback's too). Such a hit, with the same counters moving by the
+// same amounts, is then only a row appended here: index, step, kind and times, in the
+// trace's own layout, which the writer takes once per commit window. Everything here is
+// touched with the GIL held.
 struct Row {  // one `executions` row (ROW_FIELDS), as take_rows() hands it out
   int64_t idx, step, kind;
   double sync_ms, trace_ms, compile_ms, execute_ms, start_ms;
@@ -258,6 +260,7 @@ using Moves = std::vector<std::pair<std::string, int64_t>>;  // counters that mo
 struct RepeatOf {
   int64_t kind;
   Moves moved;
+  bool fallback;  // a fallback op's row: the next execution from this stack follows it
 };
 
 struct Repeats {
@@ -268,7 +271,8 @@ struct Repeats {
   double clock_offset_s = 0;      // steady clock + offset = the tracer's clock (time.perf_counter)
   double started_s = 0;           // the tracer's start, on its clock
   double last_end_s = NAN;        // the previous execution's end; NaN before the first
-  bool ask_next = true;           // Python asked to see the next execution (a fallback's)
+  uint64_t fallback_stack = 0;    // the previous execution, when a fallback's: its stack and kind
+  int64_t fallback_kind = -1;
   size_t size = 0;
   std::unordered_map<uint64_t, std::unordered_map<const Computation*, RepeatOf>> by_site;
   std::unordered_set<PyObject*> kept;  // causes mixed into signatures: their ids stay theirs
@@ -566,12 +570,17 @@ class RecordingBackend : public BackendImplInterface {
     Repeats* repeats = g_repeats;
     py::object previous_end = py::none();
     double end = ended_s;
+    uint64_t stack = site;
+    int64_t follows = -1;
     if (repeats != nullptr) {
-      site = WithCause(site);
+      stack = site = WithCause(site);
+      follows = repeats->fallback_kind >= 0 && repeats->fallback_stack == stack ? repeats->fallback_kind : -1;
+      site = Mix(site, static_cast<uint64_t>(follows + 1));
+      repeats->fallback_kind = -1;  // until this execution says it is a fallback's
       end = ended_s + repeats->clock_offset_s;
       if (have_graph) {  // a new graph under this key: rows repeated for the old one are stale
         for (auto& [_, by_key] : repeats->by_site) repeats->size -= by_key.erase(key);
-      } else if (!repeats->ask_next && Repeat(*repeats, site, key, moved, execute_ms, end)) {
+      } else if (Repeat(*repeats, site, stack, key, moved, execute_ms, end)) {
         return;
       }
       if (!std::isnan(repeats->last_end_s)) previous_end = py::float_(repeats->last_end_s);
@@ -593,18 +602,22 @@ class RecordingBackend : public BackendImplInterface {
         last_moved_ = moved;
       }
       py::object recorded = on_execution_(reinterpret_cast<uintptr_t>(key), graph, execute_ms, *last_deltas_,
-                                          site, end, previous_end);
-      // (index, repeat_as, ask_next): the kind later hits from here repeat, or -1.
+                                          site, end, previous_end, follows);
+      // Recorded(index, kind, repeat, fallback)
       if (repeats != nullptr && repeats == g_repeats && PyTuple_Check(recorded.ptr()) &&
-          PyTuple_GET_SIZE(recorded.ptr()) >= 3) {
+          PyTuple_GET_SIZE(recorded.ptr()) >= 4) {
         int64_t kind = PyLong_AsLongLong(PyTuple_GET_ITEM(recorded.ptr(), 1));
-        int ask_next = PyObject_IsTrue(PyTuple_GET_ITEM(recorded.ptr(), 2));
+        bool repeat = PyObject_IsTrue(PyTuple_GET_ITEM(recorded.ptr(), 2)) == 1;
+        bool fallback = PyObject_IsTrue(PyTuple_GET_ITEM(recorded.ptr(), 3)) == 1;
         if (PyErr_Occurred()) PyErr_Clear();
-        repeats->ask_next = ask_next != 0;
-        if (kind >= 0 && repeats->size < kMaxRepeats) {
+        if (kind >= 0 && fallback) {
+          repeats->fallback_stack = stack;
+          repeats->fallback_kind = kind;
+        }
+        if (kind >= 0 && repeat && repeats->size < kMaxRepeats) {
           auto& entry = repeats->by_site[site];
           repeats->size += entry.count(key) ? 0 : 1;
-          entry[key] = RepeatOf{kind, std::move(moved)};
+          entry[key] = RepeatOf{kind, std::move(moved), fallback};
         }
       }
     } catch (py::error_already_set& error) {
@@ -619,12 +632,16 @@ class RecordingBackend : public BackendImplInterface {
 
   // A cache hit Python has seen from this stack, under this cause, with these counters:
   // append its row and tell no one (GIL held).
-  static bool Repeat(Repeats& repeats, uint64_t site, const Computation* key, const Moves& moved,
+  static bool Repeat(Repeats& repeats, uint64_t site, uint64_t stack, const Computation* key, const Moves& moved,
                      double execute_ms, double end) {
     auto by_key = repeats.by_site.find(site);
     if (by_key == repeats.by_site.end()) return false;
     auto found = by_key->second.find(key);
     if (found == by_key->second.end() || found->second.moved != moved) return false;
+    if (found->second.fallback) {
+      repeats.fallback_stack = stack;
+      repeats.fallback_kind = found->second.kind;
+    }
     double start = end - execute_ms / 1000;
     double trace_ms = std::isnan(repeats.last_end_s) ? 0.0 : (start - repeats.last_end_s) * 1000;
     repeats.last_end_s = end;

@@ -164,7 +164,7 @@ class TorchScriptBackend(LazyBackend):
         self._hook = load_hook()
 
         def on_raw_execution(key: int, graph: tuple | None, execute_ms: float, counters: dict, site: int,
-                             end: float, previous_end: float | None) -> Recorded:
+                             end: float, previous_end: float | None, follows: int) -> Recorded:
             compiled = None
             if graph is not None:
                 graph_id, nodes, ir_text, backend_text, compile_ms = graph
@@ -172,7 +172,7 @@ class TorchScriptBackend(LazyBackend):
                     graph_id, nodes, ir_text.decode("utf-8", "replace"),
                     backend_text.decode("utf-8", "replace"), compile_ms,
                 )
-            return self._on_execution(key, compiled, execute_ms, counters, None, site, (end, previous_end))
+            return self._on_execution(key, compiled, execute_ms, counters, None, site, (end, previous_end), follows)
 
         self._hook.install(on_raw_execution, self.capture_ir)
 
