@@ -62,8 +62,8 @@ class ExecutionHook(Protocol):
         innermost first, when it reports after the fact (None: the caller's stack);
         site: a signature of the calling stack (every frame's code object and
         instruction, and the running test), equal only for the same stack, when the
-        backend can compute it cheaply, and a repeat_as for it means something (see
-        record_repeats); ends: (when it ended, when the previous execution ended or
+        backend can compute it cheaply (a backend that repeats rows acts on the
+        answer's kind and repeat: see record_repeats); ends: (when it ended, when the previous execution ended or
         None for the first), on the tracer's clock, when the backend times them;
         follows: for a backend that repeats rows, the kind of the previous execution
         when it was a fallback's from this same site, else -1."""
@@ -126,9 +126,9 @@ class LazyBackend(ABC):
     def record_repeats(self, counts: object, sync: object, started: float) -> Callable[[], list[tuple]] | None:
         """Repeat rows without the tracer, where the backend can: a cache hit from a site
         (stack, sync cause, and the fallback it follows) for which the tracer answered
-        `repeat` is appended as a row of that kind (ROW_FIELDS), numbered and stepped from counts (an array('q',
-        [executions, steps completed]) the tracer shares), timed on the tracer's clock
-        that started at `started`. Returns what takes the rows repeated since its last
+        `repeat` is appended as a row of that kind (ROW_FIELDS), numbered and stepped
+        from counts (an array('q', [executions, steps completed]) the tracer shares),
+        timed on the tracer's clock that started at `started`. Returns what takes the rows repeated since its last
         call, or None where the backend cannot (the tracer then sees every execution).
         counts None: stop."""
         return None
