@@ -86,6 +86,63 @@ def test_follow_yields_rows_as_they_commit(tmp_path: Path) -> None:
     assert [e.index for batch in batches for e in batch] == [0, 1, 2, 3] and len(batches) >= 2
 
 
+def _varied_trace(path: Path, count: int = 40) -> None:
+    """Misses, hits, fallbacks and syncs from a few sites, as a run writes them."""
+    writer = TraceWriter(path)
+    writer.set_run(argv=["a.py"])
+    for index in range(count):
+        cause = ("mark_step", "item", "fallback")[index % 3]
+        writer.add_execution(execution(index, step=index // 3, cause=cause, line=10 + index % 3,
+                                       graph=f"g{index % 4}", cache="miss" if index < 4 else "hit",
+                                       sync_ms=float(index % 7), fallback_ops={"aten::sin": 1} if cause == "fallback" else {}))
+    writer.close()
+
+
+def test_reading_a_growing_trace_in_batches_gives_the_whole_trace(tmp_path: Path) -> None:
+    """How the UI follows a run: batches of columns, kinds read as rows first name them."""
+    from lazyviz.trace.table import ExecutionTable
+
+    path = tmp_path / "t.trace"
+    _varied_trace(path)
+    with lazyviz.trace.open(path) as trace:
+        whole = trace.executions()
+        table = ExecutionTable.empty()
+        _ = table.positions  # kept up to date from here on, as the UI's watcher keeps it
+        batches = []
+        while added := trace.read_more(table, 7):
+            batches.append(added)
+        head = table.head(20)
+    assert batches == [7, 7, 7, 7, 7, 5] and list(table) == whole
+    fresh = ExecutionTable.of(whole)
+    assert table.positions == fresh.positions and table.in_order == fresh.in_order
+    # A head is the first rows, with where each kind occurs among them only.
+    assert list(head) == whole[:20] and head.positions == ExecutionTable.of(whole[:20]).positions
+
+    with sqlite3.connect(path) as db:  # kind ids as another writer might number them
+        db.execute("UPDATE kinds SET id = 100 - id")
+        db.execute("UPDATE executions SET kind = 100 - kind")
+    with lazyviz.trace.open(path) as trace:
+        table = ExecutionTable.empty()
+        while trace.read_more(table, 7):
+            pass
+    assert list(table) == whole
+
+
+def test_a_row_that_names_no_kind_is_damage_said_in_one_line(tmp_path: Path) -> None:
+    from lazyviz.trace.table import ExecutionTable
+
+    path = tmp_path / "t.trace"
+    _varied_trace(path)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE executions SET kind = 999 WHERE idx = 30")
+    with lazyviz.trace.open(path) as trace:
+        table = ExecutionTable.empty()
+        assert trace.read_more(table, 30) == 30  # what comes before the damage still reads
+        with pytest.raises(lazyviz.trace.TraceError, match=r"t.trace: damaged: execution 30: \w+ is None$"):
+            trace.read_more(table, 30)
+    assert len(table) == 30
+
+
 def test_not_a_trace(tmp_path: Path) -> None:
     other = tmp_path / "other.db"
     with sqlite3.connect(other) as db:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import sysconfig
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,33 @@ async def test_keys_move_between_findings_table_and_details(sample_trace) -> Non
         titles = [command.title for command in app.get_system_commands(app.screen)]
         assert any(t.startswith("Go to finding 1: fallback") or t.startswith("Go to finding 1:") for t in titles)
         assert "Sort by nodes" in titles and "Export the selected graph as SVG" in titles
+
+
+async def test_a_sorted_table_puts_rows_that_arrive_in_their_place(tmp_path: Path) -> None:
+    from lazyviz.trace.synthetic import execution
+    from lazyviz.trace.writer import TraceWriter
+
+    writer = TraceWriter(tmp_path / "live.trace")
+    writer.set_run(argv=["train.py"])
+    for index in range(20):
+        writer.add_execution(execution(index, sync_ms=float(index % 5)))
+    writer.flush()
+    try:
+        app = build_app(tmp_path / "live.trace", poll_s=0.05)
+        async with app.run_test(size=SIZE) as pilot:
+            table = app.query_one(ExecutionList)
+            await wait_for(pilot, lambda: len(table.rows) == 20)
+            await pilot.press("o")  # sync ms, largest first
+            for index in range(20, 45):
+                writer.add_execution(execution(index, sync_ms=float(index % 7)))
+            writer.flush()
+            await wait_for(pilot, lambda: len(table.rows) == 45)
+            shown = [table.row(position) for position in range(45)]
+            assert sorted(e.index for e in shown) == list(range(45))
+            assert [e.sync_ms for e in shown] == sorted((e.sync_ms for e in shown), reverse=True)
+            assert all(a.index < b.index for a, b in pairwise(shown) if a.sync_ms == b.sync_ms)
+    finally:
+        writer.close()
 
 
 async def test_selecting_a_row_shows_ir_and_backend(sample_trace) -> None:

@@ -22,6 +22,7 @@ from textual.worker import get_current_worker
 from lazyviz.analysis import Analysis
 from lazyviz.analysis.findings import Finding
 from lazyviz.analysis.recompiles import Recompile
+from lazyviz.analysis.summary import StepTimes
 from lazyviz.present import finding_headline, why_text
 from lazyviz.trace import Execution, RunInfo, Trace, TraceError
 from tui.details import graphs_with
@@ -87,7 +88,7 @@ class LazyvizApp(App[None]):
 
     def _reset(self) -> None:
         """Forget what was read: on start, and when switching to another rank's trace."""
-        self.executions: list[Execution] = []
+        self.count = 0  # rows of the watcher's table shown so far
         self.ir_texts: dict[str, str] = {}
         self.run_info: RunInfo | None = None
         self.analysis: Analysis | None = None
@@ -139,9 +140,7 @@ class LazyvizApp(App[None]):
         self.watcher = TraceWatcher(self.trace_path, None, beside if beside.exists() else None, self.poll_s)
         self.process = None
         self._reset()
-        table = self.query_one(ExecutionList)
-        table.rows, table.order, table.follow = [], None, True
-        table.refresh()
+        self.query_one(ExecutionList).show_rows(self.watcher.executions, 0)
         self.query_one(OutputView).clear()
         self.notify(f"rank {rank}: {self.trace_path.name}")
         self.watch_trace()
@@ -198,10 +197,11 @@ class LazyvizApp(App[None]):
         self.ir_texts.update(update.ir_texts)
         if update.output:
             self.query_one(OutputView).write(update.output)
-        if update.executions:
-            self.executions += update.executions
-            self.counts.add(update.executions)
-            self.query_one(ExecutionList).add_executions(update.executions)
+        if update.count > self.count:
+            table = self.watcher.executions
+            self.counts.add(table, self.count, update.count)
+            self.count = update.count
+            self.query_one(ExecutionList).show_rows(table, update.count)
         if update.analysis is not None:
             self.analysis = update.analysis
             self.recompiles = {r.execution: r for r in update.analysis.recompiles}
@@ -210,13 +210,13 @@ class LazyvizApp(App[None]):
             finished = bool(self.run_info and self.run_info.finished)
             self.query_one(FindingsView).show(update.analysis.findings, cwd)
             self.query_one(FindingsStrip).show(update.analysis.findings, cwd, finished)
-            self.query_one(StepChart).show(self.executions)
+            self.query_one(StepChart).show(update.steps or StepTimes())
             self.query_one(ExecutionList).refresh()  # the why column
             self.refresh_bindings()
             if not self._opened:
                 self._opened = True
                 self._open_on_worst(update.analysis.findings)
-        if update.error and not self.executions:
+        if update.error and not self.count:
             self.query_one("#ir-view", CodeView).set_text(f"cannot read {self.trace_path}: {update.error}")
         elif update.error:
             self.notify(f"stopped reading the trace: {update.error}", severity="error", timeout=30)
@@ -308,8 +308,9 @@ class LazyvizApp(App[None]):
             return
         try:
             with Trace(self.trace_path) as trace:
-                # Snapshots: the UI thread only ever appends to these.
-                context = DetailContext(trace, self.executions[:], dict(self.ir_texts), self.raw)
+                # Snapshots: the watcher goes on adding rows, and the UI graphs.
+                context = DetailContext(trace, self.watcher.executions.head(self.count), dict(self.ir_texts),
+                                        self.raw)
                 texts = {}
                 for panel in EXECUTION_PANELS:
                     if worker.is_cancelled:

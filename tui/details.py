@@ -1,13 +1,16 @@
 """Text for the detail tabs of one execution: pure functions, tested without a UI."""
 from __future__ import annotations
 
+import bisect
 import linecache
 import os
+from collections.abc import Callable, Sequence
 
 from lazyviz.analysis.ir import parsed
 from lazyviz.analysis.recompiles import Recompile
 from lazyviz.present import ADDED, CARRIED, ORIGIN, diff_marks, readable_ir
 from lazyviz.trace.model import Execution, Frame
+from lazyviz.trace.table import ExecutionTable, Kind
 
 
 def stack_text(stack: list[Frame], user: Frame | None, context: int = 3) -> str:
@@ -27,7 +30,7 @@ def stack_text(stack: list[Frame], user: Frame | None, context: int = 3) -> str:
     return "\n".join(lines)
 
 
-def counters_text(execution: Execution, executions: list[Execution] = ()) -> str:
+def counters_text(execution: Execution, executions: Sequence[Execution] = ()) -> str:
     """The counters that moved with this execution (since the one before), and, for a
     fallback that forced several executions, where its op's counter moved."""
     since = f" (since execution {execution.index - 1})" if execution.index else ""
@@ -39,8 +42,8 @@ def counters_text(execution: Execution, executions: list[Execution] = ()) -> str
     if execution.fallback_ops:
         lines += ["", "fallback ops:"] + [f"  {op:<40} x{n}" for op, n in execution.fallback_ops.items()]
     elif execution.cause == "fallback" and execution.detail:
-        counted = next((e for e in reversed(executions[:execution.index])
-                        if execution.detail in e.fallback_ops), None)
+        counted = last_before(ExecutionTable.of(executions), execution.index,
+                              lambda kind: execution.detail in kind.fallback_ops)
         if counted is not None:
             lines += ["", f"{execution.detail}'s counter moved with execution {counted.index}: one call of a "
                       "fallback op syncs each of its lazy inputs in turn, so the same call forced this "
@@ -48,6 +51,13 @@ def counters_text(execution: Execution, executions: list[Execution] = ()) -> str
     lines += ["", f"sync {execution.sync_ms:.3f} ms = compile {execution.compile_ms:.3f} + execute "
               f"{execution.execute_ms:.3f}; python tracing before it {execution.trace_ms:.3f} ms"]
     return "\n".join(lines)
+
+
+def last_before(table: ExecutionTable, index: int, test: Callable[[Kind], bool]) -> Execution | None:
+    """The last execution before number `index` whose kind passes the test."""
+    found = table.where(test)
+    before = bisect.bisect_left(found, bisect.bisect_left(table.index, index))  # positions run in index order
+    return table[found[before - 1]] if before else None
 
 
 def diff_text(execution: Execution, recompile: Recompile | None, old_ir: str, new_ir: str,
@@ -97,7 +107,7 @@ def graphs_with(term: str, ir_texts: dict[str, str]) -> set[str]:
     return {graph for graph, text in ir_texts.items() if term and term in text.lower()}
 
 
-def matches(execution: Execution, term: str, graphs: set[str]) -> bool:
+def matches(execution: Execution | Kind, term: str, graphs: set[str]) -> bool:
     """Does the search term name this execution's site, graph, cause, detail, or an op
     in its IR (graphs: from graphs_with)?"""
     term = term.strip().lower()

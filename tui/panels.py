@@ -19,6 +19,7 @@ from lazyviz.analysis.ir import parsed
 from lazyviz.analysis.recompiles import Recompile, explain_execution
 from lazyviz.present import readable_backend, readable_ir
 from lazyviz.trace import Execution, Trace
+from lazyviz.trace.table import ExecutionTable
 from tui.details import counters_text, diff_text, stack_text
 from tui.widgets.code_view import CodeView
 from tui.widgets.findings import FindingsView
@@ -32,7 +33,7 @@ class DetailContext:
     UI has read so far (the UI thread only appends to its own lists)."""
 
     trace: Trace
-    executions: list[Execution]
+    executions: ExecutionTable
     ir_texts: dict[str, str]
     raw: bool = False  # IR and backend text as recorded (the r key), not tidied
 

@@ -11,28 +11,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lazyviz.analysis import Analysis, analyze
-from lazyviz.trace import Execution, RunInfo, Trace, TraceError
+from lazyviz.analysis.summary import StepTimes, step_times
+from lazyviz.trace import RunInfo, Trace, TraceError
 from lazyviz.trace.table import ExecutionTable
 
 ANALYZE_EVERY_S = 1.0
-BATCH = 2000  # rows per update: a big trace shows its first rows at once
+FIRST_BATCH = 2000  # rows in the first update: a big trace shows its first rows at once
+BATCH = 200_000  # rows per update after that (a fraction of a second to read)
 
 
 @dataclass
 class TraceUpdate:
-    executions: list[Execution] = field(default_factory=list)  # new since the last update
+    count: int = 0  # rows the watcher's table holds now: the UI shows that many
+    added: int = 0  # of which new since the last update
     run: RunInfo | None = None
     ir_texts: dict[str, str] = field(default_factory=dict)  # new graphs
     output: str = ""
     process_status: int | None = None
     analysis: Analysis | None = None
+    steps: StepTimes | None = None  # time per step, with each analysis
     error: str | None = None
     done: bool = False  # nothing more will come
     more: bool = False  # a full batch: more rows are waiting already
 
     @property
     def empty(self) -> bool:
-        return not (self.executions or self.ir_texts or self.output or self.analysis or self.error or self.done)
+        return not (self.added or self.ir_texts or self.output or self.analysis or self.error or self.done)
 
 
 class TraceWatcher:
@@ -43,7 +47,12 @@ class TraceWatcher:
         self.output = output
         self.poll_s = poll_s
         self.trace: Trace | None = None
-        self.executions = ExecutionTable.empty()  # as columns: the analysis reads them, and they stay small
+        # As columns: the analysis reads them and they stay small. The UI reads the rows
+        # below each update's count (see ExecutionTable on threads).
+        self.executions = ExecutionTable.empty()
+        # Where each kind occurs, kept up to date as rows come (a head() for the details
+        # then copies it, rather than walking a million rows again).
+        _ = self.executions.positions
         self.ir_texts: dict[str, str] = {}
         self._output_offset = 0
         self._last_run: RunInfo | None = None
@@ -94,28 +103,32 @@ class TraceWatcher:
                 return update
         trace = self.trace
         exited = self.process is not None and update.process_status is not None
-        followed = trace.poll(len(self.executions), BATCH, writer_gone=exited)  # as Trace.follow() does
-        update.executions, update.run = followed.executions, followed.run
-        self.executions.extend(update.executions)
-        new_graphs = {e.graph for e in update.executions} - self.ir_texts.keys()
+        table = self.executions
+        kinds_before = len(table.kinds)
+        # A screenful first, so a big trace shows at once; then big batches of columns.
+        limit = BATCH if len(table) else FIRST_BATCH
+        update.added = trace.read_more(table, limit)
+        update.count, update.run = len(table), trace.run
+        new_graphs = {kind.graph for kind in table.kinds[kinds_before:]} - self.ir_texts.keys()
         if new_graphs:
             update.ir_texts = {g: t for g, t in trace.ir_texts().items() if g not in self.ir_texts}
             self.ir_texts.update(update.ir_texts)
         now = time.monotonic()
         finished = update.run.finished or exited
-        # Rows first: after a big batch the analysis waits for the next poll; while rows
-        # keep streaming in, it runs about once a second.
-        due = not update.executions or (len(update.executions) < BATCH and now - self._analyzed_at > self._analyze_every)
-        fresh = len(self.executions) != self._analyzed_count or finished != self._analyzed_finished
+        update.more = update.added == limit
+        # Rows first: while a big trace is read in, the analysis waits; while rows keep
+        # streaming in, it runs about once a second.
+        due = not update.added or (not update.more and now - self._analyzed_at > self._analyze_every)
+        fresh = len(table) != self._analyzed_count or finished != self._analyzed_finished
         if fresh and due:
-            update.analysis = analyze(update.run, self.executions, self.ir_texts)
+            update.analysis = analyze(update.run, table, self.ir_texts)
+            update.steps = step_times(table)
             # A long live run (hundreds of thousands of rows) analyses for seconds: wait
             # four times that long before the next, so rows keep following.
             self._analyze_every = max(ANALYZE_EVERY_S, 4 * (time.monotonic() - now))
-            self._analyzed_at, self._analyzed_count = now, len(self.executions)
+            self._analyzed_at, self._analyzed_count = now, len(table)
             self._analyzed_finished = finished
-        update.more = len(update.executions) == BATCH
-        if followed.done and (self.process is None or update.process_status is not None):
+        if not update.added and (update.run.finished or exited) and trace.count() == len(table):
             update.output += self._read_output()
             update.done = True
         return update

@@ -1,9 +1,14 @@
 """The run at a glance: counts, fallbacks, and the sync sites that cost the most."""
 from __future__ import annotations
 
+import statistics
+from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from itertools import islice
+from typing import overload
 
 from lazyviz.trace.model import Execution
 from lazyviz.trace.table import ExecutionTable
@@ -81,7 +86,7 @@ def graph_stats(executions: Sequence[Execution]) -> list[dict]:
             for graph, positions in table.group_by(lambda kind: kind.graph).items()]
 
 
-def chart_scale(step_totals: list[float]) -> float:
+def chart_scale(step_totals: Sequence[float]) -> float:
     """The top of a per-step time chart. The first step also holds the script's start-up
     (imports, model building), so with enough steps it does not set the scale."""
     body = step_totals[1:] if len(step_totals) >= 5 else step_totals
@@ -101,18 +106,74 @@ class StepTime:
         return self.trace_ms + self.sync_ms
 
 
-def step_times(executions: Iterable[Execution]) -> list[StepTime]:
+class StepTimes(Sequence[StepTime]):
+    """Time per step, in step order, as columns: a run of a million steps is a few arrays,
+    not a million objects. Each item is a StepTime, built when asked."""
+
+    def __init__(self) -> None:
+        self.step = array("q")
+        self.trace_ms = array("d")
+        self.sync_ms = array("d")
+        self.executions = array("q")
+        self.compiled = bytearray()
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+    @overload
+    def __getitem__(self, n: int) -> StepTime: ...
+    @overload
+    def __getitem__(self, n: slice) -> list[StepTime]: ...
+    def __getitem__(self, n: int | slice) -> StepTime | list[StepTime]:
+        if isinstance(n, slice):
+            return [self[i] for i in range(*n.indices(len(self)))]
+        return StepTime(self.step[n], self.trace_ms[n], self.sync_ms[n], self.executions[n], bool(self.compiled[n]))
+
+    @cached_property
+    def total_ms(self) -> array:
+        return array("d", map(float.__add__, self.trace_ms, self.sync_ms))
+
+    @cached_property
+    def median_ms(self) -> float:
+        return statistics.median(self.total_ms) if self else 0.0
+
+
+def step_times(executions: Iterable[Execution]) -> StepTimes:
     """Time per step, in step order: the one computation the report, HTML, UI and
     `lazyviz diff` share."""
     table = ExecutionTable.of(executions)
     misses = [kind.is_miss for kind in table.kinds]
-    totals: dict[int, list] = {}
-    for step, trace_ms, sync_ms, kind in zip(table.step, table.trace_ms, table.sync_ms, table.kind):
-        entry = totals.get(step)
-        if entry is None:
-            entry = totals[step] = [0.0, 0.0, 0, False]
-        entry[0] += trace_ms
-        entry[1] += sync_ms
-        entry[2] += 1
-        entry[3] = entry[3] or misses[kind]
-    return [StepTime(step, *entry) for step, entry in sorted(totals.items())]
+    found = StepTimes()
+    columns = (table.step, table.trace_ms, table.sync_ms, table.kind)
+    if any(map(int.__gt__, table.step, islice(table.step, 1, None))):
+        # Steps out of order (rows merged from threads): add up per step, then sort.
+        totals: dict[int, list] = {}
+        for step, trace_ms, sync_ms, kind in zip(*columns, strict=True):
+            entry = totals.get(step)
+            if entry is None:
+                entry = totals[step] = [0.0, 0.0, 0, False]
+            entry[0] += trace_ms
+            entry[1] += sync_ms
+            entry[2] += 1
+            entry[3] = entry[3] or misses[kind]
+        rows = [(step, *entry) for step, entry in sorted(totals.items())]
+    else:
+        # In order, as a run writes them: one pass, a step at a time.
+        rows = []
+        current, trace_total, sync_total, count, compiled = -1, 0.0, 0.0, 0, False
+        for step, trace_ms, sync_ms, kind in zip(*columns, strict=True):
+            if step != current:
+                if count:
+                    rows.append((current, trace_total, sync_total, count, compiled))
+                current, trace_total, sync_total, count, compiled = step, 0.0, 0.0, 0, False
+            trace_total += trace_ms
+            sync_total += sync_ms
+            count += 1
+            compiled = compiled or misses[kind]
+        if count:
+            rows.append((current, trace_total, sync_total, count, compiled))
+    # A third of a million steps: tuples in a list, then each column at once.
+    for column, values in zip((found.step, found.trace_ms, found.sync_ms, found.executions, found.compiled),
+                              zip(*rows), strict=False):
+        column.extend(values)
+    return found

@@ -230,6 +230,9 @@ class Trace:
         # SELECT ... FROM ... giving ExecutionRecord's columns in order (e: the row's table).
         self._execution_select = ""
         self._closed = False
+        # The kinds extend() has read: by id, its number in the list.
+        self._known_kinds: list[Kind] = []
+        self._known_ids: dict[int, int] = {}
         self._db = self._connect()
         try:
             self._check_schema()
@@ -429,12 +432,13 @@ class Trace:
         return ExecutionTable(kinds, kind, index, step, sync_ms, trace_ms, load_rest=self._rest_of,
                               load_one=self._rest_of_one)
 
-    def _read_columns(self, names: tuple[str, ...], limit: int) -> list[array] | None:
-        """These columns of the first `limit` executions, as arrays; None when a value is not
-        a finite number of the column's type."""
+    def _read_columns(self, names: tuple[str, ...], limit: int, start: int | None = None) -> list[array] | None:
+        """These columns of the first `limit` executions (from index `start` on; limit -1:
+        all), as arrays; None when a value is not a finite number of the column's type."""
         columns = [array("d" if name.endswith("_ms") else "q" if name != "kind" else "l") for name in names]
         try:
-            cursor = self._db.execute(f"SELECT {', '.join(names)} FROM executions ORDER BY idx LIMIT ?", (limit,))
+            where = "" if start is None else f"WHERE idx >= {int(start)} "
+            cursor = self._db.execute(f"SELECT {', '.join(names)} FROM executions {where}ORDER BY idx LIMIT ?", (limit,))
             while rows := cursor.fetchmany(65536):
                 for column, values in zip(columns, zip(*rows)):
                     column.extend(values)
@@ -472,21 +476,63 @@ class Trace:
         their numbers."""
         rows = self._query(f"SELECT id, {', '.join(KIND_FIELDS)} FROM kinds ORDER BY id")
         check = _ExecutionRows()
-        kinds = []
-        for row in rows:
-            kind_id, fields = row[0], row[1:]
-            cause, detail, file, line, function, stack_id, graph, nodes, cache, fallback_ops, counters, call, context = fields
-            try:
-                e = check((0, 0, cause, detail, file, line, function, stack_id, graph, nodes, cache, 0.0, 0.0, 0.0,
-                           0.0, 0.0, fallback_ops, counters, call, context))
-            except _Damaged as error:
-                raise TraceError(f"{self.path}: damaged: kind {_shown(kind_id)}: "
-                                 f"{str(error).partition(': ')[2]}") from None
-            kinds.append(Kind(e.cause, e.detail, e.frame, e.stack_id, e.graph, e.nodes, e.cache, e.fallback_ops,
-                              e.counters, e.call, e.context))
+        kinds = [self._kind(row, check) for row in rows]
         ids = [row[0] for row in rows]
         numbers = None if ids == list(range(len(ids))) else {kind_id: n for n, kind_id in enumerate(ids)}
         return kinds, numbers
+
+    def _kind(self, row: tuple, check: _ExecutionRows) -> Kind:
+        """One row of the kinds table (its id first), checked as an execution row is."""
+        kind_id, fields = row[0], row[1:]
+        cause, detail, file, line, function, stack_id, graph, nodes, cache, fallback_ops, counters, call, context = fields
+        try:
+            e = check((0, 0, cause, detail, file, line, function, stack_id, graph, nodes, cache, 0.0, 0.0, 0.0,
+                       0.0, 0.0, fallback_ops, counters, call, context))
+        except _Damaged as error:
+            raise TraceError(f"{self.path}: damaged: kind {_shown(kind_id)}: "
+                             f"{str(error).partition(': ')[2]}") from None
+        return Kind(e.cause, e.detail, e.frame, e.stack_id, e.graph, e.nodes, e.cache, e.fallback_ops,
+                    e.counters, e.call, e.context)
+
+    def read_more(self, table: ExecutionTable, limit: int | None = None) -> int:
+        """Add to `table` the executions after the last one it holds, at most `limit`, read
+        as columns: how the UI follows a growing trace of a million executions. Returns
+        how many were added."""
+        start = table.index[-1] + 1 if len(table) else 0
+        stop = None if limit is None else start + limit
+        columns = None
+        if self.version >= KINDS_FROM:
+            columns = self._read_columns(("idx", "kind", "step", "sync_ms", "trace_ms", "compile_ms", "execute_ms",
+                                          "start_ms"), -1 if limit is None else limit, start)
+        if columns is not None and columns[0] and min(columns[2]) >= 0:
+            numbered = self._kind_numbers(columns[1])
+            if numbered is not None:
+                table.extend_columns(self._known_kinds, numbered, *columns[:1], *columns[2:])
+                return len(numbered)
+        if columns is not None and not columns[0]:
+            return 0
+        # An older trace, or a value out of range: row by row, which says what is wrong.
+        found = self.executions(start, stop)
+        table.extend(found)
+        return len(found)
+
+    def _kind_numbers(self, ids: array) -> array | None:
+        """Kind ids as numbers into self._known_kinds, reading the kinds not read yet; None
+        when an id names no kind."""
+        known = self._known_ids
+        new = [kind_id for kind_id in set(ids) if kind_id not in known]
+        if new:
+            check = _ExecutionRows()
+            marks = ", ".join("?" * len(new))
+            for row in self._query(f"SELECT id, {', '.join(KIND_FIELDS)} FROM kinds WHERE id IN ({marks}) ORDER BY id",
+                                   new):
+                known[row[0]] = len(self._known_kinds)
+                self._known_kinds.append(self._kind(row, check))
+            if any(kind_id not in known for kind_id in new):
+                return None
+        if all(known[kind_id] == kind_id for kind_id in set(ids)):  # as the writer numbers them
+            return ids
+        return array("l", map(known.__getitem__, ids))
 
     def execution(self, index: int) -> Execution:
         if not 0 <= index < 2**63:

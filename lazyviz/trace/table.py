@@ -5,9 +5,15 @@ repeats a few kinds of execution (the same cause, site, graph and cache result) 
 new times. ExecutionTable keeps each kind once and, per execution, its step, kind and
 times in arrays (32 bytes, 56 once every time is read; the index is a range when it has
 no gaps). It is a Sequence of Execution, each built when asked, and it hands analysis
-the kinds and where each kind occurs."""
+the kinds and where each kind occurs.
+
+A live table grows on one thread (the UI's trace watcher). Another thread may read
+the rows below a length it was told, by position (Prefix), or take a head() to work on;
+what the table works out from its columns (positions, in_order) is the growing
+thread's."""
 from __future__ import annotations
 
+import bisect
 from array import array
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -120,6 +126,7 @@ class ExecutionTable(Sequence[Execution]):
         kinds = self.kinds
         if not isinstance(self.index, array):
             self.index = array("q", self.index)
+        start = len(self)
         compile_ms, execute_ms, start_ms = self._rest_columns()
         for e in executions:
             kind = kind_of(e)
@@ -128,7 +135,6 @@ class ExecutionTable(Sequence[Execution]):
             if number is None:
                 number = numbers[key] = len(kinds)
                 kinds.append(kind)
-            self.kind.append(number)
             self.index.append(e.index)
             self.step.append(e.step)
             self.sync_ms.append(e.sync_ms)
@@ -136,8 +142,62 @@ class ExecutionTable(Sequence[Execution]):
             compile_ms.append(e.compile_ms)
             execute_ms.append(e.execute_ms)
             start_ms.append(e.start_ms)
-        for cached in ("positions", "_by_index", "in_order"):
-            self.__dict__.pop(cached, None)
+            self.kind.append(number)  # last: see extend_columns
+        self._grown(start)
+
+    def extend_columns(self, kinds: Sequence[Kind], kind: array, index: array, step: array, sync_ms: array,
+                       trace_ms: array, compile_ms: array, execute_ms: array, start_ms: array) -> None:
+        """Add executions given as columns, after every one held: kind[i] numbers one of
+        `kinds` (a reader's list, which may hold this table's kinds in the same order:
+        then no number changes)."""
+        start = len(self)
+        numbering = {}
+        for number in set(kind):
+            found = kinds[number]
+            key = found.key()
+            mine = self._numbers.get(key)
+            if mine is None:
+                mine = self._numbers[key] = len(self.kinds)
+                self.kinds.append(found)
+            numbering[number] = mine
+        if any(number != mine for number, mine in numbering.items()):
+            kind = array("l", map(numbering.__getitem__, kind))
+        if not isinstance(self.index, array):
+            self.index = array("q", self.index)
+        compile_column, execute_column, start_column = self._rest_columns()
+        # The kinds last: a reader on another thread trusts positions below len(self.kind).
+        for column, values in ((self.index, index), (self.step, step), (self.sync_ms, sync_ms),
+                               (self.trace_ms, trace_ms), (compile_column, compile_ms),
+                               (execute_column, execute_ms), (start_column, start_ms), (self.kind, kind)):
+            column.extend(values)
+        self._grown(start)
+
+    def _grown(self, start: int) -> None:
+        """Executions from position `start` on were added: bring what is worked out from
+        the columns up to date, in time proportional to what was added."""
+        found = self.__dict__.get("positions")
+        if found is not None:
+            found.extend(array("l") for _ in range(len(self.kinds) - len(found)))
+            appends = [positions.append for positions in found]
+            for position in range(start, len(self)):
+                appends[self.kind[position]](position)
+        self.__dict__.pop("in_order", None)
+        contiguous = start > 0 and self.index[-1] - self.index[start - 1] == len(self) - start
+        if self.__dict__.get("_by_index", 0) is not None or not contiguous:
+            self.__dict__.pop("_by_index", None)
+
+    def head(self, count: int) -> ExecutionTable:
+        """The first `count` executions as a table of their own: what another thread reads
+        while this one goes on growing (it never sees a half-added row)."""
+        kinds = self.kinds[:]
+        rest = tuple(column[:count] for column in self._rest_columns())
+        table = ExecutionTable(kinds, self.kind[:count], self.index[:count], self.step[:count],
+                               self.sync_ms[:count], self.trace_ms[:count], *rest)
+        found = self.__dict__.get("positions")
+        if found is not None:
+            found = [positions[:bisect.bisect_left(positions, count)] for positions in found[:len(kinds)]]
+            table.__dict__["positions"] = found + [array("l") for _ in range(len(kinds) - len(found))]
+        return table
 
     @cached_property
     def _numbers(self) -> dict[tuple, int]:
@@ -151,11 +211,15 @@ class ExecutionTable(Sequence[Execution]):
     @overload
     def __getitem__(self, position: slice) -> list[Execution]: ...
     def __getitem__(self, position: int | slice) -> Execution | list[Execution]:
+        return self.get(position, len(self))
+
+    def get(self, position: int | slice, length: int) -> Execution | list[Execution]:
+        """As table[position], for a table of its first `length` executions."""
         if isinstance(position, slice):
-            return [self._make(p) for p in range(*position.indices(len(self)))]
+            return [self._make(p) for p in range(*position.indices(length))]
         if position < 0:
-            position += len(self)
-        if not 0 <= position < len(self):
+            position += length
+        if not 0 <= position < length:
             raise IndexError("execution position out of range")
         return self._make(position)
 
@@ -261,3 +325,22 @@ class ExecutionTable(Sequence[Execution]):
             return None
         position = index - self.index[0]
         return position if 0 <= position < len(self.index) else None
+
+
+class Prefix(Sequence[Execution]):
+    """The first `count` executions of a table that another thread may still be growing,
+    without copying them."""
+
+    def __init__(self, table: ExecutionTable, count: int) -> None:
+        self.table = table
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    @overload
+    def __getitem__(self, position: int) -> Execution: ...
+    @overload
+    def __getitem__(self, position: slice) -> list[Execution]: ...
+    def __getitem__(self, position: int | slice) -> Execution | list[Execution]:
+        return self.table.get(position, self.count)

@@ -1,10 +1,14 @@
-"""The executions table: one row per execution, appended live, drawn line by line so a
-20,000-row trace opens and scrolls without lag. Sortable by any column; the `why`
-column says what the row's cause or cache miss was."""
+"""The executions table: one row per execution, appended live. It draws from the
+watcher's ExecutionTable (columns, a few bytes a row) line by line, building only the
+rows on screen, so a million-row trace opens, scrolls and sorts without holding a
+million objects. Sortable by any column; the `why` column says what the row's cause or
+cache miss was."""
 from __future__ import annotations
 
-from collections.abc import Callable
+import bisect
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import chain
 
 from rich.segment import Segment
 from rich.style import Style
@@ -18,6 +22,7 @@ from textual.strip import Strip
 
 from lazyviz.present import site_text
 from lazyviz.trace.model import Execution
+from lazyviz.trace.table import ExecutionTable, Kind, Prefix
 from tui.details import matches
 from tui.theme import FALLBACK, HIT, MISS, MUTED, OTHER_CAUSE
 
@@ -46,15 +51,25 @@ COLUMNS = [
 ]
 SITE_MAX = 40  # at 200 columns the site stops here and `why` gets the rest
 
-# Sort orders the `o` key cycles through: (name, key, largest first).
-SORTS: list[tuple[str, Callable[[Execution], object], bool]] = [
-    ("#", lambda e: e.index, False),
-    ("sync ms", lambda e: e.sync_ms, True),
-    ("trace ms", lambda e: e.trace_ms, True),
-    ("nodes", lambda e: e.nodes, True),
-    ("cause", lambda e: (e.cause, e.index), False),
-    ("site", lambda e: (e.site, e.index), False),
-    ("cache", lambda e: (e.cache != "miss", e.index), False),
+
+def by_kind(value: Callable[[Kind], object]) -> Callable[[ExecutionTable], Callable[[int], object]]:
+    """A sort key over a table's positions from what the row's kind holds."""
+    def key(table: ExecutionTable) -> Callable[[int], object]:
+        values, kind = [value(k) for k in table.kinds], table.kind
+        return lambda position: values[kind[position]]
+    return key
+
+
+# Sort orders the `o` key cycles through: (name, key over a table's positions, largest
+# first). Sorts are stable over positions in run order, so ties stay in run order.
+SORTS: list[tuple[str, Callable[[ExecutionTable], Callable[[int], object]] | None, bool]] = [
+    ("#", None, False),
+    ("sync ms", lambda table: table.sync_ms.__getitem__, True),
+    ("trace ms", lambda table: table.trace_ms.__getitem__, True),
+    ("nodes", by_kind(lambda kind: kind.nodes), True),
+    ("cause", by_kind(lambda kind: kind.cause), False),
+    ("site", by_kind(lambda kind: kind.site), False),
+    ("cache", by_kind(lambda kind: kind.cache != "miss"), False),
 ]
 
 SCROLLBAR = 2  # the table keeps its scrollbar gutter, so rows and header line up
@@ -133,8 +148,9 @@ class ExecutionList(ScrollView, can_focus=True):
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)
-        self.rows: list[Execution] = []  # in the order they ran
-        self.order: list[int] | None = None  # positions in rows, in display order; None: as they ran
+        self.table = ExecutionTable.empty()  # the watcher's: it grows on the watcher's thread
+        self.count = 0  # rows of the table shown: those the last update said were whole
+        self.order: list[int] | None = None  # positions in the table, in display order; None: as they ran
         self.sort = 0  # index into SORTS
         self.follow = True
         self.cwd = ""  # the run's folder: sites show relative to it
@@ -142,34 +158,49 @@ class ExecutionList(ScrollView, can_focus=True):
         self._layout_key: tuple[int, int, int] = (0, 0, 0)
 
     # -- data ----------------------------------------------------------------------
+    @property
+    def rows(self) -> Prefix:
+        """The executions shown, in the order they ran."""
+        return Prefix(self.table, self.count)
+
     def row(self, position: int) -> Execution:
         """The execution shown at a display position."""
-        return self.rows[self.order[position] if self.order is not None else position]
+        return self.table[self.order[position] if self.order is not None else position]
 
     @property
     def selected(self) -> Execution | None:
-        return self.row(self.cursor) if 0 <= self.cursor < len(self.rows) else None
+        return self.row(self.cursor) if 0 <= self.cursor < self.count else None
 
     def position_of(self, index: int) -> int:
-        """The display position of execution number `index`."""
-        row = index if index < len(self.rows) and self.rows[index].index == index else next(
-            (i for i, e in enumerate(self.rows) if e.index == index), -1)
-        return self.order.index(row) if self.order is not None and row >= 0 else row
+        """The display position of execution number `index` (-1: not shown)."""
+        indices = self.table.index
+        row = bisect.bisect_left(indices, index, 0, self.count)
+        if row == self.count or indices[row] != index:
+            return -1
+        return self.order.index(row) if self.order is not None else row
 
-    def add_executions(self, executions: list[Execution]) -> None:
-        self.rows.extend(executions)
+    def _newest(self) -> int:
+        """The display position of the newest row."""
+        return self.count - 1 if self.order is None else self.order.index(self.count - 1)
+
+    def show_rows(self, table: ExecutionTable, count: int) -> None:
+        """Show the first `count` rows of `table` (the same table, grown, or another rank's)."""
+        if table is not self.table:
+            self.table, self.count, self.order, self.follow = table, 0, None, True
+            self.cursor = -1
+        start, self.count = self.count, count
         if self.order is not None:
-            self._sort()
-        self.virtual_size = Size(self.size.width, len(self.rows))
-        if self.follow:
-            self.cursor = self.position_of(len(self.rows) - 1)
+            self._sort(start)
+        self.virtual_size = Size(self.size.width, count)
+        if self.follow and count:
+            self.cursor = self._newest()
         self._check_layout()
         self.refresh()
 
     def set_follow(self, follow: bool) -> None:
         self.follow = follow
-        if follow and self.rows:
-            self.cursor = self.position_of(len(self.rows) - 1)
+        if follow and self.count:
+            self.cursor = self._newest()
         self.post_message(self.FollowChanged(follow))
 
     def cycle_sort(self, to: str | None = None) -> str:
@@ -185,34 +216,43 @@ class ExecutionList(ScrollView, can_focus=True):
         self.refresh()
         return SORTS[self.sort][0]
 
-    def _sort(self) -> None:
-        name, key, descending = SORTS[self.sort]
-        if name == "#":
+    def _sort(self, start: int = 0) -> None:
+        """Sort the rows shown; from `start` on, rows just added go in among those sorted
+        (timsort merges the two sorted runs: a live million-row table stays cheap)."""
+        _, make_key, descending = SORTS[self.sort]
+        if make_key is None:
             self.order = None
             return
-        rows = self.rows
-        self.order = sorted(range(len(rows)), key=lambda i: key(rows[i]), reverse=descending)
+        key = make_key(self.table)
+        if start and self.order is not None:
+            self.order.extend(range(start, self.count))
+            self.order.sort(key=key, reverse=descending)
+        else:
+            self.order = sorted(range(self.count), key=key, reverse=descending)
+
+    def _last(self) -> tuple[int, int]:
+        """The newest row's index and step (0, 0 before any): the widest numbers."""
+        if not self.count:
+            return 0, 0
+        return self.table.index[self.count - 1], max(self.table.step[self.count - 1], 0)
 
     def layout(self) -> Layout:
-        last = self.rows[-1] if self.rows else None
-        return Layout.make(self.scrollable_content_region.width, last.index if last else 0,
-                           max((last.step if last else 0), 0), SORTS[self.sort][0])
+        return Layout.make(self.scrollable_content_region.width, *self._last(), SORTS[self.sort][0])
 
     def header(self, width: int) -> str:
-        last = self.rows[-1] if self.rows else None
         name, _, descending = SORTS[self.sort]
-        return header_text(width, last.index if last else 0, last.step if last else 0, name, descending)
+        return header_text(width, *self._last(), name, descending)
 
     def _check_layout(self, force: bool = False) -> None:
-        last = self.rows[-1] if self.rows else None
-        key = (len(str(last.index)) if last else 0, len(str(last.step)) if last else 0, self.sort)
+        index, step = self._last()
+        key = (len(str(index)) if self.count else 0, len(str(step)) if self.count else 0, self.sort)
         if force or key != self._layout_key:
             self._layout_key = key
             self.post_message(self.LayoutChanged())
 
     def watch_cursor(self, cursor: int) -> None:
         """Keep the cursor row on screen and tell the app which execution it is."""
-        if not self.rows or cursor < 0:
+        if not self.count or cursor < 0:
             return
         # After the refresh, so the scroll range already covers rows just added.
         self.call_after_refresh(self._scroll_to_cursor)
@@ -227,9 +267,8 @@ class ExecutionList(ScrollView, can_focus=True):
             self.scroll_to(y=self.cursor - height + 1, animate=False, immediate=True)
 
     def select(self, position: int) -> None:
-        if 0 <= position < len(self.rows):
-            newest = self.position_of(len(self.rows) - 1)
-            if position != newest and self.follow:
+        if 0 <= position < self.count:
+            if self.follow and position != self._newest():
                 self.set_follow(False)
             self.cursor = position
 
@@ -241,29 +280,32 @@ class ExecutionList(ScrollView, can_focus=True):
         if position >= 0:
             self.call_after_refresh(lambda: self.scroll_to(y=max(0, position - 2), animate=False, immediate=True))
 
+    def _first_of(self, kinds: set[int], positions: Iterable[int]) -> bool:
+        """Select the first of these display positions whose row is of one of these kinds
+        (numbers in the table): a scan of the kind column, no rows built."""
+        kind = self.table.kind
+        order = self.order
+        for position in positions:
+            if kind[order[position] if order is not None else position] in kinds:
+                self.select(position)
+                return True
+        return False
+
     def find(self, term: str, graphs: set[str]) -> bool:
         """Select the next execution after the cursor that the search term names (its
         site, graph, cause, detail, or an op of its IR: graphs), wrapping around."""
-        count = len(self.rows)
-        for step in range(1, count + 1):
-            position = (self.cursor + step) % count
-            if matches(self.row(position), term, graphs):
-                self.select(position)
-                return True
-        return False
+        found = {number for number, kind in enumerate(self.table.kinds) if matches(kind, term, graphs)}
+        after = self.cursor + 1
+        return bool(found) and self._first_of(found, chain(range(after, self.count), range(min(after, self.count))))
 
     def next_miss(self, direction: int) -> bool:
-        position = self.cursor + direction
-        while 0 <= position < len(self.rows):
-            if self.row(position).is_miss:
-                self.select(position)
-                return True
-            position += direction
-        return False
+        misses = {number for number, kind in enumerate(self.table.kinds) if kind.is_miss}
+        ahead = range(self.cursor + 1, self.count) if direction > 0 else range(self.cursor - 1, -1, -1)
+        return bool(misses) and self._first_of(misses, ahead)
 
     # -- keys and mouse --------------------------------------------------------------
     def action_move(self, delta: int) -> None:
-        self.select(max(0, min(len(self.rows) - 1, self.cursor + delta)))
+        self.select(max(0, min(self.count - 1, self.cursor + delta)))
 
     def action_page(self, direction: int) -> None:
         self.action_move(direction * max(1, self.scrollable_content_region.height - 1))
@@ -272,7 +314,7 @@ class ExecutionList(ScrollView, can_focus=True):
         if index < 0 and self.order is None:
             self.set_follow(True)
         else:
-            self.select(0 if index == 0 else len(self.rows) - 1)
+            self.select(0 if index == 0 else self.count - 1)
 
     def on_click(self, event: events.Click) -> None:
         self.select(int(self.scroll_y) + event.y)
@@ -282,7 +324,7 @@ class ExecutionList(ScrollView, can_focus=True):
         position = int(self.scroll_y) + y
         width = self.scrollable_content_region.width
         base = self.rich_style
-        if position >= len(self.rows):
+        if position >= self.count:
             return Strip.blank(width, base)
         execution = self.row(position)
         layout = self.layout()
@@ -312,7 +354,7 @@ class ExecutionList(ScrollView, can_focus=True):
         return strip.apply_style(style)
 
     def on_resize(self) -> None:
-        self.virtual_size = Size(self.size.width, len(self.rows))
+        self.virtual_size = Size(self.size.width, self.count)
         # The strip above grew or the terminal shrank: the selected row stays on screen.
         self.call_after_refresh(self._scroll_to_cursor)
 

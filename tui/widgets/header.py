@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections import Counter
 from dataclasses import dataclass, field
 
 from rich.text import Text
 from textual.widgets import Static
 
 from lazyviz.present import short_path
-from lazyviz.trace.model import Execution, RunInfo
+from lazyviz.trace.model import RunInfo
+from lazyviz.trace.table import ExecutionTable
 from tui.theme import FALLBACK_COLOR, HIT_COLOR, MISS_COLOR, MUTED_COLOR, SYNC_COLOR
 
 
@@ -36,13 +38,17 @@ class Counts:
     fallbacks: int = 0  # fallback op calls
     graphs: set[str] = field(default_factory=set)
 
-    def add(self, executions: list[Execution]) -> None:
-        for execution in executions:
-            self.executions += 1
-            self.last_step = max(self.last_step, execution.step)
-            self.misses += execution.is_miss
-            self.fallbacks += sum(execution.fallback_ops.values())
-            self.graphs.add(execution.graph)
+    def add(self, table: ExecutionTable, start: int, stop: int) -> None:
+        """Count the table's rows from position start to stop: once per kind, not per row."""
+        if stop <= start:
+            return
+        self.executions += stop - start
+        self.last_step = max(self.last_step, max(table.step[start:stop]))
+        for number, count in Counter(table.kind[start:stop]).items():
+            kind = table.kinds[number]
+            self.misses += count * kind.is_miss
+            self.fallbacks += count * sum(kind.fallback_ops.values())
+            self.graphs.add(kind.graph)
 
 
 def command_text(run: RunInfo) -> str:

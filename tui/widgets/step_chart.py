@@ -3,13 +3,10 @@ steps with a compile marked, and how the time splits between Python tracing and 
 execution."""
 from __future__ import annotations
 
-import statistics
-
 from rich.text import Text
 from textual.widget import Widget
 
-from lazyviz.analysis.summary import chart_scale, step_times
-from lazyviz.trace.model import Execution
+from lazyviz.analysis.summary import StepTimes, chart_scale
 from tui.theme import MISS_COLOR, MUTED_COLOR
 
 BARS = " ▁▂▃▄▅▆▇█"
@@ -22,31 +19,31 @@ class StepChart(Widget):
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)
-        self.executions: list[Execution] = []
+        self.steps = StepTimes()
 
-    def show(self, executions: list[Execution]) -> None:
-        self.executions = executions
+    def show(self, steps: StepTimes) -> None:
+        """Time per step, worked out off the UI thread (a million rows take a second)."""
+        self.steps = steps
         self.refresh()
 
     def render(self) -> Text:
         # Drawn at paint time from the size it is painted at: a chart computed when the
         # data arrived (often while its tab was hidden, size 0) could be shown stale.
-        steps = step_times(self.executions)
+        steps = self.steps
         if not steps:
             return Text("no steps yet")
         axis = 8  # the y axis labels: "  123 ms"
         width = max(10, self.size.width - 4 - axis)
         height = max(2, min(8, self.size.height - 5))
-        # More steps than columns: each column shows the slowest of its steps.
+        # More steps than columns: each column shows the slowest of its steps (read from
+        # the columns: a million steps are never made objects here).
         per_column = max(1, -(-len(steps) // width))
-        columns = []
-        for start in range(0, len(steps), per_column):
-            group = steps[start:start + per_column]
-            columns.append((max(step.total_ms for step in group), any(step.compiled for step in group),
-                            group[0].step))
+        totals = steps.total_ms
+        columns = [(max(totals[start:start + per_column]), any(steps.compiled[start:start + per_column]),
+                    steps.step[start]) for start in range(0, len(steps), per_column)]
         # Few steps: widen each bar (up to 4 cells) so the chart is readable.
         repeat = max(1, min(4, width // max(1, len(columns))))
-        top = chart_scale([step.total_ms for step in steps])
+        top = chart_scale(totals)
         rows = []
         for level in range(height, 0, -1):
             label = f"{top:.0f} ms" if level == height else "0 ms" if level == 1 else ""
@@ -66,14 +63,13 @@ class StepChart(Widget):
             if number % every == 0 and at + len(label) <= len(ticks) and free:
                 ticks[at:at + len(label)] = label
         rows.append(Text(f"{'step':>{axis - 1}} " + "".join(ticks), MUTED_COLOR))
-        totals = [step.total_ms for step in steps]
-        slowest = max(steps, key=lambda step: step.total_ms)
-        trace_ms = sum(step.trace_ms for step in steps)
-        sync_ms = sum(step.sync_ms for step in steps)
+        slowest = steps[max(range(len(steps)), key=totals.__getitem__)]
+        trace_ms = sum(steps.trace_ms)
+        sync_ms = sum(steps.sync_ms)
         share = sync_ms / (trace_ms + sync_ms) * 100 if trace_ms + sync_ms else 0
         legend = Text.assemble(
             (f"{len(steps)} steps", "bold"),
-            f"{f' ({per_column} per column)' if per_column > 1 else ''} · median {statistics.median(totals):.1f} ms"
+            f"{f' ({per_column} per column)' if per_column > 1 else ''} · median {steps.median_ms:.1f} ms"
             f" · max {slowest.total_ms:.1f} ms (step {slowest.step}) · ",
             ("■ compiled", MISS_COLOR), " ", ("■ cached", "cyan"),
             f"\nsync (lower+compile+run) {sync_ms:.0f} ms = {share:.0f}% · python tracing {trace_ms:.0f} ms",
