@@ -66,6 +66,23 @@ def synthetic_trace(path: Path, executions: int) -> float:
     return time.perf_counter() - started
 
 
+def graphs_trace(path: Path, graphs: int, nodes: int = 200) -> float:
+    """A run that compiles a new graph every step (a shape that keeps changing): as many
+    distinct graphs as steps, each `nodes` long. Returns the seconds it took."""
+    started = time.perf_counter()
+    writer = TraceWriter(path)
+    writer.set_run(argv=["train.py"], backend="ts", capture="full", device="lazy", versions={"torch": "2.13.0"},
+                   cwd="/repo", start_time="2026-11-23T10:00:00")
+    for step in range(graphs):
+        graph = f"g{step:05x}"
+        record = execution(step, step=step, file="/repo/train.py", line=40, function="main", graph=graph, nodes=nodes,
+                           cache="miss", start_ms=step * 2.0)
+        writer.add_execution(record, GraphRecord(graph, nodes, chain_ir(nodes, rows=16 + step), "graph()", step))
+    writer.set_run(exit_status=0, error=None, traceback=None, steps=graphs, complete=True, elapsed_s=graphs * 0.002)
+    writer.close()
+    return time.perf_counter() - started
+
+
 def real_trace(path: Path, executions: int) -> float:
     started = time.perf_counter()
     loop = Path(__file__).with_name("_tiny_loop.py")
@@ -86,6 +103,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--real", type=int, default=0, metavar="N", help="also a real loop of N tiny steps")
+    parser.add_argument("--graphs", type=int, default=1500, metavar="N",
+                        help="also a run of N distinct 200-node graphs, one per step (0: none)")
     parser.add_argument("--write", nargs=2, metavar=("PATH", "N"), help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.write:
@@ -100,19 +119,23 @@ def main() -> None:
             # process must stay small for the readers' peaks to be their own.
             took = float(subprocess.run([sys.executable, __file__, "--write", str(path), str(size)], check=True,
                                         capture_output=True, text=True).stdout)
-            traces.append((f"synthetic {size:,}", path, took))
+            traces.append((f"synthetic {size:,}", path, took, size))
+        if options.graphs:
+            path = Path(folder) / f"graphs-{options.graphs}.trace"
+            traces.append((f"{options.graphs:,} graphs", path, graphs_trace(path, options.graphs), options.graphs))
         if options.real:
             path = Path(folder) / f"real-{options.real}.trace"
-            traces.append((f"real loop {options.real:,}", path, real_trace(path, options.real)))
+            traces.append((f"real loop {options.real:,}", path, real_trace(path, options.real), options.real))
         print(f"{'trace':<22}{'MB':>8}{'B/exec':>8}  {'command':<22}{'seconds':>9}{'peak MB':>9}")
-        for name, path, took in traces:
+        for name, path, took, count in traces:
             size = path.stat().st_size
-            count = int(name.rsplit(" ", 1)[1].replace(",", ""))
             print(f"{name:<22}{size / 2**20:>8.1f}{size / count:>8.0f}  {'(written)':<22}{took:>9.2f}")
             for label, args in (("report", ["report", str(path)]),
                                 ("report --format json", ["report", str(path), "--format", "json", "-f",
                                                           "-o", str(Path(folder) / "r.json")]),
-                                ("check", ["check", str(path)])):
+                                ("check", ["check", str(path)]),
+                                *([("report --format html", ["report", str(path), "--format", "html", "-f", "-o",
+                                                             str(Path(folder) / "r.html")])] if "graphs" in name else [])):
                 seconds, peak, status = timed([*lazyviz, *args])
                 note = "" if status in (0, 1) else f"  (exit {status})"
                 print(f"{'':<38}{label:<22}{seconds:>9.2f}{peak:>9.0f}{note}")
