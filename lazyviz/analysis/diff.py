@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, replace
-from functools import lru_cache
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from typing import NamedTuple
 
 from lazyviz.analysis.ir import IRGraph, Node, parsed, source_line
 
@@ -18,8 +19,10 @@ from lazyviz.analysis.ir import IRGraph, Node, parsed, source_line
 KINDS = ("input_shape", "dtype", "structure", "op_added", "op_removed", "attribute", "aliasing", "shape")
 
 
-@dataclass(frozen=True)
-class Change:
+class Change(NamedTuple):
+    """One difference. A tuple: a run whose shapes change every step makes hundreds of
+    thousands (every node's output type), and a frozen dataclass costs 4x to make."""
+
     kind: str
     node: str  # the node's id in the new graph ("" for a removed node)
     op: str
@@ -58,7 +61,7 @@ class GraphDiff:
     changes: tuple[Change, ...]  # origins first, then in topological order
     matched: int  # nodes aligned between the two graphs
 
-    @property
+    @cached_property  # asked for again and again by the headline, the brief and the findings
     def origins(self) -> tuple[Change, ...]:
         return tuple(c for c in self.changes if c.origin)
 
@@ -169,7 +172,7 @@ def _carry_shape_constants(changes: list[Change]) -> list[Change]:
         return swapped == change.after
 
     return [
-        replace(change, origin=False)
+        change._replace(origin=False)
         if change.origin and change.kind in ("attribute", "shape") and follows_inputs(change) else change
         for change in changes
     ]
@@ -189,8 +192,8 @@ def _rewired(node: Node, before: Node, mapping: dict[str, str]) -> bool:
 
 def _compare(before: Node, after: Node, operands_changed: bool) -> list[Change]:
     """What differs on one matched node. Without a changed operand, it is an origin."""
-    if before.op == after.op and before.outputs == after.outputs and before.attrs == after.attrs \
-            and len(before.operands) == len(after.operands):
+    if before is after or (before.op == after.op and before.outputs == after.outputs and before.attrs == after.attrs
+                           and len(before.operands) == len(after.operands)):
         return []  # most nodes of a recompiled graph: nothing to say
     origin = not operands_changed
     changes = []

@@ -417,13 +417,17 @@ def growth_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str]
     already covers (a growing site)."""
     table = ExecutionTable.of(executions)
     findings = []
+    # Graphs that differ only in shapes or constants have the same ops: searched once.
+    blocks: dict[tuple[str, ...], tuple[list[str], int, int] | None] = {}
     runs_of = table.kinds_by(lambda kind: kind.graph if kind.graph not in skip else None)
     for graph_id, numbers in runs_of.items():
         graph = facts(ir_texts.get(graph_id, ""))
         if graph is None:
             continue
         ops = list(graph.ops)
-        found = repeated_block(ops)
+        if graph.ops not in blocks:
+            blocks[graph.ops] = repeated_block(ops)
+        found = blocks[graph.ops]
         if found is None:
             continue
         block, repeats, _ = found

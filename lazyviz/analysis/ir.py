@@ -36,8 +36,7 @@ class IRParseError(ValueError):
     """The text is not IR as torch prints it; says which line and why."""
 
 
-@dataclass(frozen=True)
-class TensorType:
+class TensorType(NamedTuple):
     dtype: str
     shape: tuple[str, ...]  # strings: a dynamic size may print as "?" or a symbol
 
@@ -45,16 +44,18 @@ class TensorType:
         return f"{self.dtype}[{','.join(self.shape)}]"
 
 
-@dataclass(frozen=True)
-class Node:
+class Node(NamedTuple):
+    """One IR node. A tuple: a run's graphs hold hundreds of thousands of them, made in
+    microseconds, and equal lines at equal places share one (nothing may change it)."""
+
     id: str  # "%13"
     op: str  # "aten::addmm"
     outputs: tuple[TensorType, ...]
     operands: tuple[str, ...]  # "%12", or "%22.1" for output 1 of a multi-output node
-    attrs: dict[str, str] = field(default_factory=dict)  # without NodeType and ROOT
-    root: int | None = None  # the ROOT=N mark: this node is the graph's output N
-    line: int = 0
-    location: str = ""  # "fn@file.py:12" where the backend records it (XLA_IR_DEBUG=1)
+    attrs: dict[str, str]  # without NodeType and ROOT
+    root: int | None  # the ROOT=N mark: this node is the graph's output N
+    line: int
+    location: str  # "fn@file.py:12" where the backend records it (XLA_IR_DEBUG=1)
 
     @property
     def source_line(self) -> str:
@@ -66,10 +67,15 @@ class Node:
 
     @property
     def type_text(self) -> str:
-        return ", ".join(map(str, self.outputs))
+        return _type_text(self.outputs)
 
     def operand_node(self, operand: str) -> str:
         return operand.split(".", 1)[0]
+
+
+@lru_cache(maxsize=4096)
+def _type_text(outputs: tuple[TensorType, ...]) -> str:
+    return ", ".join(map(str, outputs))
 
 
 @dataclass(frozen=True)
@@ -123,35 +129,52 @@ def parse_ir(text: str) -> IRGraph:
         line = raw.strip()
         if not line or line in ("IR {", "}", "{") or line.startswith("##"):
             continue
-        parts = _parse_line(line)
-        if isinstance(parts, str):
-            raise IRParseError(f"line {number}: {parts}")
-        node_id, op, outputs, operands, attrs, root, location = parts
-        for operand in operands:
+        node = _parse_line(line, number)
+        if isinstance(node, str):
+            raise IRParseError(f"line {number}: {node}")
+        for operand in node.operands:
             if operand.split(".", 1)[0] not in seen:
                 raise IRParseError(f"line {number}: {operand} is used before it is defined")
-        if node_id in seen:
-            raise IRParseError(f"line {number}: {node_id} is defined twice")
-        seen.add(node_id)
-        nodes.append(Node(node_id, op, outputs, operands, attrs, root, number, location))
+        if node.id in seen:
+            raise IRParseError(f"line {number}: {node.id} is defined twice")
+        seen.add(node.id)
+        nodes.append(node)
     return IRGraph(tuple(nodes))
 
 
 @lru_cache(maxsize=65536)
-def _parse_line(line: str) -> tuple | str:
-    """One node line's parts, or what is wrong with it. Cached: the graphs of one run
-    repeat most of their lines (a recompile changes a few), so a run's hundreds of
-    graphs parse in little more than the time of their distinct lines. attrs is shared
-    between the nodes made from one line: nothing may change it."""
+def _parse_line(line: str, number: int) -> Node | str:
+    """One node line as a Node, or what is wrong with it. Cached: the graphs of one run
+    repeat most of their lines at the same places (a recompile changes a few), so a
+    run's hundreds of graphs parse in little more than the time of their distinct lines,
+    and share their nodes."""
     match = _NODE.match(line)
     if match is None:
         return f"not an IR node: {_clip(line)}"
     node_id, types, op, operand_text, attr_text = match.groups()
-    types = types[1:-1] if types[0] in "[(" else types
+    outputs = _types(types[1:-1] if types[0] in "[(" else types)
+    if outputs is None:
+        return f"cannot read output types [{_clip(types)}]"
+    rest = _operands_and_attrs(operand_text, attr_text)
+    if isinstance(rest, str):
+        return rest
+    operands, attrs, root, location = rest
+    return Node(node_id, op, outputs, operands, attrs, root, number, location)
+
+
+@lru_cache(maxsize=4096)
+def _types(types: str) -> tuple[TensorType, ...] | None:
+    """"Float[16,64], Float[16]" as TensorTypes; None when there are none to read. A
+    graph's nodes share a few types (a shape change rewrites them all alike)."""
     outputs = tuple(TensorType(dtype, tuple(filter(None, map(str.strip, dims.split(",")))))
                     for dtype, dims in _TENSOR.findall(types))
-    if types.strip() and not outputs:
-        return f"cannot read output types [{_clip(types)}]"
+    return None if types.strip() and not outputs else outputs
+
+
+@lru_cache(maxsize=65536)
+def _operands_and_attrs(operand_text: str, attr_text: str | None) -> tuple | str:
+    """(operands, attrs, root, location) of a node line, or what is wrong with them. The
+    same at the same node of every graph that differs only in shapes."""
     operands = tuple(o.strip() for o in operand_text.split(",") if o.strip())
     for operand in operands:
         if not _OPERAND.match(operand):
@@ -168,7 +191,7 @@ def _parse_line(line: str) -> tuple | str:
             location = value
         elif name not in _DEBUG_ATTRS:
             attrs[name] = value
-    return node_id, op, outputs, operands, attrs, root, location
+    return operands, attrs, root, location
 
 
 def _clip(text: str, limit: int = 60) -> str:

@@ -10,7 +10,7 @@ from functools import cached_property
 from typing import Any
 
 from lazyviz.analysis.diff import Change, GraphDiff, diff_texts
-from lazyviz.analysis.ir import facts, parsed
+from lazyviz.analysis.ir import IRGraph, facts, parsed
 from lazyviz.trace.model import Execution, Frame
 from lazyviz.trace.table import ExecutionTable
 
@@ -125,17 +125,18 @@ class PendingRecompile:
     computed on first use. Warm-up ones (never a finding) and those past the first
     EXPLAINED_PER_SITE at one site (the findings group them with the first ones)."""
 
-    def __init__(self, execution: Execution, compiled: list[Execution], ir_texts: Mapping[str, str],
-                 warmup: bool = True) -> None:
+    def __init__(self, execution: Execution, compiled: list[Execution], at_site: list[Execution],
+                 ir_texts: Mapping[str, str], warmup: bool = True) -> None:
         self.execution, self.step, self.graph = execution.index, execution.step, execution.graph
         self.frame, self.context, self.warmup = execution.frame, execution.context, warmup
-        # The graphs compiled before it: a prefix of a list that only grows (no copy each).
-        self._explain = (execution, compiled, len(compiled), ir_texts)
+        # The graphs compiled before it, in all and at its site: prefixes of lists that
+        # only grow (no copy each).
+        self._explain = (execution, compiled, len(compiled), at_site, len(at_site), ir_texts)
 
     @cached_property
     def explained(self) -> Recompile:
-        execution, compiled, before, ir_texts = self._explain
-        return _explain(execution, compiled[:before], ir_texts, self.warmup)
+        execution, compiled, before, at_site, before_at_site, ir_texts = self._explain
+        return _explain(execution, compiled[:before], ir_texts, self.warmup, at_site[:before_at_site])
 
     @property
     def is_explained(self) -> bool:
@@ -167,11 +168,13 @@ def explain_recompiles(
     never calls mark_step() has no steps: there a site's first syncs are its warm-up."""
     table = ExecutionTable.of(executions)
     compiled: dict[str | None, list[Execution]] = {}  # context -> earlier misses, one per distinct graph
+    compiled_graphs: dict[str | None, set[str]] = {}  # context -> those misses' graphs
+    compiled_at: dict[tuple[str | None, str], list[Execution]] = {}  # the same, per site
     # Each test's first step: the step of its first execution.
     first_step = {context: table.step[table.positions[numbers[0]][0]]
                   for (context,), numbers in table.kinds_by(lambda kind: (kind.context,)).items()}
     stepless = not any(table.step)
-    at_site = table.kinds_by(lambda kind: (kind.context, kind.site)) if stepless else {}  # site -> its kinds
+    kinds_at = table.kinds_by(lambda kind: (kind.context, kind.site)) if stepless else {}  # site -> its kinds
     explained: list[Recompile | PendingRecompile] = []
     eager_nodes = 0
     explained_at: Counter[tuple[str | None, str]] = Counter()  # structure changes after warm-up, per site
@@ -185,26 +188,30 @@ def explain_recompiles(
         start = first_step[context]
         site = (context, execution.site)
         earlier = compiled.setdefault(context, [])
+        at_site = compiled_at.setdefault(site, [])
         if site in seen_sites:
             if stepless:  # its syncs so far, this one included
-                syncs = 1 + sum(bisect.bisect_left(table.positions[n], position) for n in at_site[site])
+                syncs = 1 + sum(bisect.bisect_left(table.positions[n], position) for n in kinds_at[site])
                 warmup = syncs <= warmup_steps
             else:
                 warmup = execution.step - start < warmup_steps
             graph = facts(ir_texts.get(execution.graph, ""))
             values_only = graph is not None and graph.structure in structures.get(context, ())
             if warmup and eager_nodes + execution.nodes > EAGER_WARMUP_NODES:
-                explained.append(PendingRecompile(execution, earlier, ir_texts))
+                explained.append(PendingRecompile(execution, earlier, at_site, ir_texts))
             elif not warmup and not values_only and (stepless or explained_at[site] >= EXPLAINED_PER_SITE):
                 # Stepless, such a recompile is a different piece of the pass, never a finding.
-                explained.append(PendingRecompile(execution, earlier, ir_texts, warmup=False))
+                explained.append(PendingRecompile(execution, earlier, at_site, ir_texts, warmup=False))
             else:
                 explained_at[site] += not warmup and not values_only
                 eager_nodes += execution.nodes if warmup else 0
-                explained.append(_explain(execution, earlier, ir_texts, warmup))
+                explained.append(_explain(execution, earlier, ir_texts, warmup, at_site))
         seen_sites.add(site)
-        if all(e.graph != execution.graph for e in earlier):
+        graphs = compiled_graphs.setdefault(context, set())
+        if execution.graph not in graphs:
+            graphs.add(execution.graph)
             earlier.append(execution)
+            at_site.append(execution)
             graph = facts(ir_texts.get(execution.graph, ""))
             if graph is not None:
                 structures.setdefault(context, set()).add(graph.structure)
@@ -224,8 +231,11 @@ def op_overlap(a_text: str, b_text: str) -> float:
 
 
 def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[str, str],
-             warmup: bool) -> Recompile:
-    same_site = [e for e in compiled if e.site == execution.site and e.graph != execution.graph]
+             warmup: bool, at_site: list[Execution] | None = None) -> Recompile:
+    """at_site: those of compiled run at the execution's site (found when not given)."""
+    if at_site is None:
+        at_site = [e for e in compiled if e.site == execution.site]
+    same_site = [e for e in at_site if e.graph != execution.graph]
     candidates = same_site or [e for e in compiled if e.graph != execution.graph]
     new = parsed(ir_texts.get(execution.graph, ""))
     base = dict(execution=execution.index, step=execution.step, graph=execution.graph,
@@ -240,9 +250,10 @@ def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[
     # Rank every candidate by the ops it shares with the new graph (most recent first on
     # ties), then diff the best few node by node and keep the one with the fewest changes.
     new_text = ir_texts.get(execution.graph, "")
-    ranked = sorted(((op_overlap(ir_texts.get(e.graph, ""), new_text), order, e)
-                     for order, e in enumerate(reversed(candidates[-MAX_RANKED:]))
-                     if parsed(ir_texts.get(e.graph, "")) is not None), key=lambda t: (-t[0], t[1]))
+    ranked = _latest_if_closest(candidates[-1], new, new_text, ir_texts) or sorted(
+        ((op_overlap(ir_texts.get(e.graph, ""), new_text), order, e)
+         for order, e in enumerate(reversed(candidates[-MAX_RANKED:]))
+         if parsed(ir_texts.get(e.graph, "")) is not None), key=lambda t: (-t[0], t[1]))
     if not ranked:
         return Recompile(closest=None, closest_execution=None, same_site=False, diff=None,
                          note="no IR of earlier graphs to compare with", **base)
@@ -275,6 +286,21 @@ def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[
               f"({shared:.0%} of ops shared, {len(diff.changed_nodes)} nodes differ)")
     return Recompile(closest=closest.graph, closest_execution=closest.index, same_site=bool(same_site),
                      diff=diff, choice=choice, **base)
+
+
+def _latest_if_closest(latest: Execution, new: IRGraph, new_text: str,
+                       ir_texts: Mapping[str, str]) -> list[tuple[float, int, Execution]] | None:
+    """The ranking cut short to the most recent candidate, when it is what the whole
+    ranking would choose: it shares every op (ranked first: the most recent on ties) and
+    differs node for node in at most one origin (the diffing stops there). A run whose
+    shapes change at every step compiles hundreds of such graphs; ranking each against
+    64 others was most of its report's time."""
+    old_text = ir_texts.get(latest.graph, "")
+    old = parsed(old_text)
+    if old is None or old.structure != new.structure or op_overlap(old_text, new_text) != 1.0:
+        return None
+    diff = diff_texts(old_text, new_text)  # kept: the caller diffs the same pair again
+    return [(1.0, 0, latest)] if diff is not None and len(diff.origins) <= 1 else None
 
 
 def explain_execution(
