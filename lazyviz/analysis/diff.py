@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import NamedTuple
 
@@ -56,22 +55,32 @@ class Change(NamedTuple):
         return source_line(self.location)
 
 
-@dataclass(frozen=True)
 class GraphDiff:
-    changes: tuple[Change, ...]  # origins first, then in topological order
-    matched: int  # nodes aligned between the two graphs
+    """What differs between two graphs. The origins and which nodes differ are found at
+    once; the carried changes (every node downstream of a new input shape, say) are
+    listed on first use of .changes: a report of a run whose shapes change each step
+    reads only the origins of its thousands of diffs."""
 
-    @cached_property  # asked for again and again by the headline, the brief and the findings
-    def origins(self) -> tuple[Change, ...]:
-        return tuple(c for c in self.changes if c.origin)
+    def __init__(self, origins: tuple[Change, ...], changed_nodes: frozenset[str], matched: int,
+                 old: IRGraph, new: IRGraph, mapping: dict[str, str]) -> None:
+        self.origins = origins  # where each change came in, in the order a user should read them
+        self.changed_nodes = changed_nodes  # ids in the new graph of the nodes that differ in any way
+        self.matched = matched  # nodes aligned between the two graphs
+        self._graphs = (old, new, mapping)
+
+    @cached_property
+    def changes(self) -> tuple[Change, ...]:
+        """Every change: the origins first, then the carried ones in topological order."""
+        changes, _ = _changes(*self._graphs, carried=True)
+        return changes
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.origins and not self.changed_nodes
 
     @property
     def first(self) -> Change | None:
         return self.origins[0] if self.origins else (self.changes[0] if self.changes else None)
-
-    @property
-    def changed_nodes(self) -> set[str]:
-        return {c.node for c in self.changes if c.node}
 
 
 def align(old: IRGraph, new: IRGraph) -> dict[str, str]:
@@ -125,10 +134,20 @@ def align(old: IRGraph, new: IRGraph) -> dict[str, str]:
 
 def diff_graphs(old: IRGraph, new: IRGraph) -> GraphDiff:
     mapping = align(old, new)
+    origins, changed_nodes = _changes(old, new, mapping, carried=False)
+    return GraphDiff(origins, changed_nodes, len(mapping), old, new, mapping)
+
+
+def _changes(old: IRGraph, new: IRGraph, mapping: dict[str, str],
+             carried: bool) -> tuple[tuple[Change, ...], frozenset[str]]:
+    """The changes sorted origins first, and the ids of the new nodes that differ. Without
+    carried, only the origins: a node with a changed operand and the same op is then
+    only looked at to know whether it differs (none of its changes can be an origin)."""
     # Same ids node for node (a recompile that changed a value): an operand is rewired
     # exactly when its text differs, no need to map it.
     same_ids = len(mapping) == len(new.nodes) == len(old.nodes) and all(k == v for k, v in mapping.items())
-    changed: set[str] = set()  # new ids that differ in any way
+    changed: set[str] = set()  # new ids that differ in any way, or whose operands do
+    differing: set[str] = set()  # new ids of carried nodes that differ (when not carried)
     changes: list[Change] = []
     for node in new.nodes:
         old_id = mapping.get(node.id)
@@ -138,8 +157,13 @@ def diff_graphs(old: IRGraph, new: IRGraph) -> GraphDiff:
                                   location=node.location))
             continue
         before = old.by_id[old_id]
-        operands_changed = (changed and any(node.operand_node(o) in changed for o in node.operands)) or \
+        operands_changed = (changed and not changed.isdisjoint(node.operand_ids)) or \
             (node.operands != before.operands if same_ids else _rewired(node, before, mapping))
+        if operands_changed and not carried and before.op == node.op and not node.is_input:
+            changed.add(node.id)
+            if before is not node and (before.outputs != node.outputs or _compare(before, node, True)):
+                differing.add(node.id)
+            continue
         node_changes = _compare(before, node, operands_changed)
         if node_changes or operands_changed:
             changed.add(node.id)
@@ -152,7 +176,8 @@ def diff_graphs(old: IRGraph, new: IRGraph) -> GraphDiff:
     changes += _aliasing(old, new, mapping)
     changes = _carry_shape_constants(changes)
     changes.sort(key=lambda c: (not c.origin, KINDS.index(c.kind) if c.origin else 0))
-    return GraphDiff(tuple(changes), len(mapping))
+    changed_nodes = frozenset(differing.union(c.node for c in changes if c.node))
+    return tuple(changes) if carried else tuple(c for c in changes if c.origin), changed_nodes
 
 
 def _carry_shape_constants(changes: list[Change]) -> list[Change]:
@@ -192,20 +217,22 @@ def _rewired(node: Node, before: Node, mapping: dict[str, str]) -> bool:
 
 def _compare(before: Node, after: Node, operands_changed: bool) -> list[Change]:
     """What differs on one matched node. Without a changed operand, it is an origin."""
-    if before is after or (before.op == after.op and before.outputs == after.outputs and before.attrs == after.attrs
-                           and len(before.operands) == len(after.operands)):
+    if before is after:
+        return []
+    same_op, same_outputs, same_attrs = before.op == after.op, before.outputs == after.outputs, before.attrs == after.attrs
+    if same_op and same_outputs and same_attrs and len(before.operands) == len(after.operands):
         return []  # most nodes of a recompiled graph: nothing to say
     origin = not operands_changed
     changes = []
     location = after.location or before.location
-    if before.op != after.op:
+    if not same_op:
         changes.append(Change("structure", after.id, after.op, before.op, after.op, True, before.id, location))
-    if _rewired_shape(before, after) and before.op == after.op:
+    elif not same_outputs:
         dtypes_differ = [a.dtype for a in before.outputs] != [b.dtype for b in after.outputs]
         kind = "dtype" if dtypes_differ else ("input_shape" if after.is_input else "shape")
         changes.append(Change(kind, after.id, after.op, before.type_text, after.type_text,
                               origin or after.is_input, before.id, location))
-    for name in sorted(set(before.attrs) | set(after.attrs)):
+    for name in () if same_attrs else sorted(set(before.attrs) | set(after.attrs)):
         if name == "alias":  # which input it shares a buffer with: compared as groups (_aliasing)
             continue
         if before.attrs.get(name) != after.attrs.get(name):
@@ -256,10 +283,6 @@ def _aliasing(old: IRGraph, new: IRGraph, mapping: dict[str, str]) -> list[Chang
 
 def _order(node_id: str) -> int:
     return int(node_id.lstrip("%").split(".")[0])
-
-
-def _rewired_shape(before: Node, after: Node) -> bool:
-    return before.outputs != after.outputs
 
 
 @lru_cache(maxsize=1024)

@@ -216,7 +216,7 @@ def _recompile_fix(recompile: Recompile) -> str:
         return _NEW_GRAPH_FIX
     if recompile.diff is None:
         return "record with --capture full (the IR of every graph) to see what changed"
-    if not recompile.diff.changes:
+    if recompile.diff.is_empty:
         return _ALIASING_FIX
     kinds = {change.kind for change in recompile.diff.origins}
     if kinds == {"aliasing"}:

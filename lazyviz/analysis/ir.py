@@ -56,14 +56,14 @@ class Node(NamedTuple):
     root: int | None  # the ROOT=N mark: this node is the graph's output N
     line: int
     location: str  # "fn@file.py:12" where the backend records it (XLA_IR_DEBUG=1)
+    # Worked out once per distinct line, for the diff and the structure hash:
+    is_input: bool  # device data or a constant: no operands, fed from outside the graph
+    operand_ids: tuple[str, ...]  # the nodes its operands come from: "%22" for "%22.1"
+    form: tuple  # its attribute names and which output of each operand it reads
 
     @property
     def source_line(self) -> str:
         return source_line(self.location)
-
-    @property
-    def is_input(self) -> bool:
-        return self.op in INPUT_OPS or (not self.operands and "device_data" in self.op)
 
     @property
     def type_text(self) -> str:
@@ -97,10 +97,7 @@ class IRGraph:
         for it once per graph, not once per pair."""
         keys: dict[str, int] = {}
         for node in self.nodes:
-            operand_keys = tuple(
-                (keys.get(node.operand_node(o), 0), o.partition(".")[2]) for o in node.operands
-            )
-            keys[node.id] = hash((node.op, tuple(sorted(node.attrs)), operand_keys))
+            keys[node.id] = hash((node.op, node.form, tuple(map(keys.__getitem__, node.operand_ids))))
         return keys
 
     @cached_property
@@ -132,9 +129,9 @@ def parse_ir(text: str) -> IRGraph:
         node = _parse_line(line, number)
         if isinstance(node, str):
             raise IRParseError(f"line {number}: {node}")
-        for operand in node.operands:
-            if operand.split(".", 1)[0] not in seen:
-                raise IRParseError(f"line {number}: {operand} is used before it is defined")
+        if not seen.issuperset(node.operand_ids):
+            operand = next(o for o in node.operands if o.split(".", 1)[0] not in seen)
+            raise IRParseError(f"line {number}: {operand} is used before it is defined")
         if node.id in seen:
             raise IRParseError(f"line {number}: {node.id} is defined twice")
         seen.add(node.id)
@@ -158,8 +155,9 @@ def _parse_line(line: str, number: int) -> Node | str:
     rest = _operands_and_attrs(operand_text, attr_text)
     if isinstance(rest, str):
         return rest
-    operands, attrs, root, location = rest
-    return Node(node_id, op, outputs, operands, attrs, root, number, location)
+    operands, attrs, root, location, operand_ids, form = rest
+    is_input = op in INPUT_OPS or (not operands and "device_data" in op)
+    return Node(node_id, op, outputs, operands, attrs, root, number, location, is_input, operand_ids, form)
 
 
 @lru_cache(maxsize=4096)
@@ -173,8 +171,9 @@ def _types(types: str) -> tuple[TensorType, ...] | None:
 
 @lru_cache(maxsize=65536)
 def _operands_and_attrs(operand_text: str, attr_text: str | None) -> tuple | str:
-    """(operands, attrs, root, location) of a node line, or what is wrong with them. The
-    same at the same node of every graph that differs only in shapes."""
+    """(operands, attrs, root, location, operand_ids, form) of a node line (see Node), or
+    what is wrong with them. The same at the same node of every graph that differs only
+    in shapes."""
     operands = tuple(o.strip() for o in operand_text.split(",") if o.strip())
     for operand in operands:
         if not _OPERAND.match(operand):
@@ -191,7 +190,9 @@ def _operands_and_attrs(operand_text: str, attr_text: str | None) -> tuple | str
             location = value
         elif name not in _DEBUG_ATTRS:
             attrs[name] = value
-    return operands, attrs, root, location
+    operand_ids = tuple(o.split(".", 1)[0] for o in operands)
+    form = (tuple(sorted(attrs)), tuple(o.partition(".")[2] for o in operands))
+    return operands, attrs, root, location, operand_ids, form
 
 
 def _clip(text: str, limit: int = 60) -> str:

@@ -270,7 +270,7 @@ def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[
         diff = diff_texts(ir_texts.get(candidate.graph, ""), ir_texts.get(execution.graph, ""))
         if diff is None:
             continue
-        score = (len(diff.changed_nodes) + sum(1 for c in diff.changes if not c.node), len(diff.origins),
+        score = (len(diff.changed_nodes) + sum(1 for c in diff.origins if not c.node), len(diff.origins),
                  -overlap, order)
         if best is None or score < best[0]:
             best = (score, candidate, diff)
