@@ -16,6 +16,7 @@ from conftest import ROOT, SCRIPTS
 from tui.app import build_app
 from tui.widgets.code_view import CodeView
 from tui.widgets.executions import ExecutionList
+from tui.widgets.header import RunHeader
 
 SIZE = (100, 32)
 
@@ -109,6 +110,22 @@ async def test_keys_move_between_findings_table_and_details(sample_trace) -> Non
         titles = [command.title for command in app.get_system_commands(app.screen)]
         assert any(t.startswith("Go to finding 1: fallback") or t.startswith("Go to finding 1:") for t in titles)
         assert "Sort by nodes" in titles and "Export the selected graph as SVG" in titles
+
+
+async def test_a_killed_run_shows_how_long_it_ran_not_how_long_ago_it_started(tmp_path: Path) -> None:
+    from lazyviz.trace.synthetic import execution, write_trace
+
+    # Killed: lazyviz run recorded how it ended, the script never recorded its elapsed time.
+    write_trace(tmp_path / "killed.trace", [execution(i, start_ms=i * 1000.0, sync_ms=500.0) for i in range(5)],
+                finished=False, start_time="2020-01-01T00:00:00", ended_by="killed by SIGTERM", exit_status=-15)
+    app = build_app(tmp_path / "killed.trace", poll_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(ExecutionList)
+        await wait_for(pilot, lambda: len(table.rows) == 5)
+        app.refresh_header()
+        await pilot.pause()
+        header = str(app.query_one(RunHeader).render())
+        assert "killed by SIGTERM" in header and " 4.5s " in header  # the last execution's end
 
 
 async def test_a_sorted_table_puts_rows_that_arrive_in_their_place(tmp_path: Path) -> None:

@@ -255,6 +255,12 @@ class LazyvizApp(App[None]):
         run = self.run_info
         if run is not None and run.elapsed_s is not None:
             return run.elapsed_s
+        if run is not None and (run.ended_by or run.exit_status is not None):
+            # Ended without recording its own figure (killed): the clock stops at its
+            # last execution, not at today's time.
+            table = self.query_one(ExecutionList)
+            last = table.rows[table.count - 1] if table.count else None
+            return (last.start_ms + last.sync_ms) / 1000 if last is not None else 0.0
         started = self.started
         if run is not None and run.start_time:
             try:
