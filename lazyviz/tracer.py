@@ -7,14 +7,22 @@ import os
 import runpy
 import sys
 import sysconfig
-import threading
 import time
 from array import array
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from lazyviz.backends import OTHER_FRAME, STOP_FRAME, USER_FRAME, CompiledGraph, Frame, LazyBackend, Recorded
+from lazyviz.backends import (
+    OTHER_FRAME,
+    STOP_FRAME,
+    USER_FRAME,
+    CompiledGraph,
+    Frame,
+    LazyBackend,
+    Recorded,
+    SyncCause,
+)
 from lazyviz.errors import LazyvizError
 from lazyviz.trace.schema import ExecutionRecord, GraphRecord, StackRecord, split_row
 from lazyviz.trace.writer import TraceWriter
@@ -33,13 +41,6 @@ _USER, _FRAMEWORK, _SKIP, _STOP = "user", "framework", "skip", "stop"
 _WRAPPER_NAMES = frozenset({"wrapper", "wrapped", "inner", "decorate_context", "decorated", "fn", "func"})
 
 MAX_ERRORS = 20  # lazyviz's own errors kept for the end-of-run message
-
-
-class _SyncCause(threading.local):
-    """The sync-site call running on this thread: threads syncing at once each keep theirs."""
-
-    cause: str | None = None
-    detail: str | None = None
 
 
 class TracerBusy(LazyvizError):
@@ -92,7 +93,7 @@ class Tracer:
         self._counts = array("q", [0, 0])
         self._take_repeated: Callable[[], list[tuple]] | None = None
         self.errors: list[str] = []  # lazyviz's own failures, swallowed so the script goes on
-        self._sync = _SyncCause()  # set by the sync-site wrappers while they run
+        self._sync = SyncCause()  # what the sync-site wrappers set while they run (the backend's, once installed)
         self._last_fallback_call: tuple[int, int] | None = None
         self._last_fallback_op: str | None = None
         self._fallback_ops: dict[int, str | None] = {}  # a fallback row's kind -> its op (for `follows`)
@@ -129,7 +130,8 @@ class Tracer:
         self.backend.init()
         self._not_user += self.backend.framework_paths()
         self.backend.install_hook(self._on_execution, self._on_execute_time)
-        self._take_repeated = self.backend.record_repeats(self._counts, self._sync, self._started)
+        self._sync = self.backend.sync_state()
+        self._take_repeated = self.backend.record_repeats(self._counts, self._started)
         self.writer.set_source(self._take_repeated)
         if self.capture == "full" and self.source_lines:
             self.backend.record_source_lines(self._classify_code)
@@ -141,7 +143,9 @@ class Tracer:
             for site in self.backend.sync_sites():
                 original = getattr(site.owner, site.attribute, None)
                 if original is not None:
-                    wrapper = self._wrap_sync_site(original, site.cause, site.label, isinstance(site.owner, type))
+                    ends_step = site.cause == "mark_step"
+                    wrapper = self.backend.wrap_sync_site(original, site.cause, site.label, self._counts, ends_step) \
+                        or self._wrap_sync_site(original, site.cause, site.label, isinstance(site.owner, type))
                     setattr(site.owner, site.attribute, wrapper)
                     self._wrapped.append((site.owner, site.attribute, original, wrapper))
         except BaseException:
@@ -195,7 +199,7 @@ class Tracer:
             if self._take_repeated is not None:  # the last window's repeated rows
                 self.writer.add_rows(self._take_repeated())
                 self.writer.set_source(None)
-                self.backend.record_repeats(None, None, 0.0)
+                self.backend.record_repeats(None, 0.0)
                 self._take_repeated = None
             for owner, name, original, wrapper in reversed(self._wrapped):
                 if getattr(owner, name, None) is wrapper:  # not when wrapped again on top of ours
@@ -207,6 +211,7 @@ class Tracer:
         """A forked child stops tracing: the writer's thread was not copied with it, and
         the trace belongs to the parent. The child runs on, untraced."""
         self.backend.set_hook_enabled(False)
+        self.backend.record_repeats(None, 0.0)  # and the backend's sync sites pass calls on
         self.writer.abandon()
 
     # -- per execution (hot path) --------------------------------------------------

@@ -95,6 +95,39 @@ def test_several_traces_in_one_process_and_sync_sites_put_back(tmp_path: Path) -
         assert third.count() == 2 and third.run.steps == 1
 
 
+def test_wrapped_sync_sites_look_and_behave_like_the_originals(tmp_path: Path) -> None:
+    done = run_python(tmp_path, """
+        import inspect
+        def looks(f):
+            return (f.__name__, f.__qualname__, f.__doc__, str(inspect.signature(f)) if f is torch._lazy.mark_step else "")
+        before = [looks(torch._lazy.mark_step), looks(torch.Tensor.item), looks(torch.Tensor.__repr__)]
+        with lazyviz.trace("run.trace"):
+            assert torch._lazy.mark_step is not before and torch._lazy.mark_step.__wrapped__ is not None
+            assert [looks(torch._lazy.mark_step), looks(torch.Tensor.item), looks(torch.Tensor.__repr__)] == before
+            t = torch.ones(3, device="lazy") * 2
+            torch._lazy.mark_step(wait=True)                          # keywords pass through
+            values = [t.sum().item(), torch.Tensor.item(t[0] + 1), getattr(t[1] * 3, "item")()]
+            try:
+                (t + 1).item()                                        # torch's own error, unchanged
+            except RuntimeError as error:
+                print("error:", error)
+            u = (t * 5).sum()  # noqa: F841 - live: the next mark_step runs it
+            torch._lazy.mark_step()                                   # named as itself after the error
+            kept = torch._lazy.mark_step  # a wrapper someone keeps past the trace
+        kept()                            # passes the call on, recording nothing
+        print(values, bool(t.sum() > 0))
+    """)
+    assert done.returncode == 0, done.stderr
+    assert "[6.0, 3.0, 6.0] True" in done.stdout
+    assert "error: a Tensor with 3 elements cannot be converted to Scalar" in done.stdout
+    with open_trace(tmp_path / "run.trace") as trace:
+        causes = [(e.cause, e.frame and e.frame.line) for e in trace.executions()]
+        assert trace.run.steps == 2
+    line = line_of(tmp_path, "values = [")
+    assert causes[0][0] == "mark_step" and causes[1:4] == [("item", line)] * 3
+    assert causes[4:] == [("mark_step", line_of(tmp_path, "named as itself"))]  # kept() recorded nothing
+
+
 def test_an_exception_in_the_block_goes_on_unchanged_and_the_trace_keeps_it(tmp_path: Path) -> None:
     done = run_python(tmp_path, """
         boom = ValueError("boom")

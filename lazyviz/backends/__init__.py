@@ -5,6 +5,7 @@ this package touch torch's private lazy APIs.
 """
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -36,6 +37,14 @@ class SyncSite:
     attribute: str
     cause: str
     label: str  # how a user names the call: "Tensor.item()", "mark_step()"
+
+
+class SyncCause(threading.local):
+    """The sync-site call running on this thread, as sync sites written in Python keep it:
+    threads syncing at once each keep theirs."""
+
+    cause: str | None = None
+    detail: str | None = None
 
 
 # A Python frame as (file, line, function).
@@ -123,7 +132,22 @@ class LazyBackend(ABC):
         """Report executions seen since the last poll; final: the script has ended,
         wait for the device and report everything."""
 
-    def record_repeats(self, counts: object, sync: object, started: float) -> Callable[[], list[tuple]] | None:
+    def sync_state(self) -> SyncCause:
+        """Where this thread's running sync site is read (`.cause`, `.detail`): the one
+        the backend's own wrappers (wrap_sync_site) keep, or one for Python wrappers."""
+        return SyncCause()
+
+    def wrap_sync_site(self, original: Callable, cause: str, detail: str, counts: object,
+                       ends_step: bool) -> Callable | None:
+        """A wrapper of a call that syncs, where the backend has a cheaper one than the
+        tracer's Python function (which costs a frame per call): while it runs, this
+        thread's sync_state() reads (cause, detail), unless an outer sync site's call
+        already set them; a step-ending one (ends_step) counts a step in counts[1] when
+        it returns (see empty_sync_ends_step). It acts only while counts is the array
+        given to record_repeats, and otherwise passes the call on. None: no such wrapper."""
+        return None
+
+    def record_repeats(self, counts: object, started: float) -> Callable[[], list[tuple]] | None:
         """Repeat rows without the tracer, where the backend can: a cache hit from a site
         (stack, sync cause, and the fallback it follows) for which the tracer answered
         `repeat` is appended as a row of that kind (ROW_FIELDS), numbered and stepped

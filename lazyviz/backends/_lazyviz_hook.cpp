@@ -15,6 +15,7 @@
 #include <torch/csrc/lazy/core/metrics.h>
 #include <torch/csrc/lazy/core/tensor.h>
 #include <frameobject.h>
+#include <structmember.h>
 
 #include <algorithm>
 #include <atomic>
@@ -267,7 +268,6 @@ struct Repeats {
   py::object counts_owner;        // the tracer's array('q', [executions, steps completed])
   std::unique_ptr<py::buffer_info> counts_view;  // held: the array cannot be resized under us
   int64_t* counts = nullptr;
-  py::object sync;                // the tracer's thread-local sync cause (.cause, .detail)
   double clock_offset_s = 0;      // steady clock + offset = the tracer's clock (time.perf_counter)
   double started_s = 0;           // the tracer's start, on its clock
   double last_end_s = NAN;        // the previous execution's end; NaN before the first
@@ -289,19 +289,136 @@ double SteadySeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// The sync cause running on this thread (the sync-site wrappers' own strings): a hit
-// repeats a row only under the same cause.
+// ---- Sync sites: which call forced an execution ---------------------------------------
+//
+// mark_step(), .item(), print(tensor)... are wrapped by SyncSite objects: C callables, so
+// a wrapped call adds no Python frame and no dict lookups (the tiny-step loop calls
+// mark_step 10^5 times). While one runs, this thread's cause is its strings (borrowed:
+// the wrapper holds them for as long as it runs). The outermost call wins: print calls
+// item, and only print is the user's.
+thread_local PyObject* t_cause = nullptr;
+thread_local PyObject* t_detail = nullptr;
+
+struct SyncSiteObject {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject* original;
+  PyObject* cause;
+  PyObject* detail;
+  PyObject* counts;  // the tracer's array('q', [executions, steps]): live while it records
+  PyObject* dict;    // functools.update_wrapper's __name__, __doc__, __wrapped__...
+  bool ends_step;
+  bool empty_sync_ends_step;
+};
+
+PyObject* SyncSiteCall(PyObject* callable, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  auto* site = reinterpret_cast<SyncSiteObject*>(callable);
+  Repeats* repeats = g_repeats;
+  // A wrapper of a stopped tracer that someone kept (wrapped again on top of it) only
+  // passes the call on, as does one called inside another's call.
+  if (t_cause != nullptr || repeats == nullptr || repeats->counts_owner.ptr() != site->counts) {
+    return PyObject_Vectorcall(site->original, args, nargsf, kwnames);
+  }
+  t_cause = site->cause;
+  t_detail = site->detail;
+  int64_t executions_before = repeats->counts[0];
+  PyObject* result = PyObject_Vectorcall(site->original, args, nargsf, kwnames);
+  t_cause = t_detail = nullptr;
+  // A step ends when a step-ending sync returns (the tracer may have stopped inside it).
+  repeats = g_repeats;
+  if (result != nullptr && site->ends_step && repeats != nullptr && repeats->counts_owner.ptr() == site->counts &&
+      (site->empty_sync_ends_step || repeats->counts[0] > executions_before)) {
+    ++repeats->counts[1];
+  }
+  return result;
+}
+
+PyObject* SyncSiteGet(PyObject* self, PyObject* obj, PyObject*) {  // binds as a method, as a function does
+  if (obj == nullptr || obj == Py_None) {
+    Py_INCREF(self);
+    return self;
+  }
+  return PyMethod_New(self, obj);
+}
+
+int SyncSiteTraverse(PyObject* self, visitproc visit, void* arg) {
+  auto* site = reinterpret_cast<SyncSiteObject*>(self);
+  Py_VISIT(site->original);
+  Py_VISIT(site->counts);
+  Py_VISIT(site->dict);
+  return 0;
+}
+
+int SyncSiteClear(PyObject* self) {
+  auto* site = reinterpret_cast<SyncSiteObject*>(self);
+  Py_CLEAR(site->original);
+  Py_CLEAR(site->counts);
+  Py_CLEAR(site->dict);
+  return 0;
+}
+
+void SyncSiteDealloc(PyObject* self) {
+  PyObject_GC_UnTrack(self);
+  SyncSiteClear(self);
+  auto* site = reinterpret_cast<SyncSiteObject*>(self);
+  Py_CLEAR(site->cause);
+  Py_CLEAR(site->detail);
+  PyTypeObject* type = Py_TYPE(self);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+PyMemberDef g_sync_site_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(SyncSiteObject, vectorcall), READONLY, nullptr},
+    {"__dictoffset__", T_PYSSIZET, offsetof(SyncSiteObject, dict), READONLY, nullptr},
+    {nullptr, 0, 0, 0, nullptr}};
+
+PyGetSetDef g_sync_site_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+PyType_Slot g_sync_site_slots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(SyncSiteDealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(SyncSiteTraverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(SyncSiteClear)},
+    {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
+    {Py_tp_descr_get, reinterpret_cast<void*>(SyncSiteGet)},
+    {Py_tp_members, g_sync_site_members},
+    {Py_tp_getset, g_sync_site_getset},
+    {Py_tp_doc, const_cast<char*>("A call that syncs, named for lazyviz while it runs.")},
+    {0, nullptr}};
+
+PyType_Spec g_sync_site_spec = {
+    "lazyviz_hook.SyncSite", sizeof(SyncSiteObject), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    g_sync_site_slots};
+PyTypeObject* g_sync_site_type = nullptr;
+
+// wrap_sync_site(original, cause, detail, counts, ends_step, empty_sync_ends_step)
+py::object wrap_sync_site(py::object original, py::str cause, py::str detail, py::object counts, bool ends_step,
+                          bool empty_sync_ends_step) {
+  auto* site = PyObject_GC_New(SyncSiteObject, g_sync_site_type);
+  if (site == nullptr) throw py::error_already_set();
+  site->vectorcall = SyncSiteCall;
+  site->original = original.release().ptr();
+  site->cause = cause.release().ptr();
+  site->detail = detail.release().ptr();
+  site->counts = counts.release().ptr();
+  site->dict = nullptr;
+  site->ends_step = ends_step;
+  site->empty_sync_ends_step = empty_sync_ends_step;
+  PyObject_GC_Track(site);
+  return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(site));
+}
+
+// This thread's sync cause, for the tracer's Python side: (cause, detail) or (None, None).
+struct SyncState {};
+
+// A hit repeats a row only under the same cause.
 uint64_t WithCause(uint64_t site) {
-  static PyObject* const names[] = {PyUnicode_InternFromString("cause"), PyUnicode_InternFromString("detail")};
-  for (PyObject* name : names) {
-    PyObject* value = PyObject_GetAttr(g_repeats->sync.ptr(), name);
-    if (value == nullptr) {
-      PyErr_Clear();
-      continue;
-    }
-    if (value != Py_None && g_repeats->kept.insert(value).second) Py_INCREF(value);
+  for (PyObject* value : {t_cause, t_detail}) {
+    if (value != nullptr && g_repeats->kept.insert(value).second) Py_INCREF(value);
     site = Mix(site, reinterpret_cast<uintptr_t>(value));
-    Py_DECREF(value);
   }
   return site;
 }
@@ -747,9 +864,9 @@ void set_source_lines(py::object classify) {
 }
 
 // Repeated rows for a tracer: counts is its array('q', [executions, steps]) (the hook
-// numbers repeated rows from it), sync its thread-local sync cause, started and now its
-// clock's start and current reading. None stops, forgetting what was learnt.
-void set_repeats(py::object counts, py::object sync, double started, double now) {
+// numbers repeated rows from it, and its sync sites count steps in it), started and now
+// its clock's start and current reading. None stops, forgetting what was learnt.
+void set_repeats(py::object counts, double started, double now) {
   delete g_repeats;
   g_repeats = nullptr;
   if (counts.is_none()) return;
@@ -759,7 +876,6 @@ void set_repeats(py::object counts, py::object sync, double started, double now)
               "counts must be an array('q') of at least 2");
   repeats->counts = static_cast<int64_t*>(repeats->counts_view->ptr);
   repeats->counts_owner = std::move(counts);
-  repeats->sync = std::move(sync);
   repeats->clock_offset_s = now - SteadySeconds();
   repeats->started_s = started;
   g_repeats = repeats.release();
@@ -801,5 +917,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("note_upload", &note_upload, "Note the calling line for a lazy tensor made from CPU data.");
   m.def("set_repeats", &set_repeats, "Repeat rows for hits seen before (None: stop).");
   m.def("take_rows", &take_rows, "The rows repeated since the last call, as bytes.");
+  g_sync_site_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&g_sync_site_spec));
+  if (g_sync_site_type == nullptr) throw py::error_already_set();
+  m.add_object("SyncSite", reinterpret_cast<PyObject*>(g_sync_site_type));
+  m.def("wrap_sync_site", &wrap_sync_site, "Wrap a call that syncs: it names the cause while it runs.");
+  py::class_<SyncState>(m, "SyncState", "This thread's sync cause: the sync site running, if any.")
+      .def(py::init<>())
+      .def_property_readonly("cause", [](const SyncState&) {
+        return t_cause != nullptr ? py::reinterpret_borrow<py::object>(t_cause) : py::none();
+      })
+      .def_property_readonly("detail", [](const SyncState&) {
+        return t_detail != nullptr ? py::reinterpret_borrow<py::object>(t_detail) : py::none();
+      });
   m.def("has_backend", &has_backend, "Is a lazy backend registered (initialised) in this process?");
 }

@@ -25,6 +25,7 @@ from lazyviz.backends import (
     ExecutionHook,
     LazyBackend,
     Recorded,
+    SyncCause,
     SyncSite,
 )
 
@@ -176,11 +177,23 @@ class TorchScriptBackend(LazyBackend):
 
         self._hook.install(on_raw_execution, self.capture_ir)
 
-    def record_repeats(self, counts: object, sync: object, started: float) -> Callable[[], list[tuple]] | None:
+    def sync_state(self) -> SyncCause:
+        if self._hook is None:
+            return SyncCause()
+        return self._hook.SyncState()  # type: ignore[no-any-return]
+
+    def wrap_sync_site(self, original: Callable, cause: str, detail: str, counts: object,
+                       ends_step: bool) -> Callable | None:
+        if self._hook is None:
+            return None
+        wrapper = self._hook.wrap_sync_site(original, cause, detail, counts, ends_step, self.empty_sync_ends_step)
+        return functools.update_wrapper(wrapper, original)  # type: ignore[no-any-return]
+
+    def record_repeats(self, counts: object, started: float) -> Callable[[], list[tuple]] | None:
         if self._hook is None:
             return None
         hook = self._hook
-        hook.set_repeats(counts, sync, started, time.perf_counter())
+        hook.set_repeats(counts, started, time.perf_counter())
         if counts is None:
             return None
 
