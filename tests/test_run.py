@@ -64,6 +64,30 @@ def test_sigkill_leaves_a_readable_trace(tmp_path: Path) -> None:
     assert report.status == 0 and "killed by SIGKILL; the trace stopped early" in report.stdout
 
 
+def test_a_pytest_suite_under_lazyviz_names_each_executions_test(tmp_path: Path) -> None:
+    # Parametrized cases run the same stack, line for line: only the test tells them apart,
+    # even for the hits the hook repeats without calling Python.
+    (tmp_path / "test_lazy.py").write_text(
+        "import pytest, torch, torch._lazy, torch._lazy.ts_backend\n"
+        "torch._lazy.ts_backend.init()\n"
+        "@pytest.mark.parametrize('n', [1, 2, 3])\n"
+        "def test_steps(n):\n"
+        "    x = torch.ones(4, device='lazy')\n"
+        "    for _ in range(5):\n"
+        "        x = x + n\n"
+        "        torch._lazy.mark_step()\n"
+        "    assert x.sum().item() == 4 * (1 + 5 * n)\n")
+    traced = cli("run", "--no-tui", "--capture", "light", "-o", tmp_path / "t.trace", "-m", "pytest", "-q",
+                 "-p", "no:cacheprovider", "test_lazy.py", cwd=tmp_path)
+    assert traced.status == 0 and "3 passed" in traced.stdout, traced.stderr
+    with lazyviz.trace.open(tmp_path / "t.trace") as trace:
+        tests = [(e.context, e.cause) for e in trace.executions()]
+    for n in (1, 2, 3):
+        test = f"test_lazy.py::test_steps[{n}]"
+        assert [cause for context, cause in tests if context == test] == ["mark_step"] * 5 + ["item"]
+    assert len(tests) == 18
+
+
 def test_missing_script_is_one_line(tmp_path: Path) -> None:
     result = cli("run", "--no-tui", tmp_path / "missing.py")
     assert result.status == 2
