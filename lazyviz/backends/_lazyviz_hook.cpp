@@ -442,7 +442,7 @@ py::object wrap_sync_site(py::object original, py::str cause, py::str detail, py
   return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(site));
 }
 
-// This thread's sync cause, for the tracer's Python side: (cause, detail) or (None, None).
+// This thread's sync cause for the tracer's Python side: .cause and .detail, None when no sync site runs.
 struct SyncState {};
 
 // A hit repeats a row only under the same cause.
