@@ -145,21 +145,22 @@ class Tracer:
                 if original is not None:
                     ends_step = site.cause == "mark_step"
                     wrapper = self.backend.wrap_sync_site(original, site.cause, site.label, self._counts, ends_step) \
-                        or self._wrap_sync_site(original, site.cause, site.label, isinstance(site.owner, type))
+                        or self._wrap_sync_site(original, site.cause, site.label, ends_step, isinstance(site.owner, type))
                     setattr(site.owner, site.attribute, wrapper)
                     self._wrapped.append((site.owner, site.attribute, original, wrapper))
         except BaseException:
             self.stop()  # half installed is not installed: unwrap, turn the hook off, free the process
             raise
 
-    def _wrap_sync_site(self, original: Callable, cause: str, detail: str, is_method: bool = False) -> Callable:
+    def _wrap_sync_site(self, original: Callable, cause: str, detail: str, ends_step: bool,
+                        is_method: bool = False) -> Callable:
+        """The sync-site wrapper in Python, for backends without their own (wrap_sync_site)."""
         tracer = self
         poll = self.backend.poll if self.backend.polls else None
         device = self.backend.device
 
         sync = self._sync
         counts = self._counts  # [executions, steps]: shared with the backend, read as it counts
-        ends_step = cause == "mark_step"
         empty_sync_ends_step = self.backend.empty_sync_ends_step
 
         @functools.wraps(original)
