@@ -100,9 +100,10 @@ def test_wrapped_sync_sites_look_and_behave_like_the_originals(tmp_path: Path) -
         import inspect
         def looks(f):
             return (f.__name__, f.__qualname__, f.__doc__, str(inspect.signature(f)) if f is torch._lazy.mark_step else "")
+        original = torch._lazy.mark_step
         before = [looks(torch._lazy.mark_step), looks(torch.Tensor.item), looks(torch.Tensor.__repr__)]
         with lazyviz.trace("run.trace"):
-            assert torch._lazy.mark_step is not before and torch._lazy.mark_step.__wrapped__ is not None
+            assert torch._lazy.mark_step is not original and torch._lazy.mark_step.__wrapped__ is original
             assert [looks(torch._lazy.mark_step), looks(torch.Tensor.item), looks(torch.Tensor.__repr__)] == before
             t = torch.ones(3, device="lazy") * 2
             torch._lazy.mark_step(wait=True)                          # keywords pass through
