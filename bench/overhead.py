@@ -4,13 +4,18 @@ the backend's raw dump, in one run, side by side.
 
     python bench/overhead.py [--steps 30] [--warmup 3] [--rounds 3]
     python bench/overhead.py --tiny 20000 [--rounds 3]     # cost per execution, in us
+    python bench/overhead.py --in-process [--steps 10] [--rounds 6]   # ts, steadier
     PJRT_DEVICE=CPU .venv-xla/bin/python bench/overhead.py --backend xla
 
 On `ts` the raw dump is torch's LTC_SAVE_TENSORS_FILE; on `xla` it is what lazyviz's
 full capture turns on: XLA_SAVE_TENSORS_FILE with XLA_IR_DEBUG=1 and PT_XLA_DEBUG_LEVEL=2.
 
 Each mode runs in its own process (the backend initialises once per process), and the
-rounds interleave the modes so that machine noise hits them alike.
+rounds interleave the modes so that machine noise hits them alike. Processes differ among
+themselves too (on this 2-core machine an untraced process's median step moves by 2-4%
+from one to the next), so `--in-process` runs all modes in one process instead, in
+alternating blocks of steps with `lazyviz.trace` started and stopped around each traced
+block: what tracing costs while it is on, without lazyviz's start-up.
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from pathlib import Path
 
 LOOP = Path(__file__).with_name("_training_loop.py")
 TINY_LOOP = Path(__file__).with_name("_tiny_loop.py")
+ALTERNATING_LOOP = Path(__file__).with_name("_alternating_loop.py")
 
 
 def step_times(mode: str, warmup: int, steps: int, folder: Path, backend: str, tiny: int = 0) -> list[float]:
@@ -57,17 +63,23 @@ def step_times(mode: str, warmup: int, steps: int, folder: Path, backend: str, t
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=int, help="steps per process (30), or per block with --in-process (10)")
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, help="rounds of all modes (3; with --in-process 6)")
     parser.add_argument("--backend", choices=("ts", "xla"), default="ts")
     parser.add_argument("--tiny", type=int, metavar="N", default=0,
                         help="instead: N executions of `x = x + 1; mark_step()` (ts), timed loop only, "
                              "and lazyviz's cost per execution in microseconds")
+    parser.add_argument("--in-process", action="store_true",
+                        help="instead: every mode in one process, in alternating blocks of --steps steps (ts)")
     options = parser.parse_args()
     if options.tiny:
-        tiny_loop(options.tiny, options.rounds)
+        tiny_loop(options.tiny, options.rounds or 3)
         return
+    if options.in_process:
+        in_process(options.warmup, options.steps or 10, options.rounds or 6)
+        return
+    options.steps, options.rounds = options.steps or 30, options.rounds or 3
 
     # "full + lines" is full as `lazyviz run` records by default: each IR node tagged with
     # the line that built it (ts; XLA's own locations come with its raw dump).
@@ -91,6 +103,31 @@ def main() -> None:
         median = statistics.median(times[mode])
         print(f"{mode:<22}{median:>16.2f}{median / baseline:>13.3f}x")
     print("file sizes (last round): " + ", ".join(f"{k} {v / 1024:.0f} KiB" for k, v in sizes.items()))
+
+
+def in_process(warmup: int, steps: int, rounds: int) -> None:
+    modes = ["untraced", "lazyviz light", "lazyviz full", "lazyviz full + lines"]
+    with tempfile.TemporaryDirectory() as folder:
+        command = [sys.executable, str(ALTERNATING_LOOP), str(warmup), str(steps), str(rounds), folder, *modes]
+        result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"bench: the in-process loop failed:\n{result.stderr}")
+    line = next(text for text in result.stdout.splitlines() if text.startswith("LAZYVIZ-BENCH "))
+    blocks: list[tuple[str, list[float]]] = json.loads(line.split(" ", 1)[1])
+    # Each traced block against the untraced block just before it: a slow minute on the
+    # machine moves both.
+    ratios: dict[str, list[float]] = {mode: [] for mode in modes[1:]}
+    for (_, before), (mode, traced) in zip(blocks[::2], blocks[1::2]):
+        ratios[mode].append(statistics.median(traced) / statistics.median(before))
+    untraced = [ms for mode, times in blocks if mode == "untraced" for ms in times]
+    print(f"transformer+AdamW on ts in one process: {rounds} rounds of blocks of {steps} steps, each traced "
+          f"block after an untraced one")
+    print(f"{'mode':<22}{'median step ms':>16}{'vs the block before':>21}{'range':>18}")
+    print(f"{'untraced':<22}{statistics.median(untraced):>16.2f}")
+    for mode in modes[1:]:
+        median = statistics.median(ms for m, times in blocks if m == mode for ms in times)
+        low, high = min(ratios[mode]), max(ratios[mode])
+        print(f"{mode:<22}{median:>16.2f}{statistics.median(ratios[mode]):>20.3f}x{low:>10.3f}-{high:.3f}x")
 
 
 def tiny_loop(executions: int, rounds: int) -> None:
