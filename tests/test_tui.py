@@ -128,6 +128,24 @@ async def test_a_killed_run_shows_how_long_it_ran_not_how_long_ago_it_started(tm
         assert "killed by SIGTERM" in header and " 4.5s " in header  # the last execution's end
 
 
+def test_a_big_trace_shows_all_its_rows_before_it_is_analysed(tmp_path: Path, monkeypatch) -> None:
+    import tui.watcher
+    from lazyviz.trace.synthetic import execution, write_trace
+
+    write_trace(tmp_path / "big.trace", [execution(i, step=i) for i in range(1050)])
+    monkeypatch.setattr(tui.watcher, "FIRST_BATCH", 100)
+    monkeypatch.setattr(tui.watcher, "BATCH", 300)
+    watcher = tui.watcher.TraceWatcher(tmp_path / "big.trace")
+    updates = []
+    while not (updates and updates[-1].done):
+        updates.append(watcher.poll())
+    assert [u.count for u in updates] == [100, 400, 700, 1000, 1050, 1050]
+    # Every batch, the short last one too, goes out at once without waiting for the analysis ...
+    assert all(u.more and u.analysis is None for u in updates[:-1])
+    # ... which comes right after, with everything in it.
+    assert updates[-1].analysis is not None and updates[-1].analysis.summary.executions == 1050
+
+
 async def test_a_sorted_table_puts_rows_that_arrive_in_their_place(tmp_path: Path) -> None:
     from lazyviz.trace.synthetic import execution
     from lazyviz.trace.writer import TraceWriter

@@ -32,7 +32,7 @@ class TraceUpdate:
     steps: StepTimes | None = None  # time per step, with each analysis
     error: str | None = None
     done: bool = False  # nothing more will come
-    more: bool = False  # a full batch: more rows are waiting already
+    more: bool = False  # a big read in progress: poll again at once
 
     @property
     def empty(self) -> bool:
@@ -61,6 +61,7 @@ class TraceWatcher:
         self._analyze_every = ANALYZE_EVERY_S  # grows with the analysis' own cost (below)
         self._analyzed_count = -1
         self._analyzed_finished = False
+        self._reading_in = False  # the last update was a full batch
 
     def run(self, emit: Callable[[TraceUpdate], None], cancelled: Callable[[], bool]) -> None:
         while not cancelled():
@@ -115,7 +116,11 @@ class TraceWatcher:
             self.ir_texts.update(update.ir_texts)
         now = time.monotonic()
         finished = update.run.finished or exited
-        update.more = update.added == limit
+        # A big trace's last batch goes out before the analysis too (a second or two on
+        # a million rows): the watcher polls again at once and analyses then.
+        full = update.added == limit
+        update.more = full or (update.added > 0 and self._reading_in)
+        self._reading_in = full
         # Rows first: while a big trace is read in, the analysis waits; while rows keep
         # streaming in, it runs about once a second.
         due = not update.added or (not update.more and now - self._analyzed_at > self._analyze_every)
