@@ -467,7 +467,33 @@ def test_stale_build_lock_is_named_and_cleared(tmp_path: Path) -> None:
                                     check=True).stdout.strip())
     build_dir.mkdir(parents=True)
     (build_dir / "lock").write_text("")  # what a killed build leaves
+    # An old build of another hook source, untouched for 40 days, goes once this one is built.
+    old_build = build_dir.with_name("hook-torch2.13.0-py311-000000000000")
+    old_build.mkdir()
+    (old_build / "lazyviz-build.lock").write_text("")
+    (old_build / "lazyviz_hook.so").write_bytes(b"old")
+    os.utime(old_build, (time.time() - 40 * 86400,) * 2)
     result = subprocess.run([sys.executable, "-m", "lazyviz.backends.ts"], env=env, capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     assert f"stale build lock left by an interrupted build: {build_dir / 'lock'}" in result.stderr
+    assert f"removed an old execution hook build unused for 30 days: {old_build}" in result.stderr
+    assert not old_build.exists() and (build_dir / "lazyviz-build.lock").exists()
+
+
+def test_only_lazyviz_own_unused_hook_builds_are_pruned(tmp_path: Path) -> None:
+    from lazyviz.backends.ts import prune_unused_builds
+
+    def folder(name: str, days_unused: float, ours: bool = True) -> Path:
+        path = tmp_path / name
+        path.mkdir()
+        if ours:
+            (path / "lazyviz-build.lock").write_text("")
+        os.utime(path, (time.time() - days_unused * 86400,) * 2)
+        return path
+
+    old, recent = folder("hook-torch2.13.0-py311-aaaaaaaaaaaa", 45), folder("hook-torch2.13.0-py311-bbbbbbbbbbbb", 3)
+    current = folder("hook-torch2.13.0-py311-cccccccccccc", 90)
+    not_ours = folder("hook-something-else", 90, ours=False)
+    assert prune_unused_builds(tmp_path, keep=current) == [old]
+    assert not old.exists() and recent.exists() and current.exists() and not_ours.exists()

@@ -33,6 +33,10 @@ HOOK_SOURCE = Path(__file__).with_name("_lazyviz_hook.cpp")
 HOOK_NAME = "lazyviz_hook"
 # A row the hook repeated (its `Row`): idx, step, kind, then the five times.
 REPEATED_ROW = struct.Struct("=qqqddddd")
+# A new build removes lazyviz's own builds that no run has loaded for this long: every
+# change of the hook's source (or of torch) builds into a new folder of a few MB.
+UNUSED_BUILD_S = 30 * 24 * 3600
+BUILD_LOCK = "lazyviz-build.lock"  # in every folder lazyviz builds in: what marks it as ours
 
 
 def hook_build_dir() -> Path:
@@ -46,9 +50,12 @@ def hook_build_dir() -> Path:
     key.update(HOOK_SOURCE.read_bytes())
     key.update(str(torch_dist.locate_file("")).encode())
     key.update(f"{torch_dist.version} {sys.version_info[:2]} {sys.platform}".encode())
-    cache = Path(os.environ.get("LAZYVIZ_CACHE") or Path.home() / ".cache" / "lazyviz")
     version = torch_dist.version.split("+")[0]
-    return cache / f"hook-torch{version}-py{sys.version_info[0]}{sys.version_info[1]}-{key.hexdigest()[:12]}"
+    return _hook_cache() / f"hook-torch{version}-py{sys.version_info[0]}{sys.version_info[1]}-{key.hexdigest()[:12]}"
+
+
+def _hook_cache() -> Path:
+    return Path(os.environ.get("LAZYVIZ_CACHE") or Path.home() / ".cache" / "lazyviz")
 
 
 def built_hook() -> Path | None:
@@ -78,7 +85,33 @@ def load_hook(verbose: bool = False) -> ModuleType:
     except ImportError as error:
         raise BackendError(f"cannot load lazyviz's execution hook ({error}); remove {library.parent} "
                            "to rebuild it") from None
+    try:
+        os.utime(library.parent)  # in use: see prune_unused_builds()
+    except OSError:
+        pass
     return module
+
+
+def prune_unused_builds(cache: Path, keep: Path, now: float | None = None) -> list[Path]:
+    """Remove the hook builds in `cache` that lazyviz made (they hold its build lock)
+    and that no run has loaded for UNUSED_BUILD_S, but never `keep`, nor one whose build
+    is running. Returns what it removed; a folder it cannot remove stays."""
+    import fcntl
+
+    cutoff = (time.time() if now is None else now) - UNUSED_BUILD_S
+    removed = []
+    for folder in sorted(cache.glob("hook-*")):
+        try:
+            if folder == keep or folder.is_symlink() or not (folder / BUILD_LOCK).is_file() \
+                    or folder.stat().st_mtime > cutoff:
+                continue
+            with open(folder / BUILD_LOCK) as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises while a build runs there
+                shutil.rmtree(folder)
+            removed.append(folder)
+        except OSError:
+            continue
+    return removed
 
 
 def _build_hook(verbose: bool) -> Path:
@@ -88,7 +121,7 @@ def _build_hook(verbose: bool) -> Path:
 
     build_dir = hook_build_dir()
     build_dir.mkdir(parents=True, exist_ok=True)
-    with open(build_dir / "lazyviz-build.lock", "w") as our_lock:
+    with open(build_dir / BUILD_LOCK, "w") as our_lock:
         # Ours is released by the kernel if a build dies; torch's `lock` file is not.
         fcntl.flock(our_lock, fcntl.LOCK_EX)
         if built_hook() is not None:  # another lazyviz built it while we waited
@@ -118,6 +151,8 @@ def _build_hook(verbose: bool) -> Path:
     library = built_hook()
     if library is None:
         raise BackendError(f"building lazyviz's execution hook left no library in {build_dir}")
+    for old in prune_unused_builds(build_dir.parent, keep=build_dir):
+        print(f"lazyviz: removed an old execution hook build unused for 30 days: {old}", file=sys.stderr)
     return library
 
 
