@@ -77,6 +77,10 @@ def main() -> None:
         tiny_loop(options.tiny, options.rounds or 3)
         return
     if options.in_process:
+        if options.backend == "xla":
+            # XLA reads its debug settings once, when torch_xla is imported: after a traced
+            # block, an "untraced" one would still pay for them.
+            parser.error("--in-process runs on ts only")
         in_process(options.warmup, options.steps or 10, options.rounds or 6)
         return
     options.steps, options.rounds = options.steps or 30, options.rounds or 3
