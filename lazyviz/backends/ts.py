@@ -34,7 +34,7 @@ HOOK_NAME = "lazyviz_hook"
 # A row the hook repeated (its `Row`): idx, step, kind, then the five times.
 REPEATED_ROW = struct.Struct("=qqqddddd")
 # A new build removes lazyviz's own builds that no run has loaded for this long: every
-# change of the hook's source (or of torch) builds into a new folder of a few MB.
+# change of the hook's source (or of torch) builds into a new folder, about 1 MB each.
 UNUSED_BUILD_S = 30 * 24 * 3600
 BUILD_LOCK = "lazyviz-build.lock"  # in every folder lazyviz builds in: what marks it as ours
 
@@ -50,12 +50,9 @@ def hook_build_dir() -> Path:
     key.update(HOOK_SOURCE.read_bytes())
     key.update(str(torch_dist.locate_file("")).encode())
     key.update(f"{torch_dist.version} {sys.version_info[:2]} {sys.platform}".encode())
+    cache = Path(os.environ.get("LAZYVIZ_CACHE") or Path.home() / ".cache" / "lazyviz")
     version = torch_dist.version.split("+")[0]
-    return _hook_cache() / f"hook-torch{version}-py{sys.version_info[0]}{sys.version_info[1]}-{key.hexdigest()[:12]}"
-
-
-def _hook_cache() -> Path:
-    return Path(os.environ.get("LAZYVIZ_CACHE") or Path.home() / ".cache" / "lazyviz")
+    return cache / f"hook-torch{version}-py{sys.version_info[0]}{sys.version_info[1]}-{key.hexdigest()[:12]}"
 
 
 def built_hook() -> Path | None:
@@ -92,13 +89,13 @@ def load_hook(verbose: bool = False) -> ModuleType:
     return module
 
 
-def prune_unused_builds(cache: Path, keep: Path, now: float | None = None) -> list[Path]:
+def prune_unused_builds(cache: Path, keep: Path) -> list[Path]:
     """Remove the hook builds in `cache` that lazyviz made (they hold its build lock)
     and that no run has loaded for UNUSED_BUILD_S, but never `keep`, nor one whose build
     is running. Returns what it removed; a folder it cannot remove stays."""
     import fcntl
 
-    cutoff = (time.time() if now is None else now) - UNUSED_BUILD_S
+    cutoff = time.time() - UNUSED_BUILD_S
     removed = []
     for folder in sorted(cache.glob("hook-*")):
         try:
