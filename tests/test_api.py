@@ -300,3 +300,41 @@ def test_repeated_hits_keep_each_rows_own_line_cause_step_and_graph(tmp_path: Pa
     assert all(a.graph != b.graph for a, b in itertools.pairwise(marks[2:]))
     assert all(e.stack_id is not None and e.detail for e in rows)
     assert sum(e.is_miss for e in rows) < 10 and all(e.sync_ms >= 0 for e in rows)
+
+
+def test_the_hooks_ir_text_is_torchs_line_for_line(tmp_path: Path) -> None:
+    """The hook prints each new graph's IR itself (torch's printer costs ~15 us a node):
+    on real graphs, with and without source lines, it is torch's text exactly."""
+    result = run_python(tmp_path, f"""
+        sys.path.insert(0, {str(Path(__file__).resolve().parent.parent / "samples")!r})
+        from lazyviz.backends.ts import load_hook
+        from transformer_adamw import build
+
+        hook = load_hook()
+
+        def graphs():
+            x = torch.randn(4, 8).to("lazy")
+            yield [x * 2 + 1]
+            yield list(torch.max(x, dim=1))  # a node with two outputs: %3.0, %3.1
+            yield [x[1:3, ::2].sum(dim=0, keepdim=True), torch.topk(x, 2)[1].float()]
+            yield [torch.cat([x, x.t().reshape(4, 8)], 1).view(-1)[:5].clamp(min=0.1, max=0.9)]
+            model, _, inputs, targets = build()
+            loss = ((model(inputs) - targets) ** 2).mean()  # attention, layer norm, constants
+            loss.backward()
+            yield [loss, *(p.grad for p in model.parameters())]
+
+        def compare(label):
+            for number, roots in enumerate(graphs()):
+                ours, torchs = hook.ir_texts(roots)
+                assert ours == torchs, (label, number, ours, torchs)
+            return ours.count("\\n")
+
+        plain = compare("plain")
+        with lazyviz.trace("t.trace", capture="full"):  # nodes made here carry their line
+            lines = compare("with source lines")
+            assert "location=" in hook.ir_texts(next(graphs()))[0]
+        print("same", plain, lines)
+    """)
+    assert result.returncode == 0, result.stderr
+    plain, with_lines = map(int, result.stdout.split()[1:])
+    assert plain > 300 and with_lines == plain  # the last graph: a transformer step's backward
