@@ -127,6 +127,23 @@ def test_fallback_finding_names_the_users_call_and_fits_its_advice() -> None:
     assert "per step" not in no_steps.message
 
 
+def test_a_value_only_recompile_is_found_among_graphs_of_other_sizes() -> None:
+    """In a run without mark_step(), a recompile past warm-up that changed values only is
+    compared at once (the rest wait). Only a graph as big as an earlier one can repeat
+    its structure (graphs are not parsed otherwise); a node count of 0, not known, is
+    compared with every graph."""
+    from lazyviz.analysis.recompiles import PendingRecompile
+
+    irs = {"a": chain_ir(10), "b": chain_ir(11), "c": chain_ir(12), "a24": chain_ir(10, rows=24)}
+    for known in (True, False):
+        executions = [ex(i, step=0, graph=g, cache="hit" if i == 3 else "miss",  # no mark_step
+                         nodes=len(irs[g].splitlines()) - 2 if known else 0)
+                      for i, g in enumerate(["a", "b", "c", "b", "a24"])]
+        *_, last = explain_recompiles(executions, irs)
+        assert not isinstance(last, PendingRecompile) and last.closest == "a", known
+        assert "Float[16,64] -> Float[24,64]" in last.headline()
+
+
 def test_fallback_without_a_forced_execution_is_info() -> None:
     [finding] = fallback_findings([ex(0, fallback_ops={"aten::sin": 2})], 1)
     assert finding.severity == "info" and "2 calls, forcing 0 executions" in finding.message

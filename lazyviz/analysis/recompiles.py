@@ -178,7 +178,10 @@ def explain_recompiles(
     explained: list[Recompile | PendingRecompile] = []
     eager_nodes = 0
     explained_at: Counter[tuple[str | None, str]] = Counter()  # structure changes after warm-up, per site
-    structures: dict[str | None, set[tuple[int, ...]]] = {}  # context -> structures compiled
+    # context -> node count -> the graphs of that size compiled so far. Only a graph the
+    # size of an earlier one can repeat its structure, so a run whose graph grows at every
+    # sync (no mark_step) parses none of them here.
+    sized: dict[str | None, dict[int, list[str]]] = {}
     # Only misses are walked; a stepless site's syncs before one are counted.
     misses = table.where(lambda kind: kind.is_miss)
     seen_sites: set[tuple[str | None, str]] = set()  # sites that compiled before
@@ -195,8 +198,7 @@ def explain_recompiles(
                 warmup = syncs <= warmup_steps
             else:
                 warmup = execution.step - start < warmup_steps
-            graph = facts(ir_texts.get(execution.graph, ""))
-            values_only = graph is not None and graph.structure in structures.get(context, ())
+            values_only = _repeats_a_structure(execution, sized.get(context, {}), ir_texts)
             if warmup and eager_nodes + execution.nodes > EAGER_WARMUP_NODES:
                 explained.append(PendingRecompile(execution, earlier, at_site, ir_texts))
             elif not warmup and not values_only and (stepless or explained_at[site] >= EXPLAINED_PER_SITE):
@@ -212,10 +214,23 @@ def explain_recompiles(
             graphs.add(execution.graph)
             earlier.append(execution)
             at_site.append(execution)
-            graph = facts(ir_texts.get(execution.graph, ""))
-            if graph is not None:
-                structures.setdefault(context, set()).add(graph.structure)
+            sized.setdefault(context, {}).setdefault(execution.nodes, []).append(execution.graph)
     return explained
+
+
+def _repeats_a_structure(execution: Execution, sized: Mapping[int, list[str]], ir_texts: Mapping[str, str]) -> bool:
+    """Is this graph node for node the computation of one compiled before (only values
+    changed)? sized: the earlier graphs by node count."""
+    # A node count of 0 is not known (an older trace, a backend that did not say): compare those always.
+    same_size = [*sized.get(execution.nodes, []), *sized.get(0, [])] if execution.nodes \
+        else [g for gs in sized.values() for g in gs]
+    if not same_size:
+        return False
+    graph = facts(ir_texts.get(execution.graph, ""))
+    if graph is None:
+        return False
+    return any(earlier is not None and earlier.structure == graph.structure
+               for earlier in (facts(ir_texts.get(g, "")) for g in same_size))
 
 
 def _ops(ir_text: str) -> tuple[Counter[str], int]:
