@@ -135,9 +135,10 @@ def test_a_value_only_recompile_is_found_among_graphs_of_other_sizes() -> None:
     from lazyviz.analysis.recompiles import PendingRecompile
 
     irs = {"a": chain_ir(10), "b": chain_ir(11), "c": chain_ir(12), "a24": chain_ir(10, rows=24)}
-    for known in (True, False):
+    for known in ("every size", "no size", "all but the first"):
         executions = [ex(i, step=0, graph=g, cache="hit" if i == 3 else "miss",  # no mark_step
-                         nodes=len(irs[g].splitlines()) - 2 if known else 0)
+                         nodes=0 if known == "no size" or (i == 0 and known != "every size") else
+                         len(irs[g].splitlines()) - 2)
                       for i, g in enumerate(["a", "b", "c", "b", "a24"])]
         *_, last = explain_recompiles(executions, irs)
         assert not isinstance(last, PendingRecompile) and last.closest == "a", known

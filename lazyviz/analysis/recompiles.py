@@ -178,10 +178,7 @@ def explain_recompiles(
     explained: list[Recompile | PendingRecompile] = []
     eager_nodes = 0
     explained_at: Counter[tuple[str | None, str]] = Counter()  # structure changes after warm-up, per site
-    # context -> node count -> the graphs of that size compiled so far. Only a graph the
-    # size of an earlier one can repeat its structure, so a run whose graph grows at every
-    # sync (no mark_step) parses none of them here.
-    sized: dict[str | None, dict[int, list[str]]] = {}
+    structures: dict[str | None, _Structures] = {}  # context -> the structures it compiled
     # Only misses are walked; a stepless site's syncs before one are counted.
     misses = table.where(lambda kind: kind.is_miss)
     seen_sites: set[tuple[str | None, str]] = set()  # sites that compiled before
@@ -198,7 +195,7 @@ def explain_recompiles(
                 warmup = syncs <= warmup_steps
             else:
                 warmup = execution.step - start < warmup_steps
-            values_only = _repeats_a_structure(execution, sized.get(context, {}), ir_texts)
+            values_only = structures.setdefault(context, _Structures(ir_texts)).repeats(execution)
             if warmup and eager_nodes + execution.nodes > EAGER_WARMUP_NODES:
                 explained.append(PendingRecompile(execution, earlier, at_site, ir_texts))
             elif not warmup and not values_only and (stepless or explained_at[site] >= EXPLAINED_PER_SITE):
@@ -214,23 +211,39 @@ def explain_recompiles(
             graphs.add(execution.graph)
             earlier.append(execution)
             at_site.append(execution)
-            sized.setdefault(context, {}).setdefault(execution.nodes, []).append(execution.graph)
+            structures.setdefault(context, _Structures(ir_texts)).add(execution)
     return explained
 
 
-def _repeats_a_structure(execution: Execution, sized: Mapping[int, list[str]], ir_texts: Mapping[str, str]) -> bool:
-    """Is this graph node for node the computation of one compiled before (only values
-    changed)? sized: the earlier graphs by node count."""
-    # A node count of 0 is not known (an older trace, a backend that did not say): compare those always.
-    same_size = [*sized.get(execution.nodes, []), *sized.get(0, [])] if execution.nodes \
-        else [g for gs in sized.values() for g in gs]
-    if not same_size:
-        return False
-    graph = facts(ir_texts.get(execution.graph, ""))
-    if graph is None:
-        return False
-    return any(earlier is not None and earlier.structure == graph.structure
-               for earlier in (facts(ir_texts.get(g, "")) for g in same_size))
+class _Structures:
+    """The structures of the graphs compiled so far, by node count. Only a graph as big
+    as an earlier one can repeat its structure, so a graph is parsed only once one of its
+    size asks: a run whose graph grows at every sync (no mark_step) parses none here. A
+    node count of 0 is not known (a backend that did not say): such graphs meet every size."""
+
+    def __init__(self, ir_texts: Mapping[str, str]) -> None:
+        self.ir_texts = ir_texts
+        self.unparsed: dict[int, list[str]] = {}  # node count -> graph ids
+        self.parsed: dict[int, set[tuple[int, ...]]] = {}  # node count -> structures
+
+    def add(self, execution: Execution) -> None:
+        self.unparsed.setdefault(execution.nodes, []).append(execution.graph)
+
+    def repeats(self, execution: Execution) -> bool:
+        """Is this graph node for node the computation of one before (only values changed)?"""
+        sizes = {execution.nodes, 0} if execution.nodes else {*self.unparsed, *self.parsed}
+        if not any(self.unparsed.get(size) or self.parsed.get(size) for size in sizes):
+            return False
+        graph = facts(self.ir_texts.get(execution.graph, ""))
+        return graph is not None and any(graph.structure in self._of_size(size) for size in sizes)
+
+    def _of_size(self, size: int) -> set[tuple[int, ...]]:
+        known = self.parsed.setdefault(size, set())
+        for graph_id in self.unparsed.pop(size, []):
+            graph = facts(self.ir_texts.get(graph_id, ""))
+            if graph is not None:
+                known.add(graph.structure)
+        return known
 
 
 def _ops(ir_text: str) -> tuple[Counter[str], int]:
