@@ -12,8 +12,8 @@ full capture turns on: XLA_SAVE_TENSORS_FILE with XLA_IR_DEBUG=1 and PT_XLA_DEBU
 
 Each mode runs in its own process (the backend initialises once per process), and the
 rounds interleave the modes so that machine noise hits them alike. Processes differ among
-themselves too (on this 2-core machine an untraced process's median step moves by 2-4%
-from one to the next), so `--in-process` runs all modes in one process instead, in
+themselves too (on this 2-core machine an untraced process's median step moved 74-82 ms
+across three runs in ten minutes), so `--in-process` runs all modes in one process instead, in
 alternating blocks of steps with `lazyviz.trace` started and stopped around each traced
 block: what tracing costs while it is on, without lazyviz's start-up.
 """
