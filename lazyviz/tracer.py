@@ -40,7 +40,8 @@ _USER, _FRAMEWORK, _SKIP, _STOP = "user", "framework", "skip", "stop"
 # Names of decorators' inner functions: never the call a user wrote.
 _WRAPPER_NAMES = frozenset({"wrapper", "wrapped", "inner", "decorate_context", "decorated", "fn", "func"})
 
-MAX_ERRORS = 20  # lazyviz's own errors kept for the end-of-run message
+MAX_ERRORS = 20  # lazyviz's own errors kept for the end-of-run message; also the backend failures kept
+MAX_FAILURE_TEXT = 4000  # of a backend's error message (TorchScript's quote whole graphs)
 
 
 class TracerBusy(LazyvizError):
@@ -93,6 +94,7 @@ class Tracer:
         self._counts = array("q", [0, 0])
         self._take_repeated: Callable[[], list[tuple]] | None = None
         self.errors: list[str] = []  # lazyviz's own failures, swallowed so the script goes on
+        self._failures: list[dict] = []  # executions the backend failed to compile or run, with its message
         self._sync = SyncCause()  # what the sync-site wrappers set while they run (the backend's, once installed)
         self._last_fallback_call: tuple[int, int] | None = None
         self._last_fallback_op: str | None = None
@@ -220,6 +222,7 @@ class Tracer:
         self, key: int, graph: CompiledGraph | None, execute_ms: float, counters: dict[str, int],
         backend_stack: list[Frame] | None = None, site: int | None = None,
         ends: tuple[float, float | None] | None = None, follows: int | None = None,
+        error: str | None = None,
     ) -> Recorded:
         """`counters`: the counters that moved since the previous execution;
         `backend_stack`: where the backend saw it, when it reports after the fact;
@@ -228,13 +231,19 @@ class Tracer:
         `ends`: when it and the previous execution ended, when the backend times them;
         `follows`: the fallback kind it follows from the same site (-1: none), from a
         backend that repeats rows (its rows never reach this tracer's own bookkeeping).
+        `error`: the backend's message when the graph failed to compile or run: the
+        execution is recorded all the same, and the message kept with it.
         A failure of lazyviz's own is counted and swallowed; KeyboardInterrupt and
         SystemExit (a signal handler may raise them here) go on to the script."""
         try:
-            return self._record(key, graph, execute_ms, counters, backend_stack, site, ends, follows)
-        except Exception as error:
+            recorded = self._record(key, graph, execute_ms, counters, backend_stack, site, ends, follows)
+            if error is not None and len(self._failures) < MAX_ERRORS:
+                self._failures.append({"execution": recorded.index, "error": error[:MAX_FAILURE_TEXT]})
+                self.writer.set_run(failures=self._failures)
+            return recorded
+        except Exception as failure:
             if len(self.errors) < MAX_ERRORS:
-                self.errors.append(f"{type(error).__name__}: {error}")
+                self.errors.append(f"{type(failure).__name__}: {failure}")
             return Recorded(-1)
 
     def _record(

@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from lazyviz.analysis.findings import growth_findings
+from lazyviz.analysis.findings import failure_findings, missing_mark_step_findings
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
 from lazyviz.trace.model import Execution, RunInfo
 from lazyviz.trace.table import ExecutionTable, Kind
@@ -24,6 +24,27 @@ class Budget:
     max_executions_per_step: int | None = 1
     allowed_fallbacks: frozenset[str] | None = frozenset()  # None: any op may fall back
     allow_unfinished: bool = False  # check what a killed or cut-short trace holds
+    # Of the executions after warm-up, the share that may be cache misses; what catches a
+    # run without steps, where no execution is "after warm-up" by step.
+    max_miss_rate: float | None = 0.5
+
+
+MIN_EXECUTIONS_FOR_RATE = 8  # fewer after warm-up: too few to speak of a rate
+
+
+def executions_after_warmup(table: ExecutionTable, warmup_steps: int) -> list[int]:
+    """The positions after warm-up: by step, or in a run without steps, every site's
+    executions after its first warmup_steps (each site may compile while it warms up)."""
+    if any(table.step):
+        return [p for p in range(len(table)) if table.step[p] >= warmup_steps]
+    seen: Counter[str] = Counter()
+    after = []
+    for position in range(len(table)):
+        site = table.kind_at(position).site
+        seen[site] += 1
+        if seen[site] > warmup_steps:
+            after.append(position)
+    return after
 
 
 def site_key(execution: Execution | Kind, cwd: str) -> str:
@@ -59,11 +80,22 @@ def check_budget(run: RunInfo, executions: Sequence[Execution], recompiles: list
     breaches = []
     if not run.complete and not budget.allow_unfinished:
         breaches.append(f"the trace is unfinished: {run.state}; --allow-unfinished checks what it holds")
-    # The report's missing-mark_step warning fails the check too: the two must agree.
-    for finding in growth_findings(executions, ir_texts or {}, run.names):
+    # A graph the backend could not run fails any budget: the script got its error.
+    for finding in failure_findings(run.failures, executions, ir_texts or {}):
+        where = f" at {finding.frame.site}" if finding.frame else ""
+        breaches.append(f"failed execution{where}: {finding.message}")
+    # The report's missing-mark_step warnings (both forms) fail the check too: the two must agree.
+    for finding in missing_mark_step_findings(executions, ir_texts or {}, run.names):
         where = f" at {finding.frame.site}" if finding.frame else ""
         breaches.append(f"missing mark_step(){where}: {finding.message}")
     table = ExecutionTable.of(executions)
+    if budget.max_miss_rate is not None:
+        after = executions_after_warmup(table, budget.warmup_steps)
+        missed = sum(table.kind_at(p).is_miss for p in after)
+        if len(after) >= MIN_EXECUTIONS_FOR_RATE and missed > budget.max_miss_rate * len(after):
+            breaches.append(f"cache miss rate after warm-up: {missed} of {len(after)} executions "
+                            f"({missed / len(after):.0%}, budget {budget.max_miss_rate:.0%}): "
+                            "most syncs compile a graph never seen before")
     late = [r for r in recompiles if r.step >= budget.warmup_steps]
     misses = table.where(lambda kind: kind.is_miss)
     late_misses = [p for p in misses if table.step[p] >= budget.warmup_steps]

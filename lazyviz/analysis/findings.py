@@ -1,14 +1,16 @@
 """Findings: what a user should fix, with where and how. Pure functions of trace data."""
 from __future__ import annotations
 
+import itertools
 import operator
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from lazyviz.analysis.ir import facts
+from lazyviz.analysis.failures import explain
+from lazyviz.analysis.ir import IRGraph, facts, parsed
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
-from lazyviz.trace.model import TS_NAMES, Execution, Frame
+from lazyviz.trace.model import TS_NAMES, Execution, Failure, Frame
 from lazyviz.trace.table import ExecutionTable
 
 SEVERITIES = ("error", "warning", "info")
@@ -80,29 +82,86 @@ class RunFacts:
     recompiles: list[Recompile | PendingRecompile]
     ir_texts: Mapping[str, str]
     names: Mapping[str, str]  # the backend's names for the calls fixes mention (RunInfo.names)
+    failures: Sequence[Failure] = ()  # executions the backend failed to compile or run
 
 
 # The finders, one line each: a new kind of finding is a function and a line here.
 FINDERS: tuple[Callable[[RunFacts], list[Finding]], ...] = (
+    lambda facts: failure_findings(facts.failures, facts.executions, facts.ir_texts),
     lambda facts: recompile_findings(facts.recompiles, facts.steps),
     lambda facts: extra_sync_findings(facts.executions, facts.steps, facts.names),
     lambda facts: fallback_findings(facts.executions, facts.steps),
-    lambda facts: growing_site_findings(facts.executions, facts.names, facts.ir_texts),
-    lambda facts: growth_findings(facts.executions, facts.ir_texts, facts.names,
-                                  skip=growing_graphs(facts.executions)),
+    lambda facts: missing_mark_step_findings(facts.executions, facts.ir_texts, facts.names),
 )
+
+
+def failure_findings(failures: Sequence[Failure], executions: Sequence[Execution],
+                     ir_texts: Mapping[str, str]) -> list[Finding]:
+    """The executions the backend failed to compile or run: the script got that error,
+    so each is an error, first in every list."""
+    table = ExecutionTable.of(executions)
+    findings = []
+    for failure in failures:
+        if not 0 <= failure.execution < len(table):
+            continue  # the trace stopped before the row (a full disk)
+        kind = table.kind_at(failure.execution)
+        what, fix, details = explain(failure, ir_texts.get(kind.graph, ""))
+        sync = kind.detail or kind.cause
+        findings.append(Finding(
+            "failed_execution", "error",
+            f"execution {failure.execution} ({sync}, graph {kind.graph}, {kind.nodes} nodes) failed in the "
+            f"backend: {what}",
+            kind.frame, (failure.execution,), fix, {**details, "graph": kind.graph},
+            short=f"execution {failure.execution} failed: {details['error']}",
+        ))
+    return findings
+
+
+def missing_mark_step_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str],
+                               names: Mapping[str, str] = TS_NAMES) -> list[Finding]:
+    """Both forms of a loop without mark_step(): a graph that grows at every sync of one
+    site, and a loop unrolled into one graph (report and check ask the same question)."""
+    return growing_site_findings(executions, names, ir_texts) + \
+        growth_findings(executions, ir_texts, names, skip=growing_graphs(executions))
 
 
 def find_all(
     executions: Sequence[Execution], steps: int, recompiles: list[Recompile | PendingRecompile],
-    ir_texts: Mapping[str, str], names: Mapping[str, str] = TS_NAMES,
+    ir_texts: Mapping[str, str], names: Mapping[str, str] = TS_NAMES, failures: Sequence[Failure] = (),
 ) -> list[Finding]:
-    """Every finding, worst first: by severity, then by the time it cost."""
+    """Every finding, root causes first: by severity, then a missing mark_step() before
+    the rest (it multiplies what every other sync costs), then by the time it cost."""
     table = ExecutionTable.of(executions)
-    facts = RunFacts(table, steps, recompiles, ir_texts, names)
+    facts = RunFacts(table, steps, recompiles, ir_texts, names, failures)
     findings = [replace(finding, cost_ms=table.sum_at(table.sync_ms, finding.executions))
                 for finder in FINDERS for finding in finder(facts)]
-    return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), -f.cost_ms))
+    findings = _blame_uncut_graph(findings, table)
+    return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), f.kind not in ROOT_KINDS, -f.cost_ms))
+
+
+# Findings whose fix changes what every other finding measures: fixed first.
+ROOT_KINDS = frozenset({"missing_mark_step"})
+
+
+def _blame_uncut_graph(findings: list[Finding], table: ExecutionTable) -> list[Finding]:
+    """A sync that runs a graph a missing mark_step() left uncut pays for all the work
+    pending since the loop began: findings that point at such syncs say so, with what
+    each cost, so the user fixes the root first."""
+    uncut = {e for f in findings if f.kind in ROOT_KINDS for e in f.executions}
+    if not uncut:
+        return findings
+    blamed = []
+    for finding in findings:
+        inflated = [e for e in finding.executions if e in uncut]
+        if finding.kind in ROOT_KINDS or not inflated:
+            blamed.append(finding)
+            continue
+        each = table.sum_at(table.sync_ms, inflated) / len(inflated)
+        note = (f"; {each:.0f} ms per sync because the graph is not cut: "
+                "fix the missing mark_step() finding first")
+        blamed.append(replace(finding, message=finding.message + note,
+                              details={**finding.details, "inflated_by_missing_mark_step": len(inflated)}))
+    return blamed
 
 
 def recompile_findings(recompiles: list[Recompile | PendingRecompile], steps: int = 1) -> list[Finding]:
@@ -249,7 +308,11 @@ def extra_sync_findings(executions: Sequence[Execution], steps: int,
                             else (kind.context, kind.cause, kind.site))
     findings = []
     for (context, cause, _), numbers in groups.items():
-        positions = table.merged(numbers)
+        # After the last mark_step() no step runs (an evaluation loop, the final print):
+        # its reads are the script's results, not extra syncs in a step.
+        positions = [p for p in table.merged(numbers) if table.step[p] < steps]
+        if not positions:
+            continue
         steps_with = len(set(map(table.step.__getitem__, positions)))
         per_step = len(positions) / steps_with
         ms_per_step = table.sum(table.sync_ms, positions) / max(steps, 1)
@@ -307,26 +370,56 @@ def fallback_findings(executions: Sequence[Execution], steps: int) -> list[Findi
     return findings
 
 
-def repeated_block(ops: list[str], max_period: int = 64) -> tuple[list[str], int, int] | None:
+def repeated_block(ops: list[str], max_period: int = 1024) -> tuple[list[str], int, int] | None:
     """The block of ops repeated most times in a row, as (block, repeats, start), covering
-    the most ops; None when nothing repeats MIN_REPEATS times."""
-    best: tuple[int, list[str], int, int] | None = None
-    n = len(ops)
-    for period in range(1, min(max_period, n // MIN_REPEATS) + 1):
-        run = 0
-        for i in range(n - period):
-            if ops[i] == ops[i + period]:
-                run += 1
-                repeats = run // period + 1
-                covered = repeats * period
-                if repeats >= MIN_REPEATS and (best is None or covered > best[0]):
-                    start = i + period - covered + 1
-                    best = (covered, ops[start:start + period], repeats, start)
-            else:
-                run = 0
+    the most ops; None when nothing repeats MIN_REPEATS times. A training step is
+    hundreds of ops (pytorch/examples' mnist: ~230), so periods go up to max_period; a
+    period is scanned only when enough of its ops match to hold MIN_REPEATS repeats."""
+    best: tuple[int, int, int, int] | None = None  # covered, period, repeats, start
+    for period in range(1, min(max_period, len(ops) // MIN_REPEATS) + 1):
+        matches = list(map(operator.eq, ops, ops[period:]))  # ops[i] == ops[i + period]
+        if sum(matches) < (MIN_REPEATS - 1) * period:
+            continue
+        at = 0
+        for same, group in itertools.groupby(matches):
+            run = sum(1 for _ in group)
+            repeats = run // period + 1
+            if same and repeats >= MIN_REPEATS and (best is None or repeats * period > best[0]):
+                best = (repeats * period, period, repeats, at)
+            at += run
     if best is None:
         return None
-    return best[1], best[2], best[3]
+    _, period, repeats, start = best
+    return ops[start:start + period], repeats, start
+
+
+def iterations_chain(graph: IRGraph, start: int, period: int, repeats: int) -> bool:
+    """Whether the iterations of a repeated block feed each other, as an unrolled loop's
+    do (each consumes what the one before it made), rather than run side by side, as
+    torch's optimizers update parameters one at a time on a lazy device. start counts
+    the graph's ops without its inputs (as repeated_block does). Found by joining the
+    ops of the repeated stretch along their operands: a loop carries some value through
+    most iterations; side-by-side updates make one group each, which reaches into its
+    neighbours' iterations where the block starts mid-update (pytorch/examples' mnist
+    with Adadelta: groups over 2-3 of 8 iterations)."""
+    ops = [node for node in graph.nodes if not node.is_input][start:start + period * repeats]
+    iteration = {node.id: i // period for i, node in enumerate(ops)}
+    parent = {node_id: node_id for node_id in iteration}
+
+    def root(node_id: str) -> str:
+        while parent[node_id] != node_id:
+            parent[node_id] = parent[parent[node_id]]
+            node_id = parent[node_id]
+        return node_id
+
+    for node in ops:
+        for operand in node.operand_ids:
+            if operand in iteration:
+                parent[root(operand)] = root(node.id)
+    spans: dict[str, set[int]] = defaultdict(set)
+    for node_id, index in iteration.items():
+        spans[root(node_id)].add(index)
+    return max(map(len, spans.values()), default=0) >= max(MIN_REPEATS, repeats // 2 + 1)
 
 
 MIN_GROWING_SYNCS = 3  # syncs at one site before steady growth is a pattern, not chance
@@ -420,6 +513,7 @@ def growth_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str]
     # Graphs that differ only in shapes or constants have the same ops: searched once.
     blocks: dict[tuple[str, ...], tuple[list[str], int, int] | None] = {}
     runs_of = table.kinds_by(lambda kind: kind.graph if kind.graph not in skip else None)
+    by_block: dict[tuple[str, ...], int] = {}  # one finding per repeated block, however many graphs hold it
     for graph_id, numbers in runs_of.items():
         graph = facts(ir_texts.get(graph_id, ""))
         if graph is None:
@@ -430,9 +524,21 @@ def growth_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str]
         found = blocks[graph.ops]
         if found is None:
             continue
-        block, repeats, _ = found
+        block, repeats, start = found
         if len(block) * repeats < max(16, len(ops) // 2):
             continue  # a small repeated motif inside a normal graph
+        graph_ir = parsed(ir_texts.get(graph_id, ""))
+        if graph_ir is None or not iterations_chain(graph_ir, start, len(block), repeats):
+            continue  # side by side, not a loop: an optimizer updating its parameters one by one
+        positions = table.merged(numbers)
+        if tuple(block) in by_block:
+            earlier = findings[by_block[tuple(block)]]
+            graphs = earlier.details["graphs"] + [graph_id]
+            findings[by_block[tuple(block)]] = replace(
+                earlier, executions=tuple(sorted({*earlier.executions, *table.indices(positions)})),
+                details={**earlier.details, "graphs": graphs})
+            continue
+        by_block[tuple(block)] = len(findings)
         first = table.kinds[numbers[0]]
         findings.append(Finding(
             "missing_mark_step", "warning",
@@ -440,9 +546,18 @@ def growth_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str]
             f"{_ops_text(block)} {repeats} times: "
             f"a loop ran {repeats} iterations without mark_step() and they piled up into one graph, "
             f"run by {first.detail or first.cause}",
-            first.frame, table.indices(table.merged(numbers)),
+            first.frame, table.indices(positions),
             f"call {names['mark_step']} at the end of each iteration of the loop that builds it "
             f"(the loop runs before line {first.frame.line if first.frame else '?'})",
-            {"graph": graph_id, "pattern": block, "repeats": repeats, "nodes": graph.size},
+            {"graph": graph_id, "pattern": block, "repeats": repeats, "nodes": graph.size, "graphs": [graph_id]},
         ))
-    return findings
+    return [_also_in(f) for f in findings]
+
+
+def _also_in(finding: Finding) -> Finding:
+    """A repeated block found in several graphs (the syncs after it ran it too): said once."""
+    more = len(finding.details["graphs"]) - 1
+    if not more:
+        return finding
+    return replace(finding, message=f"{finding.message} (and {more} more graph{'s' if more > 1 else ''} "
+                                    "holding the same repeated block)")

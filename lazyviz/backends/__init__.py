@@ -64,7 +64,8 @@ class ExecutionHook(Protocol):
 
     def __call__(self, key: int, graph: CompiledGraph | None, execute_ms: float, counters: Mapping[str, int],
                  backend_stack: list[Frame] | None = None, site: int | None = None,
-                 ends: tuple[float, float | None] | None = None, follows: int | None = None) -> Recorded:
+                 ends: tuple[float, float | None] | None = None, follows: int | None = None,
+                 error: str | None = None) -> Recorded:
         """key: the backend's id for the compiled computation; graph: what its compile
         produced, on its first execution only; counters: those that moved since the
         previous execution, by how much; backend_stack: where the backend saw it,
@@ -75,7 +76,9 @@ class ExecutionHook(Protocol):
         answer's kind and repeat: see record_repeats); ends: (when it ended, when the previous execution ended or
         None for the first), on the tracer's clock, when the backend times them;
         follows: for a backend that repeats rows, the kind of the previous execution
-        when it was a fallback's from this same site, else -1."""
+        when it was a fallback's from this same site, else -1; error: the backend's
+        message when the graph failed to compile or run (the script then gets the
+        backend's exception, as untraced)."""
         ...
 
 

@@ -586,6 +586,10 @@ std::string LocationText(const SourceLocation& where) {
 }
 
 // What we learn about a graph on its cache miss, kept until its first execution.
+// The key a graph that failed to compile is reported under: it has no computation.
+const int kCompileFailedTag = 0;
+const Computation* const kCompileFailed = reinterpret_cast<const Computation*>(&kCompileFailedTag);
+
 struct CompiledGraph {
   std::string graph_id;
   int64_t nodes = 0;
@@ -663,7 +667,22 @@ class RecordingBackend : public BackendImplInterface {
   }
 
   std::vector<ComputationPtr> Compile(std::vector<ComputationPtr> instances) const override {
-    auto compiled = inner_->Compile(std::move(instances));
+    std::vector<ComputationPtr> compiled;
+    try {
+      compiled = inner_->Compile(std::move(instances));
+    } catch (const std::exception& error) {
+      // The graph that failed to compile is the one the user most needs to see.
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (have_pending_) {
+          pending_.compile_ms = now_ms() - lowering_started_ms_;
+          compiled_[kCompileFailed] = std::move(pending_);
+        }
+        have_pending_ = false;
+      }
+      Report(kCompileFailed, 0.0, now_ms() / 1000, error.what());  // compile_ms holds its time
+      throw;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     if (have_pending_ && compiled.size() == 1) {
       pending_.compile_ms = now_ms() - lowering_started_ms_;
@@ -678,7 +697,14 @@ class RecordingBackend : public BackendImplInterface {
                                                  c10::ArrayRef<BackendDataPtr> arguments,
                                                  const BackendDevice& device) const override {
     double started = now_ms();
-    auto results = inner_->ExecuteComputation(computation, arguments, device);
+    std::vector<BackendDataPtr> results;
+    try {
+      results = inner_->ExecuteComputation(computation, arguments, device);
+    } catch (const std::exception& error) {
+      double ended = now_ms();
+      Report(computation.get(), ended - started, ended / 1000, error.what());
+      throw;  // the script sees the backend's own error, as untraced
+    }
     double ended = now_ms();  // steady clock, as SteadySeconds()
     Report(computation.get(), ended - started, ended / 1000);
     return results;
@@ -802,7 +828,9 @@ class RecordingBackend : public BackendImplInterface {
   // mu_ guards compiled_, counters_ and the pending graph: the executor may compile on
   // one thread while another executes (checked on torch 2.13: LazyGraphExecutor holds
   // no lock of ours). mu_ is never held while waiting for the GIL.
-  void Report(const Computation* key, double execute_ms, double ended_s) const {
+  // error: the backend's message when the graph failed to compile or run (reported
+  // once, never repeated; the tracer keeps the text with the execution).
+  void Report(const Computation* key, double execute_ms, double ended_s, const char* error = nullptr) const {
     if (!enabled_.load()) return;
     bool have_graph = false;
     CompiledGraph g;
@@ -836,7 +864,7 @@ class RecordingBackend : public BackendImplInterface {
       end = ended_s + repeats->clock_offset_s;
       if (have_graph) {  // a new graph under this key: rows repeated for the old one are stale
         for (auto& [_, by_key] : repeats->by_site) repeats->size -= by_key.erase(key);
-      } else if (Repeat(*repeats, site, stack, key, moved, execute_ms, end)) {
+      } else if (error == nullptr && Repeat(*repeats, site, stack, key, moved, execute_ms, end)) {
         return;
       }
       if (!std::isnan(repeats->last_end_s)) previous_end = py::float_(repeats->last_end_s);
@@ -857,8 +885,14 @@ class RecordingBackend : public BackendImplInterface {
         last_deltas_ = std::make_unique<py::object>(std::move(deltas));
         last_moved_ = moved;
       }
-      py::object recorded = on_execution_(reinterpret_cast<uintptr_t>(key), graph, execute_ms, *last_deltas_,
-                                          site, end, previous_end, follows);
+      py::object recorded =
+          error == nullptr
+              ? on_execution_(reinterpret_cast<uintptr_t>(key), graph, execute_ms, *last_deltas_, site, end,
+                              previous_end, follows)
+              : on_execution_(reinterpret_cast<uintptr_t>(key), graph, execute_ms, *last_deltas_, site, end,
+                              previous_end, follows, py::reinterpret_steal<py::object>(
+                                  PyUnicode_DecodeUTF8(error, std::strlen(error), "replace")));
+      if (error != nullptr) return;  // a failed graph's row is never repeated
       // Recorded(index, kind, repeat, fallback)
       if (repeats != nullptr && repeats == g_repeats && PyTuple_Check(recorded.ptr()) &&
           PyTuple_GET_SIZE(recorded.ptr()) >= 4) {

@@ -197,7 +197,8 @@ class TorchScriptBackend(LazyBackend):
         self._hook = load_hook()
 
         def on_raw_execution(key: int, graph: tuple | None, execute_ms: float, counters: dict, site: int,
-                             end: float, previous_end: float | None, follows: int) -> Recorded:
+                             end: float, previous_end: float | None, follows: int,
+                             error: str | None = None) -> Recorded:
             compiled = None
             if graph is not None:
                 graph_id, nodes, ir_text, backend_text, compile_ms = graph
@@ -205,7 +206,8 @@ class TorchScriptBackend(LazyBackend):
                     graph_id, nodes, ir_text.decode("utf-8", "replace"),
                     backend_text.decode("utf-8", "replace"), compile_ms,
                 )
-            return self._on_execution(key, compiled, execute_ms, counters, None, site, (end, previous_end), follows)
+            return self._on_execution(key, compiled, execute_ms, counters, None, site, (end, previous_end), follows,
+                                      error)
 
         self._hook.install(on_raw_execution, self.capture_ir)
 

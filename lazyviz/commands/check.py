@@ -20,6 +20,8 @@ class CheckCommand:
                             help="cache misses allowed after warm-up (default 0)")
         parser.add_argument("--max-executions-per-step", type=count, metavar="K",
                             help="executions allowed per step after warm-up (default 1)")
+        parser.add_argument("--max-miss-rate", type=_rate, metavar="R",
+                            help="share of executions after warm-up that may be cache misses, 0-1 (default 0.5)")
         fallbacks = parser.add_mutually_exclusive_group()
         fallbacks.add_argument("--no-fallbacks", action="store_true", help="no op may fall back (the default)")
         fallbacks.add_argument("--allow-fallback", action="append", metavar="OP", default=[],
@@ -69,6 +71,7 @@ class CheckCommand:
                                      else (1 if strict else None)),
             allowed_fallbacks=allowed,
             allow_unfinished=options.allow_unfinished,
+            max_miss_rate=options.max_miss_rate if options.max_miss_rate is not None else (0.5 if strict else None),
         )
         ir_texts = trace.ir_texts()
         recompiles = explain_recompiles(executions, ir_texts, options.warmup_steps)
@@ -124,3 +127,11 @@ class CheckCommand:
         return baseline
 
 
+def _rate(text: str) -> float:
+    try:
+        rate = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= rate <= 1:
+        raise argparse.ArgumentTypeError(f"a share from 0 to 1, not {text}")
+    return rate

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import NamedTuple
 
 CAUSES = ("mark_step", "item", "print", "cpu", "tolist", "bool", "fallback", "other")
 # What traces from before backends named themselves get: torch's TorchScript backend.
@@ -72,6 +73,13 @@ class Graph:
     first_execution: int
 
 
+class Failure(NamedTuple):
+    """An execution the backend failed to compile or run: the script got its error."""
+
+    execution: int
+    error: str  # the backend's message
+
+
 @dataclass(frozen=True)
 class RunInfo:
     argv: list[str]
@@ -100,6 +108,7 @@ class RunInfo:
     startup_ms: float | None = None  # from the process start to the first graph
     tracer_errors: list[str] = field(default_factory=list)  # lazyviz's own, swallowed
     source: str = "script"  # "script" (lazyviz run), "api" (lazyviz.trace) or "notebook" (%%lazyviz)
+    failures: list[Failure] = field(default_factory=list)  # executions the backend failed to compile or run
 
     @property
     def script(self) -> str:

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from lazyviz.errors import LazyvizError
 from lazyviz.trace.files import SQLITE_MAGIC
-from lazyviz.trace.model import CAUSES, TS_NAMES, Execution, Frame, Graph, RunInfo
+from lazyviz.trace.model import CAUSES, TS_NAMES, Execution, Failure, Frame, Graph, RunInfo
 from lazyviz.trace.schema import (
     ADDED_COLUMNS,
     COLUMNS,
@@ -218,6 +218,7 @@ _RUN_FIELDS: dict[str, tuple[type | tuple[type, ...], object]] = {
     "elapsed_s": ((int, float, type(None)), None), "names": (dict, {}), "device": (str, "lazy"),
     "complete": (bool, None), "ended_by": ((str, type(None)), None),
     "startup_ms": ((int, float, type(None)), None), "tracer_errors": (list, []), "source": (str, "script"),
+    "failures": (list, []),
 }
 
 
@@ -377,6 +378,8 @@ class Trace:
             complete=finished if complete is None else complete,
             ended_by=get("ended_by"), startup_ms=get("startup_ms"),
             tracer_errors=[str(e) for e in get("tracer_errors")], source=get("source"),
+            failures=[Failure(f["execution"], f["error"]) for f in get("failures")
+                      if isinstance(f, dict) and type(f.get("execution")) is int and isinstance(f.get("error"), str)],
         )
 
     def count(self) -> int:

@@ -1,0 +1,120 @@
+"""Real programs nobody here wrote (pytorch/examples' mnist and vae, moved to the lazy
+device; tests/programs), traced for real, each count checked against LTC's own counters
+from the same run: the findings must name the real problem first, and nothing on code
+that is right."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, cli, line_of
+
+import lazyviz.trace
+
+pytestmark = pytest.mark.torch  # each test runs real programs on torch's lazy backend
+
+PROGRAMS = ROOT / "tests" / "programs"
+MNIST = ["--epochs", "1", "--batch-size", "32"]
+
+
+def traced(tmp_path: Path, program: str, *args: str) -> tuple[Path, dict[str, int], dict]:
+    """Trace a program under with_counters.py: (the trace, LTC's counters at its end,
+    the JSON report)."""
+    trace, counters = tmp_path / f"{program}.trace", tmp_path / f"{program}.counters.json"
+    env = {**os.environ, "COUNTERS_FILE": str(counters)}
+    subprocess.run([sys.executable, "-m", "lazyviz", "run", "--no-tui", "-o", str(trace),
+                    str(PROGRAMS / "with_counters.py"), str(PROGRAMS / program), *args],
+                   capture_output=True, text=True, env=env, timeout=600, check=False)
+    report = cli("report", trace, "--format", "json")
+    assert report.status == 0, report.stderr
+    return trace, json.loads(counters.read_text()), json.loads(report.stdout)
+
+
+def assert_counts_match_ltc(trace: Path, counters: dict[str, int]) -> None:
+    """Every execution LTC counted is in the trace: misses and hits, and every fallback op."""
+    with lazyviz.trace.open(trace) as opened:
+        executions = opened.executions()
+    cache = Counter(e.cache for e in executions)
+    assert cache["miss"] == counters.get("UncachedCompile", 0)
+    assert cache["hit"] == counters.get("CachedCompile", 0)
+    fallbacks: Counter[str] = Counter()
+    for execution in executions:
+        fallbacks.update(execution.fallback_ops)
+    ltc = {name: count for name, count in counters.items()
+           if name.startswith("aten::") and name != "aten::_local_scalar_dense"}
+    assert dict(fallbacks) == ltc
+
+
+def kinds(report: dict) -> list[str]:
+    return [finding["kind"] for finding in report["findings"]]
+
+
+def test_mnist_ported_right_has_no_false_mark_step_finding(tmp_path: Path) -> None:
+    # Adadelta updates the model's 8 parameters one at a time: the same ops 8 times in
+    # one graph, side by side, not a loop.
+    trace, counters, report = traced(tmp_path, "mnist_lazy.py", *MNIST)
+    assert_counts_match_ltc(trace, counters)
+    assert "missing_mark_step" not in kinds(report)
+    # What is there to find is found: the short last batch (200 = 6 x 32 + 8) and argmax.
+    recompile = next(f for f in report["findings"] if f["kind"] == "recompile")
+    assert "Float[32,1,28,28] -> Float[8,1,28,28]" in recompile["message"] and "drop_last" in recompile["fix"]
+    assert any(f["kind"] == "fallback" and f["details"]["op"] == "aten::argmax" for f in report["findings"])
+    # The evaluation loop after the last mark_step() reads its results: no "extra sync" there.
+    assert "extra_sync" not in kinds(report)
+    check = cli("check", trace, "--any-fallbacks")
+    assert "missing mark_step" not in check.stdout
+
+
+def test_mnist_without_mark_step_names_it_first_and_fails_check(tmp_path: Path) -> None:
+    trace, counters, report = traced(tmp_path, "mnist_lazy.py", *MNIST, "--no-mark-step")
+    assert_counts_match_ltc(trace, counters)
+    first, *rest = report["findings"]
+    assert first["kind"] == "missing_mark_step", report["findings"]
+    # The argmax fallback costs what it does because the graph is never cut: it says so.
+    argmax = next(f for f in rest if f["kind"] == "fallback")
+    assert "fix the missing mark_step() finding first" in argmax["message"]
+    check = cli("check", trace, "--any-fallbacks")
+    assert check.status == 1 and "missing mark_step()" in check.stdout
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd", "adadelta"])
+def test_clean_optimizer_loops_have_no_mark_step_finding(tmp_path: Path, optimizer: str) -> None:
+    trace, counters, report = traced(tmp_path, "clean_optimizers.py", optimizer)
+    assert_counts_match_ltc(trace, counters)
+    assert "missing_mark_step" not in kinds(report)
+    check = cli("check", trace, "--any-fallbacks", "--max-executions-per-step", "99")
+    assert check.status == 0, check.stdout
+    # Light capture sees no IR, and must agree.
+    light = tmp_path / "light.trace"
+    cli("run", "--no-tui", "--capture", "light", "-o", light, PROGRAMS / "clean_optimizers.py", optimizer)
+    light_report = json.loads(cli("report", light, "--format", "json").stdout)
+    assert "missing_mark_step" not in kinds(light_report)
+
+
+def test_vae_failed_execution_is_recorded_and_explained_first(tmp_path: Path) -> None:
+    # Adam's lerp_ falls back; the graph pending then fails in the TorchScript
+    # interpreter (a Python number, Double on the device, meets Float in a matmul), as
+    # it does untraced.
+    untraced = subprocess.run([sys.executable, str(PROGRAMS / "vae_lazy.py"), *MNIST],
+                              capture_output=True, text=True, timeout=600)
+    assert untraced.returncode == 1 and "double != float" in untraced.stderr
+    trace, counters, report = traced(tmp_path, "vae_lazy.py", *MNIST)
+    assert_counts_match_ltc(trace, counters)  # the execution that failed is there too
+    with lazyviz.trace.open(trace) as opened:
+        run, executions = opened.run, opened.executions()
+    [failure] = run.failures
+    assert failure.execution == len(executions) - 1 and "double != float" in failure.error
+    first = report["findings"][0]
+    assert first["kind"] == "failed_execution" and first["severity"] == "error"
+    assert first["site"]["line"] == line_of(PROGRAMS / "vae_lazy.py", "optimizer.step()")
+    # The 0-dim multiply whose Python number made it Double, built in loss.backward().
+    assert first["details"]["op"] == "aten::mul"
+    assert first["details"]["built_at"] == f"vae_lazy.py:{line_of(PROGRAMS / 'vae_lazy.py', 'loss.backward()')}"
+    assert first["details"]["reaches_op"] in ("aten::mm", "aten::addmm")
+    check = cli("check", trace, "--any-fallbacks")
+    assert check.status == 1 and "failed execution" in check.stdout.splitlines()[0]
