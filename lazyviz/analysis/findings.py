@@ -135,7 +135,7 @@ def find_all(
     facts = RunFacts(table, steps, recompiles, ir_texts, names, failures)
     findings = [replace(finding, cost_ms=table.sum_at(table.sync_ms, finding.executions))
                 for finder in FINDERS for finding in finder(facts)]
-    findings = _blame_uncut_graph(findings, table)
+    findings = _blame_uncut_graph(findings, table, steps)
     return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), f.kind not in ROOT_KINDS, -f.cost_ms))
 
 
@@ -143,13 +143,16 @@ def find_all(
 ROOT_KINDS = frozenset({"missing_mark_step"})
 
 
-def _blame_uncut_graph(findings: list[Finding], table: ExecutionTable) -> list[Finding]:
+def _blame_uncut_graph(findings: list[Finding], table: ExecutionTable, steps: int) -> list[Finding]:
     """A sync that runs a graph a missing mark_step() left uncut pays for all the work
     pending since the loop began: findings that point at such syncs say so, with what
-    each cost, so the user fixes the root first."""
+    each cost, so the user fixes the root first. In a run without any step every sync
+    is such a sync (word_language_model's clip_grad_norm_ fallbacks, 440 ms each)."""
     uncut = {e for f in findings if f.kind in ROOT_KINDS for e in f.executions}
     if not uncut:
         return findings
+    if not steps:
+        uncut = set(range(len(table)))
     blamed = []
     for finding in findings:
         inflated = [e for e in finding.executions if e in uncut]
@@ -248,7 +251,47 @@ def recompile_findings(recompiles: list[Recompile | PendingRecompile], steps: in
             details={"history": history, "changes": ["input_shape"]},
             short=_in_test(group[0].context) + short,
         ))
-    return findings
+    return _one_per_cause(findings, [*alike.values(), *shape_only.values()])
+
+
+def _cause_of(recompile: Recompile) -> tuple | None:
+    """What made a recompile, as the line that built its first changed node and the kind
+    of change: the same Python slice bound recompiles every sync site it reaches."""
+    origins = recompile.diff.origins if recompile.diff else ()
+    if not origins or not origins[0].location:
+        return None
+    return recompile.context, origins[0].kind, origins[0].source_line
+
+
+def _one_per_cause(findings: list[Finding], groups: list[list[Recompile]]) -> list[Finding]:
+    """Recompile findings (made from groups, in order) whose changes were built at the
+    same line are one finding: one cause, one fix, the sites it reaches listed."""
+    merged: list[Finding] = []
+    by_cause: dict[tuple, int] = {}
+    for finding, group in zip(findings, groups):
+        cause = _cause_of(group[0])
+        if cause is None or cause not in by_cause:
+            if cause is not None:
+                by_cause[cause] = len(merged)
+            merged.append(finding)
+            continue
+        first = merged[by_cause[cause]]
+        sites = first.details.get("sites") or [first.frame.site if first.frame else "?"]
+        site = finding.frame.site if finding.frame else "?"
+        count = first.details.get("recompiles", 1) + finding.details.get("recompiles", len(group))
+        merged[by_cause[cause]] = replace(
+            first, executions=tuple(sorted({*first.executions, *finding.executions})),
+            details={**first.details, "sites": [*sites, site], "recompiles": count})
+    return [_reaching(f) for f in merged]
+
+
+def _reaching(finding: Finding) -> Finding:
+    sites = finding.details.get("sites")
+    if not sites:
+        return finding
+    shown = ", ".join(site.rpartition("/")[2] for site in sites)
+    return replace(finding, message=f"{finding.message} (one cause: {finding.details['recompiles']} recompiles "
+                                    f"at {len(sites)} sync sites: {shown})")
 
 
 def _in_test(context: str | None) -> str:
@@ -367,16 +410,46 @@ def fallback_findings(executions: Sequence[Execution], steps: int) -> list[Findi
             {"op": op, "calls": count, "executions_forced": len(positions), "per_step": round(per_step, 3),
              "call": call},
         ))
-    return findings
+    return _one_per_call(findings, table, steps)
 
 
-def repeated_block(ops: list[str], max_period: int = 1024) -> tuple[list[str], int, int] | None:
+def _one_per_call(findings: list[Finding], table: ExecutionTable, steps: int) -> list[Finding]:
+    """The ops one call falls back through (scaled_dot_product_attention's all.dim,
+    isneginf, where) are one finding about that call: the user changes the call."""
+    by_call: dict[str, list[Finding]] = defaultdict(list)
+    for finding in findings:
+        if finding.details["call"] and finding.executions:
+            by_call[finding.details["call"]].append(finding)
+    merged = []
+    for finding in findings:
+        group = by_call.get(finding.details["call"], [])
+        if len(group) < 2 or finding not in group:
+            merged.append(finding)
+        elif finding is group[0]:
+            executions = tuple(sorted({e for f in group for e in f.executions}))
+            ops = [f.details["op"] for f in group]
+            calls = sum(f.details["calls"] for f in group)
+            per_step = f" ({len(executions) / steps:.3g} per step)" if steps else ""
+            merged.append(replace(
+                finding,
+                message=f"{finding.details['call']}() falls back to the CPU through {len(ops)} ops ({', '.join(ops)}): "
+                        f"{calls} calls, forcing {len(executions)} execution{'s' if len(executions) != 1 else ''}"
+                        f"{per_step}",
+                executions=executions, fix=next((f.fix for f in group if f.details["op"] in FALLBACK_FIXES), finding.fix),
+                details={**finding.details, "ops": ops, "calls": calls, "executions_forced": len(executions)}))
+    return merged
+
+
+def repeated_block(ops: list[str], max_period: int = 64, min_covered: int = 0) -> tuple[list[str], int, int] | None:
     """The block of ops repeated most times in a row, as (block, repeats, start), covering
-    the most ops; None when nothing repeats MIN_REPEATS times. A training step is
-    hundreds of ops (pytorch/examples' mnist: ~230), so periods go up to max_period; a
-    period is scanned only when enough of its ops match to hold MIN_REPEATS repeats."""
+    the most ops; None when nothing repeats MIN_REPEATS times. With min_covered, only a
+    block covering at least that many ops is looked for, which is found quickly at any
+    period up to max_period (a training step is hundreds of ops: pytorch/examples'
+    mnist ~150, its word language model ~520); without, every period is scanned."""
     best: tuple[int, int, int, int] | None = None  # covered, period, repeats, start
-    for period in range(1, min(max_period, len(ops) // MIN_REPEATS) + 1):
+    limit = min(max_period, len(ops) // MIN_REPEATS)
+    periods = _periods_covering(ops, min_covered, limit) if min_covered else range(1, limit + 1)
+    for period in periods:
         matches = list(map(operator.eq, ops, ops[period:]))  # ops[i] == ops[i + period]
         if sum(matches) < (MIN_REPEATS - 1) * period:
             continue
@@ -391,6 +464,27 @@ def repeated_block(ops: list[str], max_period: int = 1024) -> tuple[list[str], i
         return None
     _, period, repeats, start = best
     return ops[start:start + period], repeats, start
+
+
+def _periods_covering(ops: list[str], covered: int, limit: int) -> list[int]:
+    """The periods a block covering `covered` of the ops can have: such a stretch holds
+    one of the positions a quarter, half and three quarters in (when it covers half the
+    ops or more), and a few ops there recur one period later, so the distances to their
+    next occurrences are the candidates. A few string searches instead of a scan per period."""
+    codes: dict[str, str] = {}
+    text = "".join(codes.setdefault(op, chr(0x100 + len(codes))) for op in ops)
+    n, window = len(text), 4
+    anchors = {n // 4, n // 2, 3 * n // 4} if covered >= n // 2 else set(range(0, n, max(1, covered // 2)))
+    periods: set[int] = set()
+    for anchor in anchors:
+        probe = text[anchor:anchor + window]
+        if len(probe) < window:
+            continue
+        at = text.find(probe, anchor + 1, anchor + limit + window)
+        while at != -1:
+            periods.add(at - anchor)
+            at = text.find(probe, at + 1, anchor + limit + window)
+    return sorted(periods)
 
 
 def iterations_chain(graph: IRGraph, start: int, period: int, repeats: int) -> bool:
@@ -520,7 +614,7 @@ def growth_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str]
             continue
         ops = list(graph.ops)
         if graph.ops not in blocks:
-            blocks[graph.ops] = repeated_block(ops)
+            blocks[graph.ops] = repeated_block(ops, max_period=1024, min_covered=max(16, len(ops) // 2))
         found = blocks[graph.ops]
         if found is None:
             continue
