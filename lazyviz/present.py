@@ -103,7 +103,7 @@ def why_text(execution: Execution, recompile: Recompile | PendingRecompile | Non
 
 # What a finding is, in a word or two: its label before finding_headline.
 KIND_LABELS = {"recompile": "recompile", "dynamic_shape": "shapes", "extra_sync": "extra sync",
-               "fallback": "fallback", "missing_mark_step": "no mark_step"}
+               "fallback": "fallback", "missing_mark_step": "no mark_step", "failed_execution": "failed"}
 
 
 def finding_headline(finding: Finding, cwd: str | None = None) -> str:
@@ -113,7 +113,10 @@ def finding_headline(finding: Finding, cwd: str | None = None) -> str:
     if finding.kind == "fallback":
         call = f" in {details['call']}()" if details.get("call") else ""
         forced = details.get("executions_forced", 0)
-        text = (f"{details.get('op', '?')}{call}: {plural(details.get('calls', 0), 'call')}"
+        ops = details.get("ops", [])
+        what = f"{details['call']}() through {len(ops)} ops" if len(ops) > 1 and details.get("call") \
+            else f"{details.get('op', '?')}{call}"
+        text = (f"{what}: {plural(details.get('calls', 0), 'call')}"
                 + (f", {plural(forced, 'extra execution')}" if forced else ""))
     elif finding.kind == "missing_mark_step" and "growth_per_sync" in details:
         text = f"the graph grows ~{details['growth_per_sync']} nodes per sync over {details['syncs']} syncs"

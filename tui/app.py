@@ -33,6 +33,7 @@ from tui.widgets.code_view import CodeView
 from tui.widgets.executions import SORTS, ExecutionList
 from tui.widgets.findings import FindingsView
 from tui.widgets.findings_strip import FindingsStrip
+from tui.widgets.fix_line import FixLine
 from tui.widgets.header import Counts, RunHeader
 from tui.widgets.output import OutputView
 from tui.widgets.search_bar import SearchBar
@@ -105,6 +106,7 @@ class LazyvizApp(App[None]):
     def compose(self) -> ComposeResult:
         yield RunHeader(id="header")
         yield FindingsStrip(id="strip")
+        yield FixLine(id="fix")
         with Vertical(id="executions-pane"):
             yield Static(id="columns")
             yield ExecutionList(id="executions")
@@ -209,25 +211,40 @@ class LazyvizApp(App[None]):
             cwd = self.run_info.cwd if self.run_info else ""
             finished = bool(self.run_info and self.run_info.finished)
             self.query_one(FindingsView).show(update.analysis.findings, cwd)
-            self.query_one(FindingsStrip).show(update.analysis.findings, cwd, finished)
+            strip = self.query_one(FindingsStrip)
+            strip.show(update.analysis.findings, cwd, finished)
+            self._show_fix(strip.highlighted)
             self.query_one(StepChart).show(update.steps or StepTimes())
             self.query_one(ExecutionList).refresh()  # the why column
             self.refresh_bindings()
-            if not self._opened:
-                self._opened = True
-                self._open_on_worst(update.analysis.findings)
+        if not self._opened and self.analysis is not None and self._ended():
+            # A live run opens on its worst finding when it ends, as view does.
+            self._opened = True
+            self._open_on_worst(self.analysis.findings)
         if update.error and not self.count:
             self.query_one("#ir-view", CodeView).set_text(f"cannot read {self.trace_path}: {update.error}")
         elif update.error:
             self.notify(f"stopped reading the trace: {update.error}", severity="error", timeout=30)
         self.refresh_header()
 
-    def _open_on_worst(self, findings: list[Finding]) -> None:
-        """A run that already ended opens on its worst finding: the first screen shows
-        the problem and what explains it. A live run keeps following its newest row."""
+    def _ended(self) -> bool:
+        """The run's trace says how it ended, and its process (if ours) is gone."""
         live = self.process is not None and self.process_status is None
-        if findings and self.run_info is not None and self.run_info.finished and not live \
-                and self.query_one(ExecutionList).follow:
+        return self.run_info is not None and self.run_info.finished and not live
+
+    def _show_fix(self, highlighted: int | None) -> None:
+        findings = self.analysis.findings if self.analysis else []
+        at = highlighted if highlighted is not None and 0 <= highlighted < len(findings) else 0
+        self.query_one(FixLine).show(findings[at] if findings else None)
+
+    @on(FindingsStrip.OptionHighlighted)
+    def _fix_of_highlighted(self, event: FindingsStrip.OptionHighlighted) -> None:
+        self._show_fix(event.option_index)
+
+    def _open_on_worst(self, findings: list[Finding]) -> None:
+        """A run that ended opens on its worst finding (the first screen shows the
+        problem, its fix and what explains it), unless the user moved while it ran."""
+        if findings and self.query_one(ExecutionList).follow:
             self.finding_cursor = 0
             self.go_to_finding(findings[0])
 

@@ -235,7 +235,9 @@ def recompile_findings(recompiles: list[Recompile | PendingRecompile], steps: in
                    for r in group]
         first = group[0].diff.origins[0]
         built = f", built at {first.source_line}" if first.location else ""
-        if len(group) == 1:
+        # Several syncs of one step (a fallback's) recompile for one change: one step's change.
+        once = len({r.step for r in group}) == 1 if steps else len(group) == 1
+        if once:
             when = f"step {group[0].step}" if steps else f"execution {group[0].execution}"
             message = f"{when} recompiled: input shape {first.before} -> {first.after}{built}"
             short = f"{when}: {group[0].brief()}"
@@ -245,10 +247,10 @@ def recompile_findings(recompiles: list[Recompile | PendingRecompile], steps: in
             short = f"input shapes change at {len(group)} steps (first {group[0].brief()})"
         message = _in_test(group[0].context) + message
         findings.append(Finding(
-            "dynamic_shape" if len(group) > 1 else "recompile", "warning", message, group[0].frame,
+            "recompile" if once else "dynamic_shape", "warning", message, group[0].frame,
             tuple(r.execution for r in group),
             fix=_SHAPE_FIX,
-            details={"history": history, "changes": ["input_shape"]},
+            details={"history": history, "changes": ["input_shape"], "recompiles": len(group)},
             short=_in_test(group[0].context) + short,
         ))
     return _one_per_cause(findings, [*alike.values(), *shape_only.values()])
@@ -265,10 +267,13 @@ def _cause_of(recompile: Recompile) -> tuple | None:
 
 def _one_per_cause(findings: list[Finding], groups: list[list[Recompile]]) -> list[Finding]:
     """Recompile findings (made from groups, in order) whose changes were built at the
-    same line are one finding: one cause, one fix, the sites it reaches listed."""
+    same line are one finding: one cause, one fix, the sites it reaches listed. An
+    input-shape finding speaks for its cause where there is one (its words and fix
+    are the batch's)."""
     merged: list[Finding] = []
     by_cause: dict[tuple, int] = {}
-    for finding, group in zip(findings, groups):
+    pairs = sorted(zip(findings, groups), key=lambda pair: pair[0].details.get("changes") != ["input_shape"])
+    for finding, group in pairs:
         cause = _cause_of(group[0])
         if cause is None or cause not in by_cause:
             if cause is not None:
@@ -278,7 +283,7 @@ def _one_per_cause(findings: list[Finding], groups: list[list[Recompile]]) -> li
         first = merged[by_cause[cause]]
         sites = first.details.get("sites") or [first.frame.site if first.frame else "?"]
         site = finding.frame.site if finding.frame else "?"
-        count = first.details.get("recompiles", 1) + finding.details.get("recompiles", len(group))
+        count = first.details["recompiles"] + finding.details["recompiles"]
         merged[by_cause[cause]] = replace(
             first, executions=tuple(sorted({*first.executions, *finding.executions})),
             details={**first.details, "sites": [*sites, site], "recompiles": count})
