@@ -351,3 +351,24 @@ async def test_every_tab_has_a_key_and_the_tenth_shows_the_ops(sample_trace) -> 
         await wait_for(pilot, lambda: "aten::addmm" in view(app, "ops-view"))
         assert app.query_one("#details").active == "ops"
         assert "distinct ops" in view(app, "ops-view")
+
+
+@pytest.mark.torch
+async def test_a_live_run_moves_to_its_worst_finding_when_it_ends(tmp_path: Path) -> None:
+    # As `lazyviz run` shows it: following the newest row while the script runs, then, at
+    # the end, the recompile of step 4 (the batch grew) selected, its fix under the strip.
+    trace = tmp_path / "live.trace"
+    process = subprocess.Popen([sys.executable, "-m", "lazyviz", "run", "--no-tui", "-o", str(trace),
+                                str(ROOT / "samples" / "batch_size_change.py"), "--steps", "8"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        app = build_app(trace, process=process, poll_s=0.05)
+        async with app.run_test(size=(80, 24)) as pilot:
+            table = app.query_one(ExecutionList)
+            await wait_for(pilot, lambda: app._opened, seconds=120)
+            await pilot.pause()
+            assert table.selected is not None and table.selected.index == 4 and not table.follow
+            fix = app.query_one("#fix")
+            assert "pad or bucket batches" in str(fix.render())
+    finally:
+        process.wait(timeout=120)

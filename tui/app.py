@@ -217,8 +217,9 @@ class LazyvizApp(App[None]):
             self.query_one(StepChart).show(update.steps or StepTimes())
             self.query_one(ExecutionList).refresh()  # the why column
             self.refresh_bindings()
-        if not self._opened and self.analysis is not None and self._ended():
-            # A live run opens on its worst finding when it ends, as view does.
+        if not self._opened and self.analysis is not None and self._ended() and self.analysed >= self.count:
+            # A live run opens on its worst finding when it ends, as view does (once the
+            # analysis has seen every row: an earlier one may not know it yet).
             self._opened = True
             self._open_on_worst(self.analysis.findings)
         if update.error and not self.count:
@@ -228,9 +229,9 @@ class LazyvizApp(App[None]):
         self.refresh_header()
 
     def _ended(self) -> bool:
-        """The run's trace says how it ended, and its process (if ours) is gone."""
-        live = self.process is not None and self.process_status is None
-        return self.run_info is not None and self.run_info.finished and not live
+        """The run's trace says how it ended (its process may take a moment more to
+        exit, and the watcher stops once the trace is whole)."""
+        return self.run_info is not None and self.run_info.finished
 
     def _show_fix(self, highlighted: int | None) -> None:
         findings = self.analysis.findings if self.analysis else []
