@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 from collections import Counter
@@ -25,7 +26,8 @@ MNIST = ["--epochs", "1", "--batch-size", "32"]
 def traced(tmp_path: Path, program: str, *args: str) -> tuple[Path, dict[str, int], dict]:
     """Trace a program under with_counters.py: (the trace, LTC's counters at its end,
     the JSON report)."""
-    trace, counters = tmp_path / f"{program}.trace", tmp_path / f"{program}.counters.json"
+    name = program.replace("/", "-")
+    trace, counters = tmp_path / f"{name}.trace", tmp_path / f"{name}.counters.json"
     env = {**os.environ, "COUNTERS_FILE": str(counters)}
     subprocess.run([sys.executable, "-m", "lazyviz", "run", "--no-tui", "-o", str(trace),
                     str(PROGRAMS / "with_counters.py"), str(PROGRAMS / program), *args],
@@ -118,3 +120,59 @@ def test_vae_failed_execution_is_recorded_and_explained_first(tmp_path: Path) ->
     assert first["details"]["reaches_op"] in ("aten::mm", "aten::addmm")
     check = cli("check", trace, "--any-fallbacks")
     assert check.status == 1 and "failed execution" in check.stdout.splitlines()[0]
+
+
+WORD_LM = PROGRAMS / "word_language_model"
+
+
+def fake_corpus(folder: Path) -> Path:
+    """A wikitext-like corpus: 200 words, 22 training lines (4 batches of 20 tokens x 4)
+    and 64 validation lines (several evaluation batches)."""
+    generator = random.Random(0)
+    words = [f"w{i}" for i in range(200)]
+    for name, lines in (("train", 22), ("valid", 64), ("test", 6)):
+        text = "".join(" ".join(generator.choice(words) for _ in range(12)) + "\n" for _ in range(lines))
+        (folder / f"{name}.txt").write_text(text)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def word_lm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, int], dict]:
+    """pytorch/examples' word_language_model moved to `lazy` as a first port would be: no
+    mark_step(), clip_grad_norm_ falling back, slice bounds baked into each graph."""
+    folder = tmp_path_factory.mktemp("word-lm")
+    return traced(folder, "word_language_model/main.py", "--data", str(fake_corpus(folder)), "--model", "Transformer",
+                  "--emsize", "32", "--nhid", "32", "--nhead", "2", "--bptt", "20", "--batch_size", "4",
+                  "--epochs", "1", "--save", str(folder / "model.pt"))
+
+
+def test_word_language_model_without_mark_step(word_lm) -> None:
+    trace, counters, report = word_lm
+    assert_counts_match_ltc(trace, counters)
+    findings = report["findings"]
+    assert findings[0]["kind"] == "missing_mark_step" and "torch._lazy.mark_step()" in findings[0]["fix"]
+    clip = next(f for f in findings if f["kind"] == "fallback" and f["details"]["call"] == "clip_grad_norm_")
+    assert "because the graph is not cut: fix the missing mark_step() finding first" in clip["message"]
+    # The slice bounds of get_batch (`source[i:i+seq_len]`, `source[i+1:...]`) are one cause, one finding.
+    slicing = {f"main.py:{line_of(WORD_LM / 'main.py', 'data = source[i:i+seq_len]')}",
+               f"main.py:{line_of(WORD_LM / 'main.py', 'target = source[i+1:i+1+seq_len]')}"}
+    baked = [f for f in findings if f["kind"] == "recompile" and any(line in f["message"] for line in slicing)]
+    assert len(baked) == 1 and "one cause" in baked[0]["message"], [f["message"] for f in baked]
+    check = cli("check", trace, "--any-fallbacks")
+    assert check.status == 1 and "missing mark_step()" in check.stdout and "cache miss rate" in check.stdout
+
+
+async def test_word_language_model_first_screen_names_the_root_cause_and_its_fix(word_lm) -> None:
+    from tui.app import build_app
+    from tui.widgets.findings_strip import FindingsStrip
+
+    app = build_app(word_lm[0])
+    async with app.run_test(size=(80, 24)) as pilot:
+        for _ in range(200):  # the analysis runs in a worker
+            await pilot.pause(0.05)
+            if app.analysis is not None and app._opened:
+                break
+        strip = app.query_one(FindingsStrip)
+        first = str(strip.get_option_at_index(0).prompt)
+        assert "no mark_step" in first and "grows" in first
+        assert str(app.query_one("#fix").render()).startswith("fix: call torch._lazy.mark_step()")

@@ -141,6 +141,7 @@ def find_all(
 
 # Findings whose fix changes what every other finding measures: fixed first.
 ROOT_KINDS = frozenset({"missing_mark_step"})
+MIN_INFLATED_MS = 5.0  # syncs quicker than this are not worth blaming on an uncut graph
 
 
 def _blame_uncut_graph(findings: list[Finding], table: ExecutionTable, steps: int) -> list[Finding]:
@@ -156,10 +157,10 @@ def _blame_uncut_graph(findings: list[Finding], table: ExecutionTable, steps: in
     blamed = []
     for finding in findings:
         inflated = [e for e in finding.executions if e in uncut]
-        if finding.kind in ROOT_KINDS or not inflated:
+        each = table.sum_at(table.sync_ms, inflated) / len(inflated) if inflated else 0.0
+        if finding.kind in ROOT_KINDS or each < MIN_INFLATED_MS:
             blamed.append(finding)
             continue
-        each = table.sum_at(table.sync_ms, inflated) / len(inflated)
         note = (f"; {each:.0f} ms per sync because the graph is not cut: "
                 "fix the missing mark_step() finding first")
         blamed.append(replace(finding, message=finding.message + note,
@@ -242,9 +243,9 @@ def recompile_findings(recompiles: list[Recompile | PendingRecompile], steps: in
             message = f"{when} recompiled: input shape {first.before} -> {first.after}{built}"
             short = f"{when}: {group[0].brief()}"
         else:
-            message = (f"input shapes change at {len(group)} steps, each a recompile "
+            message = (f"input shapes change at {len(group)} {'steps' if steps else 'syncs'}, each a recompile "
                        f"(first {first.before} -> {first.after}{built})")
-            short = f"input shapes change at {len(group)} steps (first {group[0].brief()})"
+            short = f"input shapes change at {len(group)} {'steps' if steps else 'syncs'} (first {group[0].brief()})"
         message = _in_test(group[0].context) + message
         findings.append(Finding(
             "recompile" if once else "dynamic_shape", "warning", message, group[0].frame,
@@ -256,37 +257,42 @@ def recompile_findings(recompiles: list[Recompile | PendingRecompile], steps: in
     return _one_per_cause(findings, [*alike.values(), *shape_only.values()])
 
 
-def _cause_of(recompile: Recompile) -> tuple | None:
-    """What made a recompile, as the line that built its first changed node and the kind
-    of change: the same Python slice bound recompiles every sync site it reaches."""
+def _causes_of(recompile: Recompile) -> set[tuple]:
+    """What made a recompile, as the lines that built its changed constants (the same
+    Python slice bounds recompile every sync site they reach: word_language_model's
+    `source[i:i+seq_len]` and `source[i+1:...]`), or else the line and kind of its first
+    change."""
     origins = recompile.diff.origins if recompile.diff else ()
+    constants = {(recompile.context, "attribute", c.source_line) for c in origins if c.kind == "attribute" and c.location}
+    if constants:
+        return constants
     if not origins or not origins[0].location:
-        return None
-    return recompile.context, origins[0].kind, origins[0].source_line
+        return set()
+    return {(recompile.context, origins[0].kind, origins[0].source_line)}
 
 
 def _one_per_cause(findings: list[Finding], groups: list[list[Recompile]]) -> list[Finding]:
-    """Recompile findings (made from groups, in order) whose changes were built at the
-    same line are one finding: one cause, one fix, the sites it reaches listed. An
-    input-shape finding speaks for its cause where there is one (its words and fix
-    are the batch's)."""
+    """Recompile findings (made from groups, in order) that share a cause are one
+    finding: one fix, the sites it reaches listed. An input-shape finding speaks for
+    its cause where there is one (its words and fix are the batch's)."""
     merged: list[Finding] = []
     by_cause: dict[tuple, int] = {}
     pairs = sorted(zip(findings, groups), key=lambda pair: pair[0].details.get("changes") != ["input_shape"])
     for finding, group in pairs:
-        cause = _cause_of(group[0])
-        if cause is None or cause not in by_cause:
-            if cause is not None:
-                by_cause[cause] = len(merged)
+        causes = _causes_of(group[0])
+        known = next((by_cause[c] for c in causes if c in by_cause), None)
+        if known is None:
+            by_cause.update(dict.fromkeys(causes, len(merged)))
             merged.append(finding)
             continue
-        first = merged[by_cause[cause]]
+        by_cause.update(dict.fromkeys(causes, known))
+        first = merged[known]
         sites = first.details.get("sites") or [first.frame.site if first.frame else "?"]
         site = finding.frame.site if finding.frame else "?"
         count = first.details["recompiles"] + finding.details["recompiles"]
-        merged[by_cause[cause]] = replace(
+        merged[known] = replace(
             first, executions=tuple(sorted({*first.executions, *finding.executions})),
-            details={**first.details, "sites": [*sites, site], "recompiles": count})
+            details={**first.details, "sites": sites if site in sites else [*sites, site], "recompiles": count})
     return [_reaching(f) for f in merged]
 
 
@@ -295,8 +301,9 @@ def _reaching(finding: Finding) -> Finding:
     if not sites:
         return finding
     shown = ", ".join(site.rpartition("/")[2] for site in sites)
+    where = f"at {len(sites)} sync sites: {shown}" if len(sites) > 1 else f"at {shown}"
     return replace(finding, message=f"{finding.message} (one cause: {finding.details['recompiles']} recompiles "
-                                    f"at {len(sites)} sync sites: {shown})")
+                                    f"{where})")
 
 
 def _in_test(context: str | None) -> str:

@@ -9,6 +9,7 @@ import torch._lazy.metrics
 
 program = sys.argv[1]
 sys.argv = sys.argv[1:]
+sys.path[0] = os.path.dirname(os.path.abspath(program))  # as `python program` sets it
 try:
     runpy.run_path(program, run_name="__main__")
 finally:
