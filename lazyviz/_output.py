@@ -40,8 +40,9 @@ def check_output_path(output: str | os.PathLike[str], force: bool, inputs: Itera
         what = describe(path)
         if path.is_dir() or not path.is_file():
             raise OutputRefused(f"{path} is {what}: not writing over it")
-        if is_lazyviz_trace(path):
-            raise OutputRefused(f"{path} is a lazyviz trace: lazyviz never writes over a trace")
+        if is_lazyviz_trace(path.resolve()):  # a link to a trace is the trace
+            link = f" (a link to {path.resolve()})" if path.is_symlink() else ""
+            raise OutputRefused(f"{path} is a lazyviz trace{link}: lazyviz never writes over a trace")
         if not force:
             raise OutputRefused(f"{path} exists ({what}); use --force to replace it")
     if not path.parent.is_dir():

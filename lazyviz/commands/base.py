@@ -82,5 +82,16 @@ execution_index = _whole_number("an execution index", 2**63)
 count = _whole_number("a count", 2**31)
 
 
+def regular_file(path: str, what: str) -> Path:
+    """A file lazyviz is to read, checked to be a regular file first: reading a FIFO
+    would wait forever, a folder or a device is never one."""
+    found = Path(path)
+    if not found.exists():
+        raise CliError(f"can't open {what} {path!r}: no such file")
+    if not found.is_file():
+        raise CliError(f"can't open {what} {path!r}: not a regular file")
+    return found
+
+
 def add_force(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("-f", "--force", action="store_true", help=f"replace {what} if it exists")

@@ -5,7 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
-from lazyviz.commands.base import CliError, add_force, count, open_ranks, open_trace, write_output
+from lazyviz.commands.base import CliError, add_force, count, open_ranks, open_trace, regular_file, write_output
 
 
 class CheckCommand:
@@ -113,7 +113,7 @@ class CheckCommand:
         from lazyviz.analysis.budget import BASELINE_VERSION, baseline_problem
 
         try:
-            baseline = json.loads(Path(path).read_text(encoding="utf-8"))
+            baseline = json.loads(regular_file(path, "baseline").read_text(encoding="utf-8"))
         except OSError as error:
             raise CliError(f"cannot read baseline {path}: {error.strerror}") from None
         except (ValueError, RecursionError):

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from lazyviz.backends import BACKENDS
-from lazyviz.commands.base import CliError, add_force, say
+from lazyviz.commands.base import CliError, add_force, regular_file, say
 
 
 def under_torchrun() -> bool:
@@ -89,6 +89,13 @@ class RunCommand:
     def _trace_path(options: argparse.Namespace) -> Path:
         from lazyviz.tracer import default_trace_path
 
+        if options.output is not None:
+            if options.output == "":
+                raise CliError("-o needs a path (leave -o out for the default name)")
+            if options.output == "-":
+                raise CliError("a trace cannot go to standard output (-o -): name a file")
+            if os.path.islink(options.output.rstrip(os.sep) or os.sep):
+                raise CliError(f"{options.output} is a symbolic link: -o writes a new file, never through a link")
         if under_torchrun():
             # One trace per rank, always in a folder: ranks never share a file.
             folder = Path(options.output or _default_rank_folder(options.target)).resolve()
@@ -150,13 +157,12 @@ class RunCommand:
 
     @staticmethod
     def _check_script(script: str) -> None:
-        path = Path(script)
-        if not path.is_file():
-            raise CliError(f"can't open file {script!r}: no such file")
+        path = regular_file(script, "file")
         try:
             ast.parse(path.read_bytes(), filename=script)
         except SyntaxError as error:
-            raise CliError(f"{script}:{error.lineno}: {error.msg}") from None
+            where = f"{script}:{error.lineno}" if error.lineno else script
+            raise CliError(f"{where}: {error.msg}") from None
         except (OSError, ValueError) as error:
             raise CliError(f"can't read {script!r}: {error}") from None
 

@@ -110,6 +110,8 @@ def neighbourhood(graph: IRGraph, center: str, depth: int) -> set[str]:
             nxt.update(users.get(node_id, []))
         frontier = nxt - keep
         keep |= nxt
+        if not frontier:
+            break  # nothing new within reach: a larger depth adds nothing
     return keep
 
 

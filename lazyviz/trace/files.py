@@ -43,15 +43,30 @@ def describe(path: Path) -> str:
     return "a file that is not a lazyviz trace"
 
 
+def read_only_uri(path: Path, header: bytes) -> str:
+    """A read-only SQLite URI for a trace that creates nothing beside it. A trace whose
+    header says WAL but that has no -wal or -shm has no writer (one keeps its -wal
+    until it closes), and SQLite would create both to read it: read it as immutable.
+    So too where the folder is read-only and nobody can be writing."""
+    uri = path.resolve().as_uri() + "?mode=ro"  # pathlib's URI: '#', '?', '%' stay in the name
+    writer_files = os.path.exists(f"{path}-wal") or os.path.exists(f"{path}-shm")
+    says_wal = len(header) >= 20 and 2 in header[18:20]
+    if (says_wal and not writer_files) or (not os.access(path.resolve().parent, os.W_OK)
+                                           and not os.path.exists(f"{path}-wal")):
+        uri += "&immutable=1"
+    return uri
+
+
 def is_lazyviz_trace(path: Path) -> bool:
     """A regular SQLite file whose meta table says it is ours. Reads, never writes."""
     try:
         if not stat.S_ISREG(path.lstat().st_mode):
             return False
         with open(path, "rb") as handle:
-            if handle.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
+            header = handle.read(20)
+            if header[:len(SQLITE_MAGIC)] != SQLITE_MAGIC:
                 return False
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        db = sqlite3.connect(read_only_uri(path, header), uri=True)
         try:
             row = db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
         finally:

@@ -8,6 +8,7 @@ import io
 import json
 import math
 import os
+import re
 import sqlite3
 import time
 import zlib
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from lazyviz.errors import LazyvizError
-from lazyviz.trace.files import SQLITE_MAGIC
+from lazyviz.trace.files import SQLITE_MAGIC, read_only_uri
 from lazyviz.trace.model import CAUSES, TS_NAMES, Execution, Failure, Frame, Graph, RunInfo
 from lazyviz.trace.schema import (
     ADDED_COLUMNS,
@@ -80,9 +81,25 @@ def _counts(text: Any, name: str) -> dict[str, int]:
 
 def _json(text: str, name: str) -> Any:
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except (ValueError, RecursionError):
         raise _Damaged(f"{name} is not valid JSON") from None
+    # JSON may escape a lone surrogate ("\ud800"), which no encoder writes out: the
+    # text is shown with U+FFFD in its place, as damaged UTF-8 is.
+    return _without_surrogates(value) if _SURROGATE_ESCAPE.search(text) else value
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _without_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, list):
+        return [_without_surrogates(item) for item in value]
+    if isinstance(value, dict):
+        return {_without_surrogates(key): _without_surrogates(item) for key, item in value.items()}
+    return value
 
 
 def _one_line(error: BaseException, limit: int = 160) -> str:
@@ -249,19 +266,15 @@ class Trace:
             raise TraceError(f"{path}: not a lazyviz trace (not a regular file)")
         try:
             with io.open(path, "rb") as handle:
-                magic = handle.read(len(SQLITE_MAGIC))
+                header = handle.read(20)
+                magic = header[:len(SQLITE_MAGIC)]
         except PermissionError:
             raise TraceError(f"{path}: permission denied") from None
         except OSError as error:
             raise TraceError(f"{path}: cannot read: {error.strerror}") from None
         if magic != SQLITE_MAGIC:
             raise TraceError(f"{path}: not a lazyviz trace" + (" (empty file)" if not magic else ""))
-        # A file: URI built by pathlib, so '#', '?' and '%' in a name stay part of it.
-        uri = path.resolve().as_uri() + "?mode=ro"
-        folder = path.resolve().parent
-        if not os.access(folder, os.W_OK) and not os.path.exists(f"{path}-wal"):
-            # Nobody can be writing it, and SQLite could not create its -shm here.
-            uri += "&immutable=1"
+        uri = read_only_uri(path, header)
         try:
             db = sqlite3.connect(uri, uri=True, check_same_thread=False)
         except sqlite3.Error as error:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -172,3 +174,21 @@ except lazyviz.LazyvizError as error:
     (recompile,) = [r for r in data["recompiles"] if not r["warmup"]]
     locations = [c.get("location") or "" for c in recompile["changes"] if c["kind"] == "input_shape"]
     assert any(loc.endswith(f"{script.name}:{line_of(script, 'inputs = torch.randn')}") for loc in locations)
+
+
+def test_a_clean_adamw_loop_has_no_finding_and_passes_check(tmp_path: Path) -> None:
+    # AdamW's per-parameter updates repeat one block of ops in the graph, side by side:
+    # not a loop without mark_step() (it was the first finding, and check failed).
+    program = Path(__file__).resolve().parents[1] / "programs" / "xla_adamw.py"
+    trace, counts = tmp_path / "adamw.trace", tmp_path / "counts.json"
+    result = subprocess.run([sys.executable, "-m", "lazyviz", "run", "--no-tui", "-o", str(trace), str(program)],
+                            capture_output=True, text=True, env={**os.environ, "COUNTERS_FILE": str(counts)},
+                            timeout=600)
+    assert result.returncode == 0, result.stderr
+    data = report(trace)
+    assert data["findings"] == []
+    truth = json.loads(counts.read_text())
+    assert sum(e["cache"] == "miss" for e in data["executions"]) == truth["CompileTime"]
+    assert len(data["executions"]) == truth["ExecuteTime"]
+    check = cli("check", trace)
+    assert check.status == 0, check.stdout
