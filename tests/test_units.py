@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -462,3 +464,23 @@ def test_a_site_recompiling_every_step_is_counted_whole_but_compared_a_few_times
     assert not any(isinstance(r, PendingRecompile) for r in explain_recompiles(executions, shapes))
     [finding] = analyze(run_info(steps=30), executions, shapes).findings
     assert finding.kind == "dynamic_shape" and len(finding.details["history"]) == 28
+
+
+def test_json_report_lists_a_graph_pairs_changes_once(tmp_path: Path) -> None:
+    # A cache thrashing between two known graphs: every execution a miss. 100,000 such
+    # misses made a 988 MB report when each repeated its changes.
+    graphs = [GraphRecord("g0", 40, chain_ir(40, 16), "", 0), GraphRecord("g1", 40, chain_ir(40, 24), "", 1)]
+    path = tmp_path / "thrash.trace"
+    misses = 2000
+    write_trace(path, (execution(i, step=i, graph=f"g{i % 2}", cache="miss", nodes=40) for i in range(misses)), graphs)
+    result = subprocess.run([sys.executable, "-m", "lazyviz", "report", str(path), "--format", "json"],
+                            capture_output=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout) / misses < 1200  # bytes per miss
+    report = json.loads(result.stdout)
+    assert report["version"] == 2
+    listed = [r for r in report["recompiles"] if r["changes"]]
+    assert {(r["closest_graph"], r["graph"]) for r in listed} == {("g0", "g1"), ("g1", "g0")} and len(listed) == 2
+    first = {(r["closest_graph"], r["graph"]): r["execution"] for r in listed}
+    assert all(r["changes_same_as"] == first[(r["closest_graph"], r["graph"])]
+               for r in report["recompiles"] if not r["changes"] and r["explained"] and not r["warmup"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 import random
 import shutil
 import signal
@@ -33,7 +34,10 @@ TABLES = {
 }
 VALUES = [None, "x", -5, 2**62, 1.5, float("nan"), "{", "[[[[[[[[[[[[[[[[[[[[", '{"a": "b"}', "[1, 2]",
           "x" * 100_000, "\x1b[31m", b"\xff\xfe", '"unterminated', "null", "true", "{}", "[]",
-          "%0 = [Float[2]] aten::add(%9, %1)", "IR {\n  %0 = garbage\n}"]
+          "%0 = [Float[2]] aten::add(%9, %1)", "IR {\n  %0 = garbage\n}",
+          # JSON that escapes a lone surrogate: valid JSON, text no encoder writes out
+          '"\\ud800"', '["\\ud800.py"]', '{"aten::\\udfff": 1}', '[["/x\\ud800.py", 1, "f\\udc00"]]',
+          '"ok\\udbff"']
 ACTIONS = ("set", "drop_table", "drop_column", "delete_rows", "view_table")
 
 
@@ -54,9 +58,33 @@ class Hang(Exception):
     pass
 
 
+def path_cases(trace: Path, folder: Path) -> list[list[str]]:
+    """Every path argument given a FIFO, a folder, a dangling link and a link to the
+    trace, and every number a huge one: each answered at once, never a hang."""
+    fifo, dangling, link = folder / "fifo", folder / "dangling", folder / "link.trace"
+    if not fifo.exists():
+        os.mkfifo(fifo)
+    for made, target in ((dangling, folder / "nowhere"), (link, trace)):
+        if not made.is_symlink():
+            made.symlink_to(target)
+    cases = []
+    for odd in (fifo, folder, dangling):
+        cases += [["report", str(odd)], ["check", str(odd)], ["export", str(odd), "--execution", "0"],
+                  ["diff", str(trace), str(odd)], ["check", str(trace), "--baseline", str(odd)],
+                  ["report", str(trace), "-o", str(odd), "--force"]]
+    cases += [["report", str(trace), "-f", "-o", str(link)], ["report", str(link)],
+              ["export", str(trace), "--execution", str(2**63 - 1)], ["export", str(trace), "--execution", str(10**30)],
+              ["export", str(trace), "--execution", "0", "--format", "dot", "--around", "%1", "--depth", str(2**31 - 1)],
+              ["export", str(trace), "--execution", "0", "--format", "dot", "--max-nodes", str(2**31 - 1)],
+              ["check", str(trace), "--warmup-steps", str(2**31 - 1)], ["check", str(trace), "--max-miss-rate", "1e308"]]
+    return cases
+
+
 def run_reader(argv: list[str], seconds: int = 60) -> tuple[str, int, str]:
-    """(outcome, exit status, stderr): outcome is ok, refused, or a failure kind."""
-    stdout, stderr = io.StringIO(), io.StringIO()
+    """(outcome, exit status, stderr): outcome is ok, refused, or a failure kind. Output
+    goes through strict UTF-8 encoders, as a real stdout and stderr would take it."""
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    stderr = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
 
     def too_slow(*_: object) -> None:
         raise Hang
@@ -71,11 +99,15 @@ def run_reader(argv: list[str], seconds: int = 60) -> tuple[str, int, str]:
     except SystemExit as exit:
         status = exit.code if isinstance(exit.code, int) else 2
     except BaseException as error:
-        return f"raised {type(error).__name__}: {error}"[:200], -1, stderr.getvalue()
+        return f"raised {type(error).__name__}: {error}"[:200], -1, _text(stderr)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
-    err = stderr.getvalue()
+    try:
+        _text(stdout)
+        err = _text(stderr)
+    except UnicodeEncodeError as error:  # text a real stdout could not take
+        return f"unwritable output: {error}"[:200], -1, ""
     if "Traceback" in err or "internal error" in err:
         return "traceback", status, err
     if status not in (0, 1, 2):
@@ -83,6 +115,11 @@ def run_reader(argv: list[str], seconds: int = 60) -> tuple[str, int, str]:
     if status == 2 and err.count("\n") != 1:
         return "not one line", status, err
     return ("ok" if status in (0, 1) else "refused"), status, err
+
+
+def _text(stream: io.TextIOWrapper) -> str:
+    stream.flush()
+    return stream.buffer.getvalue().decode("utf-8")  # type: ignore[attr-defined]
 
 
 def flip_bytes(source: Path, target: Path, rng: random.Random, flips: int) -> None:

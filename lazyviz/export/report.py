@@ -21,10 +21,15 @@ from lazyviz.trace.model import Execution, RunInfo
 from lazyviz.trace.table import ExecutionTable
 
 REPORT_FORMAT = "lazyviz-report"
-REPORT_VERSION = 1
+# 2: a recompile whose graph pair (closest_graph -> graph) was explained before has
+#    "changes_same_as": that recompile's execution, and no changes of its own.
+REPORT_VERSION = 2
 
 
-def recompile_json(recompile: Recompile | PendingRecompile) -> dict:
+def recompile_json(recompile: Recompile | PendingRecompile, same_as: int | None = None) -> dict:
+    """One recompile; same_as: the execution of an earlier recompile between the same two
+    graphs, whose changes these are (a cache that thrashes between two graphs would list
+    the same changes 100,000 times)."""
     # Not compared (warm-up on a large run, or past the first few at a site): the diff
     # costs seconds on large graphs; `lazyviz export --diff` computes it.
     explained = not (isinstance(recompile, PendingRecompile) and not recompile.is_explained)
@@ -33,7 +38,7 @@ def recompile_json(recompile: Recompile | PendingRecompile) -> dict:
               "closest_graph": None, "closest_execution": None, "same_site": None, "new_graph": None,
               "choice": "", "warmup": recompile.warmup, "explained": explained, "site": site,
               "summary": "not compared (lazyviz export TRACE --execution N --diff compares it)",
-              "changes": [], "context": recompile.context}
+              "changes": [], "changes_same_as": None, "context": recompile.context}
     if explained:
         report.update({
             "closest_graph": recompile.closest,
@@ -49,9 +54,23 @@ def recompile_json(recompile: Recompile | PendingRecompile) -> dict:
                  # The line that built the node (TS with --capture full, XLA): "train.py:28".
                  "location": c.source_line, "built_at": _built_at(c.location)}
                 for c in recompile.changes
-            ],
+            ] if same_as is None else [],
+            "changes_same_as": same_as,
         })
     return report
+
+
+def recompiles_json(recompiles: list[Recompile | PendingRecompile]) -> Iterator[dict]:
+    """Each recompile as recompile_json makes it, in order, the changes between one pair
+    of graphs listed once."""
+    first_of: dict[tuple[str | None, str], int] = {}
+    for recompile in recompiles:
+        explained = not (isinstance(recompile, PendingRecompile) and not recompile.is_explained)
+        pair = (recompile.closest, recompile.graph)
+        same_as = first_of.get(pair) if explained and recompile.diff is not None else None
+        if same_as is None and explained and recompile.diff is not None:
+            first_of[pair] = recompile.execution
+        yield recompile_json(recompile, same_as)
 
 
 def _built_at(location: str) -> dict | None:
@@ -122,7 +141,7 @@ class RecompileDicts:
         return len(self.recompiles)
 
     def __iter__(self) -> Iterator[dict]:
-        return map(recompile_json, self.recompiles)
+        return recompiles_json(self.recompiles)
 
 
 def json_report(run: RunInfo, executions: Sequence[Execution], ir_texts: dict[str, str],
@@ -155,7 +174,7 @@ def json_report(run: RunInfo, executions: Sequence[Execution], ir_texts: dict[st
         "executions": ExecutionLines(executions) if lines else _executions_json(executions),
         "graphs": graph_stats(executions),
         "fallbacks": summary.fallbacks,
-        "recompiles": RecompileDicts(analysis.recompiles) if lines else [recompile_json(r) for r in analysis.recompiles],
+        "recompiles": RecompileDicts(analysis.recompiles) if lines else list(recompiles_json(analysis.recompiles)),
         "findings": [f.to_json() for f in analysis.findings],
         "summary": {
             "executions": summary.executions,
