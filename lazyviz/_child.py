@@ -142,7 +142,7 @@ def main(argv: list[str]) -> int:
         writer.set_run(
             exit_status=status, error=error_line, traceback=error_text, complete=True,
             steps=tracer.steps(), elapsed_s=round(time.perf_counter() - started, 3),
-            tracer_errors=tracer.errors,
+            tracer_errors=tracer.errors, notes=tracer.notes,
         )
         writer.close()
         if writer.error:  # e.g. a full disk: the run went on, the trace stopped there

@@ -168,6 +168,7 @@ class Session:
                 exit_status=status, error=f"{type(error).__name__}: {error}" if error is not None else None,
                 traceback=text, complete=True, steps=tracer.steps(),
                 elapsed_s=round(time.perf_counter() - self._started, 3), tracer_errors=tracer.errors,
+                notes=tracer.notes,
             )
             writer.close()
             claim.release()

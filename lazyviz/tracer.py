@@ -95,6 +95,7 @@ class Tracer:
         self._take_repeated: Callable[[], list[tuple]] | None = None
         self.errors: list[str] = []  # lazyviz's own failures, swallowed so the script goes on
         self._failures: list[dict] = []  # executions the backend failed to compile or run, with its message
+        self.notes: list[str] = []  # what tracing changed in what the backend shows the user
         self._sync = SyncCause()  # what the sync-site wrappers set while they run (the backend's, once installed)
         self._last_fallback_call: tuple[int, int] | None = None
         self._last_fallback_op: str | None = None
@@ -197,6 +198,7 @@ class Tracer:
         try:
             if self.backend.polls:
                 self.backend.poll(final=True)
+            self.notes += [note for note in self.backend.differences() if note not in self.notes]
         finally:
             self.backend.set_hook_enabled(False)
             if self._take_repeated is not None:  # the last window's repeated rows

@@ -26,11 +26,11 @@ class Completed:
     stderr: str
 
 
-def cli(*args: str | Path, cwd: Path | None = None, timeout: float = 600) -> Completed:
+def cli(*args: str | Path, cwd: Path | None = None, timeout: float = 600, env: dict | None = None) -> Completed:
     """Run the real `python -m lazyviz` command."""
     result = subprocess.run(
         [sys.executable, "-m", "lazyviz", *map(str, args)],
-        capture_output=True, text=True, cwd=cwd, timeout=timeout,
+        capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env,
     )
     return Completed(result.returncode, result.stdout, result.stderr)
 

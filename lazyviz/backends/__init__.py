@@ -121,6 +121,11 @@ class LazyBackend(ABC):
     def init(self) -> None:
         """Initialise the backend once; the user's own init call must still work."""
 
+    def differences(self) -> list[str]:
+        """What tracing changed in what the backend itself shows the user (its dumps, its
+        debug output), each in one sentence with how to get the untraced behaviour."""
+        return []
+
     @abstractmethod
     def install_hook(self, on_execution: ExecutionHook, on_execute_time: ExecuteTimeHook) -> None:
         """Call `on_execution` after every graph execution (or at the next poll);

@@ -138,6 +138,11 @@ const CodeEntry& ClassifyCode(PyCodeObject* code) {
 // reused) and that frame's instruction. A live frame's callers cannot change under it,
 // except a generator's, which is never cached. Released when the trace stops and at
 // every execution (the frame's locals are not kept alive for long).
+// g_users_dump: the user's LTC_SAVE_TENSORS_FILE dump is on, and lazyviz gave up its
+// per-node lines for it; g_dump_decided: LTC has read that variable (its first sync
+// with IR), so setting it later changes nothing.
+std::atomic<bool> g_users_dump{false};
+std::atomic<bool> g_dump_decided{false};
 PyObject* g_last_frame = nullptr;
 int g_last_lasti = -1;
 std::vector<SourceLocation>* g_last_result = nullptr;
@@ -172,8 +177,42 @@ std::vector<SourceLocation> WalkToUserFrame(PyFrameObject* frame) {
 
 // The innermost user frame of the calling Python thread, or nothing (a thread that
 // never ran Python, such as autograd's device threads, has no frames to give).
+// torch's own whole stack, without lazyviz's runner below the script (the frames the
+// tracer's classifier calls stop frames): what an untraced `python script.py` shows.
+std::vector<SourceLocation> TorchFramesWithoutRunner() {
+  std::vector<SourceLocation> frames = (*g_torch_frames)();
+  if (g_classify == nullptr || !Py_IsInitialized() || PyGILState_GetThisThreadState() == nullptr) return frames;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  try {
+    for (size_t i = 0; i < frames.size(); ++i) {
+      py::object kind = (*g_classify)(frames[i].file, frames[i].function);
+      if (py::cast<py::tuple>(kind)[0].cast<int>() == kStopFrame) {
+        frames.resize(i);
+        break;
+      }
+    }
+  } catch (py::error_already_set& error) {
+    error.discard_as_unraisable("lazyviz frame classifier");
+  } catch (const std::exception&) {
+  }
+  PyGILState_Release(gil);
+  return frames;
+}
+
 std::vector<SourceLocation> UserFrame() {
+  if (g_users_dump.load()) return TorchFramesWithoutRunner();  // the dump's stack, as untraced
   if (!g_source_lines.load() || !Py_IsInitialized() || PyGILState_GetThisThreadState() == nullptr) {
+    return {};
+  }
+  if (!g_dump_decided.load() && std::getenv("LTC_SAVE_TENSORS_FILE") != nullptr) {
+    // The user asked LTC for its dump (maybe at run time, as torch's test_debug_util
+    // does). LTC reads the variable once, at the first sync with IR, and prints each
+    // node's frames: nodes built from now on carry none, and the dump's stack is
+    // torch's own, so the user's dump reads as it does untraced. This node's frames are
+    // dropped too (an empty list).
+    FLAGS_torch_lazy_ir_debug = false;
+    g_source_lines.store(false);
+    g_users_dump.store(true);
     return {};
   }
   PyGILState_STATE gil = PyGILState_Ensure();  // torch's bindings release it around ops
@@ -831,6 +870,7 @@ class RecordingBackend : public BackendImplInterface {
   // error: the backend's message when the graph failed to compile or run (reported
   // once, never repeated; the tracer keeps the text with the execution).
   void Report(const Computation* key, double execute_ms, double ended_s, const char* error = nullptr) const {
+    g_dump_decided.store(true);
     if (!enabled_.load()) return;
     bool have_graph = false;
     CompiledGraph g;
@@ -1004,6 +1044,16 @@ void set_capture_ir(bool capture_ir) {
 
 bool has_backend() { return hasBackend(); }
 
+bool users_dump_kept() { return g_users_dump.load(); }
+
+// The user's LTC dump is on from the start: nodes never carry frames (set before
+// set_source_lines, which then installs the getter for the dump's stack only).
+void keep_users_dump() {
+  g_users_dump.store(true);
+  g_source_lines.store(false);
+  FLAGS_torch_lazy_ir_debug = false;
+}
+
 // classify(filename, name) -> (kind, file label), once per code object; None turns
 // source lines off and gives torch its own frame getter back.
 void set_source_lines(py::object classify) {
@@ -1032,6 +1082,7 @@ void set_source_lines(py::object classify) {
   delete g_classify;
   g_classify = new py::object(std::move(classify));
   GetPythonFramesFunction() = UserFrame;
+  if (g_users_dump.load()) return;  // this process's LTC dump is on: nodes carry no frames
   FLAGS_torch_lazy_ir_debug = true;
   g_source_lines.store(true);
 }
@@ -1104,4 +1155,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         return t_detail != nullptr ? py::reinterpret_borrow<py::object>(t_detail) : py::none();
       });
   m.def("has_backend", &has_backend, "Is a lazy backend registered (initialised) in this process?");
+  m.def("users_dump_kept", &users_dump_kept, "Were source lines given up for the user's LTC dump?");
+  m.def("keep_users_dump", &keep_users_dump, "Give up per-node source lines for the user's LTC dump.");
 }

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -62,6 +63,16 @@ def built_hook() -> Path | None:
 
 def hook_is_built() -> bool:
     return built_hook() is not None
+
+
+# Said once when the user's own LTC dump made lazyviz give up per-node source lines.
+DUMP_KEPT = ("LTC_SAVE_TENSORS_FILE is set: your dump is written as it is untraced (whole stacks, no "
+             "node locations), so this run has no per-node source lines; sync sites are recorded as usual")
+
+
+# A node's location as torch._lazy.debug prints it in IR text and in DOT labels.
+_IR_LOCATION = re.compile(r", location=[^,\n]*")
+_DOT_LOCATION = re.compile(r"\\nlocation=[^\\\"]*")
 
 
 def load_hook(verbose: bool = False) -> ModuleType:
@@ -162,6 +173,8 @@ class TorchScriptBackend(LazyBackend):
         super().__init__(capture_ir)
         self._hook: ModuleType | None = None
         self._on_execution: ExecutionHook | None = None
+        self._dump_kept = False  # source lines given up for the user's LTC_SAVE_TENSORS_FILE
+        self._original_debug: dict[str, Callable] = {}  # torch._lazy.debug helpers wrapped while lines are on
         self._original_to: Callable | None = None
         self._own_to = False  # did torch.Tensor define `to` itself (not inherited) before we wrapped it
 
@@ -211,6 +224,11 @@ class TorchScriptBackend(LazyBackend):
 
         self._hook.install(on_raw_execution, self.capture_ir)
 
+    def differences(self) -> list[str]:
+        if self._dump_kept or (self._hook is not None and self._hook.users_dump_kept()):
+            return [DUMP_KEPT]
+        return []
+
     def sync_state(self) -> SyncCause:
         if self._hook is None:
             return SyncCause()
@@ -247,7 +265,15 @@ class TorchScriptBackend(LazyBackend):
 
         if self._hook is None:
             return
+        if classify is not None and os.environ.get("LTC_SAVE_TENSORS_FILE"):
+            # The user's own dump must read as untraced: nodes carry no frames, and the
+            # dump's stack is torch's own without lazyviz's runner.
+            self._hook.keep_users_dump()
+            self._hook.set_source_lines(classify)
+            self._dump_kept = True
+            return
         self._hook.set_source_lines(classify)
+        self._debug_helpers_as_untraced(classify is not None)
         if classify is None:
             if self._original_to is not None:
                 if self._own_to:
@@ -271,6 +297,31 @@ class TorchScriptBackend(LazyBackend):
                 return result
 
             torch.Tensor.to = to  # type: ignore[method-assign]
+
+    def _debug_helpers_as_untraced(self, on: bool) -> None:
+        """torch._lazy.debug's dump_ir and render_ir_graph print each node's location
+        when nodes carry frames, which source lines give them: a user calling them sees
+        their text as untraced (torch 2.13 prints none)."""
+        import torch._lazy.debug as debug
+
+        if not on:
+            for name, original in self._original_debug.items():
+                if getattr(getattr(debug, name, None), "__wrapped__", None) is original:  # not wrapped again since
+                    setattr(debug, name, original)
+            self._original_debug.clear()
+            return
+        for name, pattern in (("dump_ir", _IR_LOCATION), ("render_ir_graph", _DOT_LOCATION)):
+            original = getattr(debug, name, None)
+            if original is None or name in self._original_debug:
+                continue
+            self._original_debug[name] = original
+
+            def untraced(*args: object, _original: Callable = original, _pattern: re.Pattern = pattern,
+                         **kwargs: object) -> object:
+                text = _original(*args, **kwargs)
+                return _pattern.sub("", text) if isinstance(text, str) else text
+
+            setattr(debug, name, functools.wraps(original)(untraced))
 
     def counters(self) -> dict[str, int]:
         import torch._lazy.metrics as metrics

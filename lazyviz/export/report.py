@@ -277,6 +277,7 @@ def text_report(run: RunInfo, executions: list[Execution], ir_texts: dict[str, s
             )
     if run.tracer_errors:
         lines.append(f"  lazyviz's own errors while tracing (the script was not affected): {run.tracer_errors[0]}")
+    lines += [f"  note: {note}" for note in run.notes]
     if trace_path is not None:
         lines.append(f"  trace: {trace_path}")
     return "\n".join(lines) + "\n"

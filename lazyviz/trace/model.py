@@ -109,6 +109,7 @@ class RunInfo:
     tracer_errors: list[str] = field(default_factory=list)  # lazyviz's own, swallowed
     source: str = "script"  # "script" (lazyviz run), "api" (lazyviz.trace) or "notebook" (%%lazyviz)
     failures: list[Failure] = field(default_factory=list)  # executions the backend failed to compile or run
+    notes: list[str] = field(default_factory=list)  # what tracing changed in what the backend shows the user
 
     @property
     def script(self) -> str:

@@ -235,7 +235,7 @@ _RUN_FIELDS: dict[str, tuple[type | tuple[type, ...], object]] = {
     "elapsed_s": ((int, float, type(None)), None), "names": (dict, {}), "device": (str, "lazy"),
     "complete": (bool, None), "ended_by": ((str, type(None)), None),
     "startup_ms": ((int, float, type(None)), None), "tracer_errors": (list, []), "source": (str, "script"),
-    "failures": (list, []),
+    "failures": (list, []), "notes": (list, []),
 }
 
 
@@ -391,6 +391,7 @@ class Trace:
             complete=finished if complete is None else complete,
             ended_by=get("ended_by"), startup_ms=get("startup_ms"),
             tracer_errors=[str(e) for e in get("tracer_errors")], source=get("source"),
+            notes=[str(note) for note in get("notes")],
             failures=[Failure(f["execution"], f["error"]) for f in get("failures")
                       if isinstance(f, dict) and type(f.get("execution")) is int and isinstance(f.get("error"), str)],
         )
