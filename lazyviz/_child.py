@@ -39,14 +39,15 @@ def exit_status(exit: SystemExit) -> int:
     return 1
 
 
-def _print_user_traceback(error: BaseException) -> str:
-    """Print the traceback as `python script.py` would: without our runner's frames."""
+def _print_user_traceback(error: BaseException) -> tuple[str, list[tuple[str, int, str]]]:
+    """Print the traceback as `python script.py` would: without our runner's frames.
+    Returns its text and its frames (file, line, function), outermost first."""
     tb = error.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename in RUNNER_FILES:
         tb = tb.tb_next
     text = "".join(traceback.format_exception(type(error), error, tb))
     sys.stderr.write(text)
-    return text
+    return text, [(frame.filename, frame.lineno or 0, frame.name) for frame in traceback.extract_tb(tb)]
 
 
 def _imports_torch(target: str, module: bool) -> bool:
@@ -118,6 +119,7 @@ def main(argv: list[str]) -> int:
     )
 
     status, error_line, error_text, interrupted = 0, None, None, False
+    error_frames: list[tuple[str, int, str]] = []
     if _imports_torch(options.target, options.module):
         for caught in import_warnings:
             warnings.showwarning(caught.message, caught.category, caught.filename, caught.lineno)
@@ -132,7 +134,7 @@ def main(argv: list[str]) -> int:
         status = exit_status(exit)
     except BaseException as error:
         error_line = f"{type(error).__name__}: {error}"
-        error_text = _print_user_traceback(error)
+        error_text, error_frames = _print_user_traceback(error)
         interrupted = isinstance(error, KeyboardInterrupt)
         status = 130 if interrupted else 1
     finally:
@@ -142,7 +144,7 @@ def main(argv: list[str]) -> int:
         writer.set_run(
             exit_status=status, error=error_line, traceback=error_text, complete=True,
             steps=tracer.steps(), elapsed_s=round(time.perf_counter() - started, 3),
-            tracer_errors=tracer.errors, notes=tracer.notes,
+            tracer_errors=tracer.errors, notes=tracer.notes, error_frames=error_frames,
         )
         writer.close()
         if writer.error:  # e.g. a full disk: the run went on, the trace stopped there

@@ -199,6 +199,15 @@ class Tracer:
             if self.backend.polls:
                 self.backend.poll(final=True)
             self.notes += [note for note in self.backend.differences() if note not in self.notes]
+            # Fallbacks after the last execution (a script that raised right after one):
+            # no execution carries them, yet they may be why it raised.
+            moved = self.backend.counters_since_last_execution()
+            after = {name: count for name, count in moved.items()
+                     if name.startswith("aten::") and name not in _SYNC_OPS}
+            if after:
+                self.writer.set_run(fallbacks_after_last_execution=after)
+            if moved and not self._counts[0]:  # no graph ran, yet the lazy core was used
+                self.writer.set_run(device_used=True)
         finally:
             self.backend.set_hook_enabled(False)
             if self._take_repeated is not None:  # the last window's repeated rows
@@ -396,9 +405,11 @@ class Tracer:
         return stack
 
     def _user_call(self, frame: FrameType | None) -> str | None:
-        """The call the user's line made that led here, as the user knows it: the
-        outermost public function between the user frame and this execution, by its
-        qualified name ("clip_grad_norm_", "MSELoss.forward", "Adam.step")."""
+        """The call the user's line made that led here, as a person would name it: the
+        innermost module's forward between the user frame and this execution
+        ("GPT2Attention.forward", "MultiheadAttention.forward"), else the outermost public
+        function ("clip_grad_norm_", "Adam.step"), by its qualified name. Decorators'
+        inner functions (closures: "<locals>" in their name) are never it."""
         inner = []
         while frame is not None:
             code = frame.f_code
@@ -410,11 +421,13 @@ class Tracer:
             frame = frame.f_back
         else:
             return None
-        for code in reversed(inner):  # outermost first
-            if not code.co_name.startswith(("_", "<")) and code.co_name not in _WRAPPER_NAMES \
-                    and not code.co_filename.startswith(_LAZYVIZ_DIR):
-                return code.co_qualname
-        return None
+        named = [code for code in reversed(inner)  # outermost first
+                 if not code.co_name.startswith(("_", "<")) and code.co_name not in _WRAPPER_NAMES
+                 and "<locals>" not in code.co_qualname and not code.co_filename.startswith(_LAZYVIZ_DIR)]
+        forwards = [code for code in named if code.co_name == "forward"]
+        if forwards:
+            return forwards[-1].co_qualname
+        return named[0].co_qualname if named else None
 
     def _classify_code(self, filename: str, name: str) -> tuple[int, str]:
         """For the backend's source-line walk, once per code object: the same rules as

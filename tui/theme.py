@@ -20,4 +20,4 @@ MUTED = Style(color=MUTED_COLOR)
 
 SEVERITY = {"error": f"bold {MISS_COLOR}", "warning": f"bold {SYNC_COLOR}", "info": "#5fafd7"}
 KIND = {"fallback": FALLBACK_COLOR, "recompile": MISS_COLOR, "dynamic_shape": MISS_COLOR,
-        "extra_sync": SYNC_COLOR, "missing_mark_step": SYNC_COLOR, "failed_execution": MISS_COLOR}
+        "extra_sync": SYNC_COLOR, "missing_mark_step": SYNC_COLOR, "failed_execution": MISS_COLOR, "crash": MISS_COLOR}

@@ -23,5 +23,4 @@ def analyze(run: RunInfo, executions: Sequence[Execution], ir_texts: Mapping[str
     executions = ExecutionTable.of(executions)  # once, for every pass below
     summary = summarize(executions, run.steps)
     recompiles = explain_recompiles(executions, ir_texts)
-    return Analysis(summary, recompiles, find_all(executions, summary.steps, recompiles, ir_texts, run.names,
-                                                  run.failures))
+    return Analysis(summary, recompiles, find_all(executions, summary.steps, recompiles, ir_texts, run.names, run))

@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from lazyviz.analysis.findings import failure_findings, missing_mark_step_findings
+from lazyviz.analysis.findings import crash_findings, failure_findings, missing_mark_step_findings
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
 from lazyviz.trace.model import Execution, RunInfo
 from lazyviz.trace.table import ExecutionTable, Kind
@@ -80,10 +80,11 @@ def check_budget(run: RunInfo, executions: Sequence[Execution], recompiles: list
     breaches = []
     if not run.complete and not budget.allow_unfinished:
         breaches.append(f"the trace is unfinished: {run.state}; --allow-unfinished checks what it holds")
-    # A graph the backend could not run fails any budget: the script got its error.
+    # A graph the backend could not run, or a script that raised, fails any budget.
     for finding in failure_findings(run.failures, executions, ir_texts or {}):
         where = f" at {finding.frame.site}" if finding.frame else ""
         breaches.append(f"failed execution{where}: {finding.message}")
+    breaches += [f"the script raised: {finding.message}" for finding in crash_findings(run, executions)]
     # The report's missing-mark_step warnings (both forms) fail the check too: the two must agree.
     for finding in missing_mark_step_findings(executions, ir_texts or {}, run.names):
         where = f" at {finding.frame.site}" if finding.frame else ""

@@ -6,7 +6,8 @@ import re
 from collections.abc import Mapping, Sequence
 
 from lazyviz.analysis.ir import IRGraph, Node, parsed
-from lazyviz.trace.model import Failure
+from lazyviz.trace.model import Failure, Frame, RunInfo
+from lazyviz.trace.table import ExecutionTable
 
 _ERROR_LINE = re.compile(r"^\s*(\w+(?:Error|Exception)): (.+)$")
 # Ops whose kernels insist their tensor inputs share one dtype (TorchScript: "expected m1
@@ -86,3 +87,66 @@ def explain(failure: Failure, ir_text: str) -> tuple[str, str, dict]:
 def failure_messages(failures: Sequence[Failure], ir_text_of: Mapping[int, str]) -> list[tuple[Failure, str, str, dict]]:
     """Each failure explained; ir_text_of: the IR of each failed execution's graph."""
     return [(failure, *explain(failure, ir_text_of.get(failure.execution, ""))) for failure in failures]
+
+
+# The lazy core's words when a CPU tensor reaches a lazy op (TorchScript backend, XLA).
+_NOT_LAZY = re.compile(r"is not a lazy tensor|is not an XLA tensor|[Ee]xpected (all tensors|.*) to be on the same device")
+# Ops that return several tensors: falling back, they hand back CPU tensors marked lazy.
+_SEVERAL_OUTPUTS = ("split", "chunk", "unbind", "tensor_split", "topk", "sort", "max.dim", "min.dim", "unique")
+_LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ")
+
+
+def _is_library(file: str) -> bool:
+    return any(part in file for part in _LIBRARY)
+
+
+def crash(run: RunInfo, table: ExecutionTable) -> tuple[str, str, dict, Frame | None] | None:
+    """(what happened, what to do, details, the user's line) when the script raised;
+    None when it did not, or the user stopped it (Ctrl-C)."""
+    if not run.error or run.error.startswith("KeyboardInterrupt"):
+        return None
+    frames = run.error_frames
+    raised_at = frames[-1] if frames else None
+    user = next((f for f in reversed(frames) if not _is_library(f.file)), None)
+    where = f" at {_short(raised_at)} in {raised_at.function}()" if raised_at else ""
+    called = f", called from {_short(user)}" if user is not None and user != raised_at else ""
+    script = run.script.rpartition("/")[2]
+    what = f"{script} raised {run.error.splitlines()[0]}{where}{called}"
+    details: dict = {"error": run.error.splitlines()[0], "raised_at": raised_at.site if raised_at else None}
+    if not _NOT_LAZY.search(run.error):
+        return what, "", details, user or raised_at
+    op, call, execution = _last_fallback(run, table)
+    if op is None:
+        return (f"{what}: a tensor on the CPU met lazy tensors (one made without device=, or brought back with "
+                ".cpu() or .to('cpu'))"), ("make every tensor of the step on the lazy device: create it with "
+                                          "device='lazy' or move it with .to('lazy')"), details, user or raised_at
+    in_call = f" in {call}()" if call else ""
+    when = f"execution {execution}" if execution is not None else "after the last execution"
+    details.update(op=op, call=call, execution=execution)
+    several = any(name in op for name in _SEVERAL_OUTPUTS)
+    if several:
+        return (f"{what}: a tensor that is not lazy reached a lazy op. It came from {op}, which falls back to the "
+                f"CPU{in_call} ({when}): an op without a lowering that returns several tensors hands them back as "
+                "CPU tensors that still say device lazy:0, and the first lazy op to use one raises"), (
+            f"{op.removeprefix('aten::').split('.')[0]} has no lowering here: take the pieces by slicing or narrow "
+            "(x[..., :n], x.narrow(dim, start, n)), which lower; torch.chunk goes through split too"), \
+            details, user or raised_at
+    return (f"{what}: a tensor that is not lazy reached a lazy op; the last op to fall back before it was {op}"
+            f"{in_call} ({when}), whose result may have stayed on the CPU"), (
+        "keep that op's result on the lazy device (.to('lazy')) or replace it with ops that lower"), details, user or raised_at
+
+
+def _last_fallback(run: RunInfo, table: ExecutionTable) -> tuple[str | None, str | None, int | None]:
+    """The most recent fallback op before the script raised: (op, its call, execution)."""
+    if run.fallbacks_after_last_execution:
+        return next(reversed(run.fallbacks_after_last_execution)), None, None
+    for position in reversed(range(len(table))):
+        kind = table.kind_at(position)
+        ops = [op for op in kind.fallback_ops] or ([kind.detail] if kind.cause == "fallback" and kind.detail else [])
+        if ops:
+            return ops[-1], kind.call, table.index[position]
+    return None, None, None
+
+
+def _short(frame: Frame) -> str:
+    return f"{frame.file.rpartition('/')[2]}:{frame.line}"

@@ -7,10 +7,10 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from lazyviz.analysis.failures import explain
+from lazyviz.analysis.failures import crash, explain, headline
 from lazyviz.analysis.ir import IRGraph, facts, parsed
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
-from lazyviz.trace.model import TS_NAMES, Execution, Failure, Frame
+from lazyviz.trace.model import TS_NAMES, Execution, Failure, Frame, RunInfo
 from lazyviz.trace.table import ExecutionTable
 
 SEVERITIES = ("error", "warning", "info")
@@ -82,15 +82,17 @@ class RunFacts:
     recompiles: list[Recompile | PendingRecompile]
     ir_texts: Mapping[str, str]
     names: Mapping[str, str]  # the backend's names for the calls fixes mention (RunInfo.names)
-    failures: Sequence[Failure] = ()  # executions the backend failed to compile or run
+    run: RunInfo | None = None  # how it ended: failed executions, the exception it raised
 
 
 # The finders, one line each: a new kind of finding is a function and a line here.
 FINDERS: tuple[Callable[[RunFacts], list[Finding]], ...] = (
-    lambda facts: failure_findings(facts.failures, facts.executions, facts.ir_texts),
+    lambda facts: failure_findings(facts.run.failures if facts.run else (), facts.executions, facts.ir_texts),
+    lambda facts: crash_findings(facts.run, facts.executions) if facts.run else [],
     lambda facts: recompile_findings(facts.recompiles, facts.steps),
     lambda facts: extra_sync_findings(facts.executions, facts.steps, facts.names),
-    lambda facts: fallback_findings(facts.executions, facts.steps),
+    lambda facts: fallback_findings(facts.executions, facts.steps,
+                                    facts.run.fallbacks_after_last_execution if facts.run else {}),
     lambda facts: missing_mark_step_findings(facts.executions, facts.ir_texts, facts.names),
 )
 
@@ -117,6 +119,25 @@ def failure_findings(failures: Sequence[Failure], executions: Sequence[Execution
     return findings
 
 
+def crash_findings(run: RunInfo, executions: Sequence[Execution]) -> list[Finding]:
+    """The script raised: where, and what led to it where lazyviz can tell (a tensor
+    that is not lazy reached a lazy op: the fallback that made it). A failed execution
+    already explains its own error."""
+    table = ExecutionTable.of(executions)
+    found = crash(run, table)
+    if found is None or any(failure.error.strip() and headline(failure.error) in run.error for failure in run.failures):
+        return []
+    what, fix, details, frame = found
+    if "op" in details:
+        positions = [p for p in range(len(table)) if table.index[p] == details["execution"]]
+        fallback_fix = FALLBACK_FIXES.get(details["op"])
+        fix = fix + (f"; {fallback_fix}" if fallback_fix else "")
+    else:
+        positions = []
+    return [Finding("crash", "error", what, frame, table.indices(positions), fix, details,
+                    short=f"raised {details['error']}")]
+
+
 def missing_mark_step_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str],
                                names: Mapping[str, str] = TS_NAMES) -> list[Finding]:
     """Both forms of a loop without mark_step(): a graph that grows at every sync of one
@@ -127,12 +148,12 @@ def missing_mark_step_findings(executions: Sequence[Execution], ir_texts: Mappin
 
 def find_all(
     executions: Sequence[Execution], steps: int, recompiles: list[Recompile | PendingRecompile],
-    ir_texts: Mapping[str, str], names: Mapping[str, str] = TS_NAMES, failures: Sequence[Failure] = (),
+    ir_texts: Mapping[str, str], names: Mapping[str, str] = TS_NAMES, run: RunInfo | None = None,
 ) -> list[Finding]:
     """Every finding, root causes first: by severity, then a missing mark_step() before
     the rest (it multiplies what every other sync costs), then by the time it cost."""
     table = ExecutionTable.of(executions)
-    facts = RunFacts(table, steps, recompiles, ir_texts, names, failures)
+    facts = RunFacts(table, steps, recompiles, ir_texts, names, run)
     findings = [replace(finding, cost_ms=table.sum_at(table.sync_ms, finding.executions))
                 for finder in FINDERS for finding in finder(facts)]
     findings = _blame_uncut_graph(findings, table, steps)
@@ -387,9 +408,11 @@ def extra_sync_findings(executions: Sequence[Execution], steps: int,
     return findings
 
 
-def fallback_findings(executions: Sequence[Execution], steps: int) -> list[Finding]:
+def fallback_findings(executions: Sequence[Execution], steps: int, after: Mapping[str, int] = {}) -> list[Finding]:
+    """Every op that fell back, with the executions it forced; after: ops that fell back
+    after the last execution (recorded at the end), which forced none."""
     table = ExecutionTable.of(executions)
-    calls: Counter[str] = Counter()
+    calls: Counter[str] = Counter(after)
     for number in table.in_order:
         runs = len(table.positions[number])
         for op, count in table.kinds[number].fallback_ops.items():

@@ -121,6 +121,11 @@ class LazyBackend(ABC):
     def init(self) -> None:
         """Initialise the backend once; the user's own init call must still work."""
 
+    def counters_since_last_execution(self) -> dict[str, int]:
+        """The counters that moved after the last execution reported (a fallback the
+        script ran before it ended or raised, which no execution will carry)."""
+        return {}
+
     def differences(self) -> list[str]:
         """What tracing changed in what the backend itself shows the user (its dumps, its
         debug output), each in one sentence with how to get the untraced behaviour."""

@@ -780,6 +780,19 @@ class RecordingBackend : public BackendImplInterface {
     Moved([](const std::string&, int64_t) {});
   }
 
+  // The counters that moved since the last execution (fallbacks after it, which no
+  // execution will carry), as name -> delta; they count from here on.
+  py::dict TakeMoved() {
+    Moves moved;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Moved([&moved](const std::string& name, int64_t delta) { moved.emplace_back(&name, delta); });
+    }
+    py::dict deltas;
+    for (auto& [name, delta] : moved) deltas[py::str(*name)] = delta;
+    return deltas;
+  }
+
  private:
   static std::vector<const Node*> Roots(c10::ArrayRef<const Node*> post_order) {
     std::unordered_set<const Node*> used;
@@ -1042,6 +1055,8 @@ void set_capture_ir(bool capture_ir) {
   if (g_backend != nullptr) g_backend->set_capture_ir(capture_ir);
 }
 
+py::dict take_moved() { return g_backend != nullptr ? g_backend->TakeMoved() : py::dict(); }
+
 bool has_backend() { return hasBackend(); }
 
 bool users_dump_kept() { return g_users_dump.load(); }
@@ -1155,6 +1170,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         return t_detail != nullptr ? py::reinterpret_borrow<py::object>(t_detail) : py::none();
       });
   m.def("has_backend", &has_backend, "Is a lazy backend registered (initialised) in this process?");
+  m.def("take_moved", &take_moved, "The counters that moved since the last execution (name -> delta).");
   m.def("users_dump_kept", &users_dump_kept, "Were source lines given up for the user's LTC dump?");
   m.def("keep_users_dump", &keep_users_dump, "Give up per-node source lines for the user's LTC dump.");
 }

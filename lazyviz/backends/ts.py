@@ -224,6 +224,9 @@ class TorchScriptBackend(LazyBackend):
 
         self._hook.install(on_raw_execution, self.capture_ir)
 
+    def counters_since_last_execution(self) -> dict[str, int]:
+        return dict(self._hook.take_moved()) if self._hook is not None else {}
+
     def differences(self) -> list[str]:
         if self._dump_kept or (self._hook is not None and self._hook.users_dump_kept()):
             return [DUMP_KEPT]

@@ -204,7 +204,7 @@ def _summary_text(trace_path: Path, status: int) -> str:
             run, executions = trace.run, trace.table()
             if not run.argv:
                 return ""
-            if not executions:
+            if not executions and not run.fallbacks_after_last_execution and not run.device_used:
                 return (f"lazyviz: {run.script} ran no lazy-tensor graph (nothing on device '{run.device}'), "
                         f"{run.state}; trace: {trace_path}")
             return text_report(run, executions, trace.ir_texts(), trace_path)

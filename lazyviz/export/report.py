@@ -253,12 +253,18 @@ def text_report(run: RunInfo, executions: list[Execution], ir_texts: dict[str, s
         steps = f"in {plural(summary.steps, 'step')} ({summary.executions / summary.steps:.1f} per step)"
     else:
         steps = "and no mark_step() (no steps)"
-    lines.append(
-        f"  {plural(summary.executions, 'execution')} {steps}, {plural(summary.graphs, 'distinct graph')}, "
-        f"{plural(summary.misses, 'cache miss')}, sync {summary.sync_ms:.1f} ms, "
-        f"tracing between graphs {summary.trace_ms:.1f} ms"
-        + (f", start-up before the first graph {run.startup_ms:.0f} ms" if run.startup_ms is not None else "")
-    )
+    if not executions:  # tensors reached the device, yet no graph ran
+        fallbacks = sum(run.fallbacks_after_last_execution.values())
+        ended = "before the script raised" if run.error else "in the whole run"
+        lines.append(f"  no graph executed {ended}; tensors were on device '{run.device}'"
+                     + (f"; {plural(fallbacks, 'fallback')}" if fallbacks else ""))
+    else:
+        lines.append(
+            f"  {plural(summary.executions, 'execution')} {steps}, {plural(summary.graphs, 'distinct graph')}, "
+            f"{plural(summary.misses, 'cache miss')}, sync {summary.sync_ms:.1f} ms, "
+            f"tracing between graphs {summary.trace_ms:.1f} ms"
+            + (f", start-up before the first graph {run.startup_ms:.0f} ms" if run.startup_ms is not None else "")
+        )
     causes = ", ".join(f"{cause} {n}" for cause, n in summary.causes.items())
     if causes:
         lines.append(f"  causes: {causes}")

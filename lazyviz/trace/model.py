@@ -110,6 +110,10 @@ class RunInfo:
     source: str = "script"  # "script" (lazyviz run), "api" (lazyviz.trace) or "notebook" (%%lazyviz)
     failures: list[Failure] = field(default_factory=list)  # executions the backend failed to compile or run
     notes: list[str] = field(default_factory=list)  # what tracing changed in what the backend shows the user
+    error_frames: list[Frame] = field(default_factory=list)  # where the script raised, outermost first
+    # Fallback ops run after the last execution (none carries them): op -> calls.
+    fallbacks_after_last_execution: dict[str, int] = field(default_factory=dict)
+    device_used: bool = False  # the lazy core's counters moved though no graph ran
 
     @property
     def script(self) -> str:

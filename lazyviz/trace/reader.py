@@ -235,7 +235,8 @@ _RUN_FIELDS: dict[str, tuple[type | tuple[type, ...], object]] = {
     "elapsed_s": ((int, float, type(None)), None), "names": (dict, {}), "device": (str, "lazy"),
     "complete": (bool, None), "ended_by": ((str, type(None)), None),
     "startup_ms": ((int, float, type(None)), None), "tracer_errors": (list, []), "source": (str, "script"),
-    "failures": (list, []), "notes": (list, []),
+    "failures": (list, []), "notes": (list, []), "error_frames": (list, []),
+    "fallbacks_after_last_execution": (dict, {}), "device_used": (bool, False),
 }
 
 
@@ -392,6 +393,11 @@ class Trace:
             ended_by=get("ended_by"), startup_ms=get("startup_ms"),
             tracer_errors=[str(e) for e in get("tracer_errors")], source=get("source"),
             notes=[str(note) for note in get("notes")],
+            error_frames=[Frame(f[0], f[1], f[2]) for f in get("error_frames") if isinstance(f, list) and len(f) == 3
+                          and isinstance(f[0], str) and type(f[1]) is int and isinstance(f[2], str)],
+            device_used=get("device_used"),
+            fallbacks_after_last_execution={str(op): n for op, n in get("fallbacks_after_last_execution").items()
+                                            if type(n) is int and n > 0},
             failures=[Failure(f["execution"], f["error"]) for f in get("failures")
                       if isinstance(f, dict) and type(f.get("execution")) is int and isinstance(f.get("error"), str)],
         )

@@ -1,0 +1,60 @@
+"""A script that raises inside the lazy stack, explained (#35): the exception, the
+user's line, and the recorded event that led to it, first in report, check and the UI;
+checked on a Hugging Face GPT-2 from a tiny config (no download) and on short scripts
+of each kind. The failed execution of a graph is in test_real_programs (the VAE)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import SCRIPTS, cli, line_of
+from test_real_programs import PROGRAMS, assert_counts_match_ltc, traced
+
+pytestmark = pytest.mark.torch  # real runs on torch's lazy backend
+pytest.importorskip("transformers")
+
+GPT2 = PROGRAMS / "gpt2_tiny.py"
+
+
+def test_gpt2_crash_names_the_split_that_fell_back(tmp_path: Path) -> None:
+    untraced = subprocess.run([sys.executable, str(GPT2)], capture_output=True, text=True, timeout=600)
+    assert untraced.returncode == 1 and "Input tensor is not a lazy tensor" in untraced.stderr
+    trace, counters, report = traced(tmp_path, "gpt2_tiny.py")
+    assert_counts_match_ltc(trace, counters)
+    crash = report["findings"][0]
+    assert crash["kind"] == "crash" and crash["severity"] == "error"
+    assert crash["details"]["op"] == "aten::split_copy.Tensor" and crash["details"]["call"] == "GPT2Attention.forward"
+    assert "modeling_gpt2.py:" in crash["message"] and "called from gpt2_tiny.py:" in crash["message"]
+    assert crash["site"]["line"] == line_of(GPT2, "loss = model(tokens, labels=tokens).loss")
+    assert "narrow" in crash["fix"]
+    # The fallback finding names the module a person would, not a decorator's wrapper.
+    split = next(f for f in report["findings"] if f["kind"] == "fallback" and "split" in f["details"]["op"])
+    assert split["details"]["call"] == "GPT2Attention.forward"
+    check = cli("check", trace, "--any-fallbacks")
+    assert check.status == 1 and "the script raised" in check.stdout
+
+
+def test_gpt2_trains_with_the_workaround(tmp_path: Path) -> None:
+    trace, counters, report = traced(tmp_path, "gpt2_tiny.py", "--narrow")
+    assert_counts_match_ltc(trace, counters)
+    assert report["run"]["exit_status"] == 0 and report["steps"] == 3
+    assert "crash" not in {f["kind"] for f in report["findings"]}
+
+
+@pytest.mark.parametrize(("script", "words", "op"), [
+    ("split_piece.py", "hands them back as CPU tensors", "aten::split_copy.Tensor"),
+    ("cpu_tensor.py", "made without device=", None),
+])
+def test_a_tensor_that_is_not_lazy_is_traced_to_where_it_came_from(tmp_path: Path, script: str, words: str,
+                                                                    op: str | None) -> None:
+    trace = tmp_path / "t.trace"
+    result = cli("run", "--no-tui", "-o", trace, SCRIPTS / script)
+    assert result.status == 1 and "Input tensor is not a lazy tensor" in result.stderr
+    assert "ran no lazy-tensor graph" not in result.stderr  # tensors were on the device
+    assert "tensors were on device 'lazy'" in result.stderr
+    crash = json.loads(cli("report", trace, "--format", "json").stdout)["findings"][0]
+    assert crash["kind"] == "crash" and words in crash["message"] and crash["details"].get("op") == op
+    assert crash["site"]["line"] == line_of(SCRIPTS / script, "x[:, 3:]" if op else "torch.ones(4, 6)")
