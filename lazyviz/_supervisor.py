@@ -95,6 +95,9 @@ class Supervised:
             returncode = self.reap(5)
         if returncode is None:
             returncode = -signal.SIGKILL
+        from lazyviz.trace.reader import close_all
+
+        close_all()  # the UI's reader: an open connection would keep -wal and -shm beside the trace
         record_ending(self.exit_on_hangup, returncode)
         os._exit(exit_status_of(returncode))
 

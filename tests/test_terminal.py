@@ -148,3 +148,20 @@ def test_closing_the_terminal_ends_the_script_too(tmp_path: Path) -> None:
 
     with lazyviz.trace.open(trace) as opened:
         assert opened.count() >= 1 and opened.run.ended_by == "killed by SIGHUP"
+
+
+def test_closing_the_terminal_on_a_finished_run_leaves_one_file(tmp_path: Path) -> None:
+    # The UI's own reader kept -wal and -shm beside the trace when the terminal closed
+    # (SIGHUP ends lazyviz without its normal teardown).
+    trace = tmp_path / "u.trace"
+    command = (f"{shlex.quote(sys.executable)} -m lazyviz run -o {shlex.quote(str(trace))} "
+               f"{shlex.quote(str(SAMPLES / 'item_in_loop.py'))} --steps 2")
+    terminal = Terminal(command, tmp_path)
+    try:
+        terminal.wait_for(lambda s: "exited 0" in s)
+    finally:
+        terminal.close()
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline and any(Path(f"{trace}{end}").exists() for end in ("-wal", "-shm")):
+        time.sleep(0.2)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("u.trace")) == ["u.trace", "u.trace.out"]

@@ -16,6 +16,7 @@ from array import array
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
+from weakref import WeakSet
 
 from lazyviz.errors import LazyvizError
 from lazyviz.trace.files import SQLITE_MAGIC, read_only_uri
@@ -240,6 +241,20 @@ _RUN_FIELDS: dict[str, tuple[type | tuple[type, ...], object]] = {
 }
 
 
+_OPEN: WeakSet[Trace] = WeakSet()  # every Trace open in this process (close_all)
+
+
+def close_all() -> None:
+    """Close every trace this process has open: before it exits without its normal
+    teardown (os._exit after a closed terminal), so no reader's connection keeps the
+    -wal and -shm beside a finished trace. Best effort."""
+    for trace in list(_OPEN):
+        try:
+            trace.close()
+        except Exception:
+            pass
+
+
 class Trace:
     """One trace file. Cheap to open; every call reads the file's current state."""
 
@@ -258,6 +273,7 @@ class Trace:
         except TraceError:
             self._db.close()
             raise
+        _OPEN.add(self)
 
     def _connect(self) -> sqlite3.Connection:
         path = self.path
@@ -355,6 +371,7 @@ class Trace:
     def close(self) -> None:
         self._db.close()
         self._closed = True
+        _OPEN.discard(self)
 
     def __enter__(self) -> Trace:
         return self
