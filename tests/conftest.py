@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -26,18 +27,28 @@ class Completed:
     stderr: str
 
 
+def default_signals() -> None:
+    """For Popen's preexec_fn: SIGHUP, SIGINT and SIGTERM as a fresh terminal session
+    has them. A shell under nohup leaves SIGHUP ignored, and `cmd &` in a script leaves
+    SIGINT ignored; children inherit that, and lazyviz rightly keeps an ignored signal
+    ignored (as the script would untraced), so a test of what these signals do must
+    start its processes with the default dispositions, whatever started pytest."""
+    for number in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_DFL)
+
+
 def cli(*args: str | Path, cwd: Path | None = None, timeout: float = 600, env: dict | None = None) -> Completed:
     """Run the real `python -m lazyviz` command."""
     result = subprocess.run(
         [sys.executable, "-m", "lazyviz", *map(str, args)],
-        capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env,
+        capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env, preexec_fn=default_signals,
     )
     return Completed(result.returncode, result.stdout, result.stderr)
 
 
 def python(*args: str | Path, cwd: Path | None = None, env: dict | None = None) -> Completed:
     result = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                            env=env, timeout=600)
+                            env=env, timeout=600, preexec_fn=default_signals)
     return Completed(result.returncode, result.stdout, result.stderr)
 
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SCRIPTS, cli, line_of, python
+from conftest import ROOT, SCRIPTS, cli, default_signals, line_of, python
 
 import lazyviz.trace
 
@@ -217,6 +217,7 @@ def _in_pty(command: list[str], cwd: Path, ready: str) -> tuple[int, str]:
     """Run in a terminal, press Ctrl-C once `ready` is printed; (exit status, output)."""
     pid, fd = pty.fork()
     if pid == 0:
+        default_signals()  # Ctrl-C must reach a handler, however pytest was started
         os.chdir(cwd)
         os.execv(command[0], command)
     output = b""
@@ -268,7 +269,7 @@ def test_sigterm_and_sighup_reach_the_script(tmp_path: Path, number: int) -> Non
     lazyviz_process = subprocess.Popen(
         [sys.executable, "-m", "lazyviz", "run", "--no-tui", "-o", str(tmp_path / "t.trace"),
          str(SCRIPTS / "runs_until_stopped.py"), str(pid_file)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
     script_pid = int(wait_for_file(pid_file))
     assert lazyviz_process.stdout.readline() == "running\n"
     lazyviz_process.send_signal(number)
