@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from lazyviz.backends import BACKENDS, BackendError, LazyBackend, get_backend
 from lazyviz.errors import LazyvizError
-from lazyviz.trace.files import TraceClaim, claim_trace_path
+from lazyviz.trace.files import TraceClaim, claim_trace_path, held_apart
 from lazyviz.trace.writer import TraceWriter
 from lazyviz.tracer import Tracer, TracerBusy, current_tracer
 
@@ -175,6 +175,9 @@ class Session:
         if writer.error:
             print(f"lazyviz: the trace stopped growing after {writer.written} executions: {writer.error}",
                   file=sys.stderr)
+            apart = held_apart(writer.path)
+            if apart:
+                print(apart, file=sys.stderr)
 
     def __enter__(self) -> Session:
         return self.start()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -12,8 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import cli
+from conftest import SCRIPTS, cli
 from test_safety import one_line_error
+
+import lazyviz.trace
 
 pytestmark = pytest.mark.torch  # the trace comes from a real run
 
@@ -105,3 +108,30 @@ def test_reading_a_trace_whose_header_says_wal_leaves_nothing_beside_it(sample_t
     trace.write_bytes(bytes(header))
     assert cli("report", trace).status == 0 and cli("check", trace).status in (0, 1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copied.trace"]
+
+
+def test_a_disk_that_fills_keeps_the_trace_in_its_file_or_names_its_files(tmp_path: Path) -> None:
+    # On a 1.1 MB disk: the run goes on, what was recorded is in the trace file as it
+    # grows (the WAL is folded in every 256 KB), and where the last part could not be
+    # folded in, the summary names the files that hold it; `report` folds them later.
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1100k", "tmpfs", str(disk)],
+                                           capture_output=True).returncode:
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        trace = disk / "x.trace"
+        result = cli("run", "--no-tui", "-o", trace, SCRIPTS / "fills_disk.py", "400")
+        assert result.status == 0 and "Traceback" not in result.stderr
+        written = int(re.search(r"stopped growing after (\d+) executions", result.stderr).group(1))
+        if Path(f"{trace}-wal").exists():
+            assert "keep them together" in result.stderr and "x.trace-wal" in result.stderr
+            subprocess.run(["mount", "-o", "remount,size=8m", str(disk)], check=True)
+            assert cli("report", trace).status == 0
+        assert sorted(p.name for p in disk.iterdir()) == ["x.trace"]
+        copy = tmp_path / "copy.trace"  # the file alone, as a user copies it
+        shutil.copy(trace, copy)
+        with lazyviz.trace.open(copy) as opened:
+            assert opened.count() == written
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)

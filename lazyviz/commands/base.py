@@ -27,7 +27,10 @@ class Command(Protocol):
 
 def open_trace(path: str | Path):  # -> Trace; imported here, not at `lazyviz --help`
     from lazyviz.trace import open as open_trace_file
+    from lazyviz.trace.files import fold_wal
 
+    if Path(path).is_file() and not Path(path).is_symlink():
+        fold_wal(Path(path))  # a run whose disk filled left its last part in -wal
     return open_trace_file(path)
 
 

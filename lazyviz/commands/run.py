@@ -181,6 +181,7 @@ class RunCommand:
     @staticmethod
     def _finish(trace_path: Path, returncode: int, quiet: bool = False) -> int:
         from lazyviz._supervisor import exit_status_of, record_ending
+        from lazyviz.trace.files import held_apart
 
         record_ending(trace_path, returncode)
         status = exit_status_of(returncode)
@@ -188,6 +189,7 @@ class RunCommand:
             text = _summary_text(trace_path, status)
             if text:
                 say(text, report=True)
+            say(held_apart(trace_path) or "")  # the last checkpoint had no room
         return status
 
 

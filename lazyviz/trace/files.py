@@ -131,6 +131,37 @@ def _refuse_if_locked(path: Path) -> None:
         os.close(fd)
 
 
+def held_apart(path: Path) -> str | None:
+    """One line naming the files that hold a trace whose WAL could not be folded back
+    (a full disk at its last checkpoint); None when the trace is one file."""
+    held = [f"{path.name}{suffix}" for suffix in ("-wal", "-shm") if os.path.exists(f"{path}{suffix}")]
+    if not any(name.endswith("-wal") for name in held):
+        return None
+    return (f"lazyviz: the trace is {path} with {' and '.join(held)} beside it: keep them together (the file "
+            f"alone is damaged); `lazyviz report {path}` folds them into one file once the disk has room")
+
+
+def fold_wal(path: Path) -> None:
+    """Fold a finished trace's WAL back into the file (a run whose disk filled, whose
+    last checkpoint had no room): only when no run holds it and its folder is writable.
+    Best effort, silent: the reader reads the WAL either way."""
+    if not os.path.exists(f"{path}-wal") or not os.access(path.parent, os.W_OK):
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a writer holds it while it runs
+    except OSError:
+        os.close(fd)
+        return
+    try:
+        finish_trace(path, {})
+    finally:
+        os.close(fd)
+
+
 def finish_trace(path: Path, fields: dict[str, str]) -> str | None:
     """After the traced process ended: record what only the parent saw (how it ended)
     where the process could not, and fold the WAL into the file so one self-contained
