@@ -173,7 +173,8 @@ def test_report_json_contract(sample_trace) -> None:
     result = cli("report", sample_trace("item_in_loop"), "--format", "json")
     assert result.status == 0
     report = json.loads(result.stdout)
-    assert report["format"] == "lazyviz-report" and report["version"] == 1
+    assert report["format"] == "lazyviz-report" and report["version"] == 2
+    assert all("changes_same_as" in r for r in report["recompiles"])
     assert report["run"]["backend"] == "ts" and report["run"]["capture"] == "full"
     assert report["run"]["torch"].startswith("2.") and report["run"]["exit_status"] == 0
     assert report["run"]["error"] is None and report["steps"] == 5
