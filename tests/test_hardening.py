@@ -121,7 +121,7 @@ def test_a_disk_that_fills_keeps_the_trace_in_its_file_or_names_its_files(tmp_pa
         pytest.skip("needs root to mount a small tmpfs")
     try:
         trace = disk / "x.trace"
-        result = cli("run", "--no-tui", "-o", trace, SCRIPTS / "fills_disk.py", "400")
+        result = cli("run", "--no-tui", "-o", trace, SCRIPTS / "fills_trace.py", "400", "60")
         assert result.status == 0 and "Traceback" not in result.stderr
         written = int(re.search(r"stopped growing after (\d+) executions", result.stderr).group(1))
         if Path(f"{trace}-wal").exists():
