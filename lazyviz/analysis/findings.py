@@ -104,9 +104,10 @@ def failure_findings(failures: Sequence[Failure], executions: Sequence[Execution
     table = ExecutionTable.of(executions)
     findings = []
     for failure in failures:
-        if not 0 <= failure.execution < len(table):
+        position = table.position_of(failure.execution)
+        if position is None:
             continue  # the trace stopped before the row (a full disk)
-        kind = table.kind_at(failure.execution)
+        kind = table.kind_at(position)
         what, fix, details = explain(failure, ir_texts.get(kind.graph, ""))
         sync = kind.detail or kind.cause
         findings.append(Finding(
@@ -129,13 +130,14 @@ def crash_findings(run: RunInfo, executions: Sequence[Execution]) -> list[Findin
         return []
     what, fix, details, frame = found
     if "op" in details:
-        positions = [p for p in range(len(table)) if table.index[p] == details["execution"]]
+        position = table.position_of(details["execution"]) if details["execution"] is not None else None
+        positions = [position] if position is not None else []
         fallback_fix = FALLBACK_FIXES.get(details["op"])
         fix = fix + (f"; {fallback_fix}" if fallback_fix else "")
     else:
         positions = []
     return [Finding("crash", "error", what, frame, table.indices(positions), fix, details,
-                    short=f"raised {details['error']}")]
+                    short=details["error"])]
 
 
 def missing_mark_step_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str],
@@ -174,7 +176,7 @@ def _blame_uncut_graph(findings: list[Finding], table: ExecutionTable, steps: in
     if not uncut:
         return findings
     if not steps:
-        uncut = set(range(len(table)))
+        uncut = set(table.indices(range(len(table))))
     blamed = []
     for finding in findings:
         inflated = [e for e in finding.executions if e in uncut]
