@@ -3,7 +3,6 @@ and the user's line behind it. Pure functions of trace data."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
 
 from lazyviz.analysis.ir import IRGraph, Node, parsed
 from lazyviz.trace.model import Failure, Frame, RunInfo
@@ -84,13 +83,8 @@ def explain(failure: Failure, ir_text: str) -> tuple[str, str, dict]:
                   "one dtype"), details
 
 
-def failure_messages(failures: Sequence[Failure], ir_text_of: Mapping[int, str]) -> list[tuple[Failure, str, str, dict]]:
-    """Each failure explained; ir_text_of: the IR of each failed execution's graph."""
-    return [(failure, *explain(failure, ir_text_of.get(failure.execution, ""))) for failure in failures]
-
-
 # The lazy core's words when a CPU tensor reaches a lazy op (TorchScript backend, XLA).
-_NOT_LAZY = re.compile(r"is not a lazy tensor|is not an XLA tensor|[Ee]xpected (all tensors|.*) to be on the same device")
+_NOT_LAZY = re.compile(r"is not a lazy tensor|is not an XLA tensor|[Ee]xpected .* to be on the same device")
 # Ops that return several tensors: falling back, they hand back CPU tensors marked lazy.
 _SEVERAL_OUTPUTS = ("split", "chunk", "unbind", "tensor_split", "topk", "sort", "max.dim", "min.dim", "unique")
 _LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ")

@@ -173,7 +173,6 @@ class TorchScriptBackend(LazyBackend):
         super().__init__(capture_ir)
         self._hook: ModuleType | None = None
         self._on_execution: ExecutionHook | None = None
-        self._dump_kept = False  # source lines given up for the user's LTC_SAVE_TENSORS_FILE
         self._original_debug: dict[str, Callable] = {}  # torch._lazy.debug helpers wrapped while lines are on
         self._original_to: Callable | None = None
         self._own_to = False  # did torch.Tensor define `to` itself (not inherited) before we wrapped it
@@ -228,7 +227,7 @@ class TorchScriptBackend(LazyBackend):
         return dict(self._hook.take_moved()) if self._hook is not None else {}
 
     def differences(self) -> list[str]:
-        if self._dump_kept or (self._hook is not None and self._hook.users_dump_kept()):
+        if self._hook is not None and self._hook.users_dump_kept():
             return [DUMP_KEPT]
         return []
 
@@ -273,7 +272,6 @@ class TorchScriptBackend(LazyBackend):
             # dump's stack is torch's own without lazyviz's runner.
             self._hook.keep_users_dump()
             self._hook.set_source_lines(classify)
-            self._dump_kept = True
             return
         self._hook.set_source_lines(classify)
         self._debug_helpers_as_untraced(classify is not None)
