@@ -10,7 +10,7 @@ from lazyviz.analysis.failures import headline, promoted_scalars
 from lazyviz.analysis.findings import fallback_findings, growth_findings, repeated_block
 from lazyviz.analysis.ir import parse_ir
 from lazyviz.analysis.recompiles import explain_recompiles
-from lazyviz.trace.model import Failure
+from lazyviz.trace.model import Failure, Frame
 
 BLOCK = ("aten::mul", "aten::addcmul", "aten::sqrt", "aten::div", "aten::add")
 
@@ -128,3 +128,14 @@ def test_a_dtype_failure_names_the_zero_dim_multiply_and_the_matmul_it_reaches()
     assert finding.kind == "failed_execution" and finding.severity == "error" and finding.executions == (1,)
     assert finding.details["node"] == "%2" and finding.details["reaches"] == "%5"
     assert "vae.py:92" in finding.message and "0-dim" in finding.message
+
+
+def test_saving_a_lazy_model_is_explained() -> None:
+    # pytorch/examples' word_language_model ends in torch.save(model) on the lazy device.
+    frames = [Frame("/w/main.py", 238, "<module>"), Frame("/site-packages/torch/serialization.py", 1224, "persistent_id")]
+    run = run_info(steps=0, argv=["main.py"], exit_status=1, error_frames=frames,
+                   error="RuntimeError: Attempted to access the data pointer on an invalid python storage.")
+    [finding] = [f for f in analyze(run, [ex(0, step=0)], {}).findings if f.kind == "crash"]
+    assert finding.severity == "error" and finding.frame == frames[0]
+    assert "at serialization.py:1224 in persistent_id(), called from main.py:238" in finding.message
+    assert "no storage on the host" in finding.message and "state_dict" in finding.fix

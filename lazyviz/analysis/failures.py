@@ -85,6 +85,8 @@ def explain(failure: Failure, ir_text: str) -> tuple[str, str, dict]:
 
 # The lazy core's words when a CPU tensor reaches a lazy op (TorchScript backend, XLA).
 _NOT_LAZY = re.compile(r"is not a lazy tensor|is not an XLA tensor|[Ee]xpected .* to be on the same device")
+# torch.save (or .numpy()) of a lazy tensor: it has no host storage to read.
+_NO_STORAGE = re.compile(r"data pointer on an invalid python storage")
 # Ops that return several tensors: falling back, they hand back CPU tensors marked lazy.
 _SEVERAL_OUTPUTS = ("split", "chunk", "unbind", "tensor_split", "topk", "sort", "max.dim", "min.dim", "unique")
 _LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ")
@@ -105,8 +107,12 @@ def crash(run: RunInfo, table: ExecutionTable) -> tuple[str, str, dict, Frame | 
     where = f" at {_short(raised_at)} in {raised_at.function}()" if raised_at else ""
     called = f", called from {_short(user)}" if user is not None and user != raised_at else ""
     script = run.script.rpartition("/")[2]
-    what = f"{script} raised {run.error.splitlines()[0]}{where}{called}"
+    what = f"{script} raised {run.error.splitlines()[0].rstrip('.')}{where}{called}"
     details: dict = {"error": run.error.splitlines()[0], "raised_at": raised_at.site if raised_at else None}
+    if _NO_STORAGE.search(run.error):  # torch.save or numpy() on a lazy tensor
+        return (f"{what}: a lazy tensor has no storage on the host to read"), (
+            "move it to the CPU first: torch.save({name: value.cpu() for name, value in model.state_dict().items()}, "
+            "path), tensor.cpu().numpy()"), details, user or raised_at
     if not _NOT_LAZY.search(run.error):
         return what, "", details, user or raised_at
     op, call, execution = _last_fallback(run, table)
