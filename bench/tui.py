@@ -55,9 +55,9 @@ def write_trace(path: Path, executions: int, big_nodes: int) -> None:
 
 
 async def measure(path: Path, executions: int) -> dict[str, float]:
-    from tui.app import build_app
-    from tui.widgets.code_view import CodeView
-    from tui.widgets.executions import ExecutionList
+    from lazyviz.tui.app import build_app
+    from lazyviz.tui.widgets.code_view import CodeView
+    from lazyviz.tui.widgets.executions import ExecutionList
 
     app = build_app(path, poll_s=0.05)
     started = time.perf_counter()
@@ -107,7 +107,7 @@ def cpu_s() -> float:
 async def follow(folder: Path, rate: float, seconds: float) -> dict[str, float]:
     """Follow a live run: every half second, how many rows the trace holds that the
     table does not show yet, in seconds of the run; and the UI's CPU while it follows."""
-    from tui.app import build_app
+    from lazyviz.tui.app import build_app
 
     path = folder / "live.trace"
     loop = Path(__file__).with_name("_paced_loop.py")

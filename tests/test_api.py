@@ -207,10 +207,10 @@ def test_an_existing_trace_is_replaced_only_with_force(tmp_path: Path) -> None:
 
 
 async def test_the_terminal_ui_reads_a_trace_written_from_python(tmp_path: Path) -> None:
+    from lazyviz.tui.app import build_app
+    from lazyviz.tui.widgets.executions import ExecutionList
+    from lazyviz.tui.widgets.header import RunHeader
     from tests.test_tui import wait_for
-    from tui.app import build_app
-    from tui.widgets.executions import ExecutionList
-    from tui.widgets.header import RunHeader
 
     done = run_python(tmp_path, """
         with lazyviz.trace("run.trace"):

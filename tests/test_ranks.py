@@ -78,8 +78,8 @@ def test_a_crashing_rank_leaves_every_trace_readable(tmp_path: Path) -> None:
 async def test_ui_switches_ranks_and_marks_the_divergent_step(divergent: Path) -> None:
     from test_tui import wait_for
 
-    from tui.app import build_app
-    from tui.widgets.executions import ExecutionList
+    from lazyviz.tui.app import build_app
+    from lazyviz.tui.widgets.executions import ExecutionList
 
     ranks = {rank: trace.path for rank, trace in lazyviz.trace.open_ranks(divergent).items()}
     app = build_app(ranks[0], ranks=ranks, poll_s=0.05)

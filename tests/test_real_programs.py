@@ -161,8 +161,8 @@ def test_word_language_model_without_mark_step(word_lm) -> None:
 
 
 async def test_word_language_model_first_screen_names_the_root_cause_and_its_fix(word_lm) -> None:
-    from tui.app import build_app
-    from tui.widgets.findings_strip import FindingsStrip
+    from lazyviz.tui.app import build_app
+    from lazyviz.tui.widgets.findings_strip import FindingsStrip
 
     app = build_app(word_lm[0])
     async with app.run_test(size=(80, 24)) as pilot:

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, SCRIPTS
 
-from tui.app import build_app
-from tui.widgets.code_view import CodeView
-from tui.widgets.executions import ExecutionList
-from tui.widgets.header import RunHeader
+from lazyviz.tui.app import build_app
+from lazyviz.tui.widgets.code_view import CodeView
+from lazyviz.tui.widgets.executions import ExecutionList
+from lazyviz.tui.widgets.header import RunHeader
 
 SIZE = (100, 32)
 
@@ -61,7 +61,7 @@ FIRST_SCREENS = {
 
 
 def strip_text(app) -> list[str]:
-    from tui.widgets.findings_strip import FindingsStrip
+    from lazyviz.tui.widgets.findings_strip import FindingsStrip
 
     return [str(option.prompt) for option in app.query_one(FindingsStrip).options]
 
@@ -129,13 +129,13 @@ async def test_a_killed_run_shows_how_long_it_ran_not_how_long_ago_it_started(tm
 
 
 def test_a_big_trace_shows_all_its_rows_before_it_is_analysed(tmp_path: Path, monkeypatch) -> None:
-    import tui.watcher
+    import lazyviz.tui.watcher
     from lazyviz.trace.synthetic import execution, write_trace
 
     write_trace(tmp_path / "big.trace", [execution(i, step=i) for i in range(1050)])
-    monkeypatch.setattr(tui.watcher, "FIRST_BATCH", 100)
-    monkeypatch.setattr(tui.watcher, "BATCH", 300)
-    watcher = tui.watcher.TraceWatcher(tmp_path / "big.trace")
+    monkeypatch.setattr(lazyviz.tui.watcher, "FIRST_BATCH", 100)
+    monkeypatch.setattr(lazyviz.tui.watcher, "BATCH", 300)
+    watcher = lazyviz.tui.watcher.TraceWatcher(tmp_path / "big.trace")
     updates = []
     while not (updates and updates[-1].done):
         updates.append(watcher.poll())
@@ -340,7 +340,7 @@ async def test_a_damaged_trace_says_so_instead_of_hanging(sample_trace, tmp_path
 
 
 async def test_every_tab_has_a_key_and_the_tenth_shows_the_ops(sample_trace) -> None:
-    from tui.panels import TABS, tab_key
+    from lazyviz.tui.panels import TABS, tab_key
 
     assert len({tab_key(n) for n in range(len(TABS))}) == len(TABS) >= 10
     app = build_app(sample_trace("clean_mlp"))

@@ -25,19 +25,19 @@ from lazyviz.analysis.recompiles import Recompile
 from lazyviz.analysis.summary import StepTimes
 from lazyviz.present import finding_headline, why_text
 from lazyviz.trace import Execution, RunInfo, Trace, TraceError
-from tui.details import graphs_with
-from tui.panels import AUTO_TABS, EXECUTION_PANELS, TABS, DetailContext, explaining_tab, tab_key
-from tui.screens import HelpScreen
-from tui.watcher import TraceUpdate, TraceWatcher
-from tui.widgets.code_view import CodeView
-from tui.widgets.executions import SORTS, ExecutionList
-from tui.widgets.findings import FindingsView
-from tui.widgets.findings_strip import FindingsStrip
-from tui.widgets.fix_line import FixLine
-from tui.widgets.header import Counts, RunHeader
-from tui.widgets.output import OutputView
-from tui.widgets.search_bar import SearchBar
-from tui.widgets.step_chart import StepChart
+from lazyviz.tui.details import graphs_with
+from lazyviz.tui.panels import AUTO_TABS, EXECUTION_PANELS, TABS, DetailContext, explaining_tab, tab_key
+from lazyviz.tui.screens import HelpScreen
+from lazyviz.tui.watcher import TraceUpdate, TraceWatcher
+from lazyviz.tui.widgets.code_view import CodeView
+from lazyviz.tui.widgets.executions import SORTS, ExecutionList
+from lazyviz.tui.widgets.findings import FindingsView
+from lazyviz.tui.widgets.findings_strip import FindingsStrip
+from lazyviz.tui.widgets.fix_line import FixLine
+from lazyviz.tui.widgets.header import Counts, RunHeader
+from lazyviz.tui.widgets.output import OutputView
+from lazyviz.tui.widgets.search_bar import SearchBar
+from lazyviz.tui.widgets.step_chart import StepChart
 
 
 class TraceUpdated(Message):

@@ -20,11 +20,11 @@ from lazyviz.analysis.recompiles import Recompile, explain_execution
 from lazyviz.present import readable_backend, readable_ir
 from lazyviz.trace import Execution, Trace
 from lazyviz.trace.table import ExecutionTable
-from tui.details import counters_text, diff_text, stack_text
-from tui.widgets.code_view import CodeView
-from tui.widgets.findings import FindingsView
-from tui.widgets.output import OutputView
-from tui.widgets.step_chart import StepChart
+from lazyviz.tui.details import counters_text, diff_text, stack_text
+from lazyviz.tui.widgets.code_view import CodeView
+from lazyviz.tui.widgets.findings import FindingsView
+from lazyviz.tui.widgets.output import OutputView
+from lazyviz.tui.widgets.step_chart import StepChart
 
 
 @dataclass(frozen=True)

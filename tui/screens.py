@@ -12,7 +12,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tui.theme import FALLBACK_COLOR, HIT_COLOR, MISS_COLOR, MUTED_COLOR, SYNC_COLOR
+from lazyviz.tui.theme import FALLBACK_COLOR, HIT_COLOR, MISS_COLOR, MUTED_COLOR, SYNC_COLOR
 
 KEYS = [
     ("g", "go to the next finding: select its execution and open what explains it "
@@ -56,7 +56,7 @@ def _pairs(rows: list[tuple[str, str]], key_style: str) -> Table:
 
 
 def help_renderable() -> Group:
-    from tui.panels import TABS, tab_key
+    from lazyviz.tui.panels import TABS, tab_key
 
     colours = Text.assemble(
         "Colours: ", ("miss", f"bold {MISS_COLOR}"), " compiled, ", ("hit", HIT_COLOR), " reused, ",

@@ -127,7 +127,7 @@ class RunCommand:
         """The script runs in its own session with its output going to a file beside the
         trace (shown in the Output tab), so nothing it prints lands over the UI."""
         from lazyviz._supervisor import Supervised
-        from tui.app import build_app
+        from lazyviz.tui.app import build_app
 
         output_path = Path(f"{trace_path}.out")
         with open(output_path, "xb") as output:

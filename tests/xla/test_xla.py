@@ -14,8 +14,8 @@ import pytest
 from conftest import SAMPLES, cli, line_of, python
 
 from lazyviz.trace import open as open_trace
-from tui.app import build_app
-from tui.widgets.executions import ExecutionList
+from lazyviz.tui.app import build_app
+from lazyviz.tui.widgets.executions import ExecutionList
 
 pytest.importorskip("torch_xla")
 os.environ.setdefault("PJRT_DEVICE", "CPU")  # as a user without an accelerator runs them

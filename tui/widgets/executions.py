@@ -23,8 +23,8 @@ from textual.strip import Strip
 from lazyviz.present import site_text
 from lazyviz.trace.model import Execution
 from lazyviz.trace.table import ExecutionTable, Kind, Prefix
-from tui.details import matches
-from tui.theme import FALLBACK, HIT, MISS, MUTED, OTHER_CAUSE
+from lazyviz.tui.details import matches
+from lazyviz.tui.theme import FALLBACK, HIT, MISS, MUTED, OTHER_CAUSE
 
 
 @dataclass(frozen=True)

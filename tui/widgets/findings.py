@@ -6,7 +6,7 @@ from textual.widgets import Static
 
 from lazyviz.analysis.findings import Finding
 from lazyviz.present import site_text
-from tui.theme import HIT_COLOR, SEVERITY
+from lazyviz.tui.theme import HIT_COLOR, SEVERITY
 
 
 class FindingsView(Static):

@@ -9,7 +9,7 @@ from textual.widgets.option_list import Option
 
 from lazyviz.analysis.findings import Finding
 from lazyviz.present import KIND_LABELS, finding_headline
-from tui.theme import HIT_COLOR, KIND, MUTED_COLOR, SEVERITY
+from lazyviz.tui.theme import HIT_COLOR, KIND, MUTED_COLOR, SEVERITY
 
 MARKS = {"error": "✖", "warning": "▲", "info": "•"}
 

@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from lazyviz.analysis.findings import Finding
-from tui.theme import HIT_COLOR
+from lazyviz.tui.theme import HIT_COLOR
 
 
 class FixLine(Static):

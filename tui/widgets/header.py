@@ -13,7 +13,7 @@ from textual.widgets import Static
 from lazyviz.present import short_path
 from lazyviz.trace.model import RunInfo
 from lazyviz.trace.table import ExecutionTable
-from tui.theme import FALLBACK_COLOR, HIT_COLOR, MISS_COLOR, MUTED_COLOR, SYNC_COLOR
+from lazyviz.tui.theme import FALLBACK_COLOR, HIT_COLOR, MISS_COLOR, MUTED_COLOR, SYNC_COLOR
 
 
 def run_state(run: RunInfo | None, process_status: int | None) -> tuple[str, str]:

@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from lazyviz.analysis.summary import StepTimes, chart_scale
-from tui.theme import MISS_COLOR, MUTED_COLOR
+from lazyviz.tui.theme import MISS_COLOR, MUTED_COLOR
 
 BARS = " ▁▂▃▄▅▆▇█"
 
