@@ -37,9 +37,9 @@ def main() -> None:
         if result.returncode != 0:
             sys.exit(result.stderr)
         sys.path.insert(0, str(ROOT))
-        import lazyviz.trace
+        import lazyviz
 
-        with lazyviz.trace.open(trace) as opened:
+        with lazyviz.open(trace) as opened:
             nodes = opened.execution(0).nodes
         print(f"graph: {nodes} IR nodes (missing_mark_step.py, {options.iterations} iterations)")
         print(f"{'export':<34}{'seconds':>10}")

@@ -69,7 +69,7 @@ async def measure(path: Path, executions: int) -> dict[str, float]:
         while len(table.rows) < executions:
             await pilot.pause(0.01)
         shown = time.perf_counter() - started
-        while app.analysis is None:
+        while app.latest is None:
             await pilot.pause(0.01)
         analysed = time.perf_counter() - started
         await pilot.press("home")

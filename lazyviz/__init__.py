@@ -1,30 +1,52 @@
 """lazyviz: a debugger for lazy-tensor PyTorch programs.
 
-From Python: `with lazyviz.trace("run.trace"):` records the code inside (see
-lazyviz.session.Session); `lazyviz.trace.open("run.trace")` reads a trace. In Jupyter:
-`%load_ext lazyviz`, then `%%lazyviz` on a cell.
+From Python: `with lazyviz.trace("run.trace") as recorder:` records the code inside
+(lazyviz.recorder.Recorder), and `recorder.run` is the analysed run. `lazyviz.open(path)`
+reads a trace (lazyviz.trace.reader.Trace). In Jupyter: `%load_ext lazyviz`, then
+`%%lazyviz` on a cell.
 """
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
 
-from lazyviz import trace
 from lazyviz.errors import LazyvizError
+from lazyviz.trace.reader import Trace, TraceError, open, open_ranks
+
+if TYPE_CHECKING:
+    from lazyviz.recorder import Recorder
 
 __version__ = "0.1.0"
-__all__ = ["LazyvizError", "Session", "load_ipython_extension", "trace"]
+__all__ = ["LazyvizError", "Recorder", "Trace", "TraceError", "load_ipython_extension", "open", "open_ranks", "trace"]
+
+
+# A plain function of the package, defined after the import above loads the trace
+# package (lazyviz/trace/): `lazyviz.trace` is this, the package is lazyviz.trace's modules.
+def trace(path: str | os.PathLike[str] | None = None, *, capture: str = "full", backend: str | None = None,
+          force: bool = False, source_lines: bool = True) -> Recorder:
+    """Record lazy-tensor graph executions in this process into a trace file:
+
+        with lazyviz.trace("run.trace", capture="light") as recorder:
+            train()
+        print(recorder.findings)
+
+    Also a decorator (`@lazyviz.trace("run.trace")`) and, for callbacks,
+    `recorder = lazyviz.trace(...).start()` ... `recorder.stop()`. See Recorder."""
+    from lazyviz.recorder import Recorder  # the tracer loads when recording, never for reading
+
+    return Recorder(path, capture=capture, backend=backend, force=force, source_lines=source_lines)
 
 
 def __getattr__(name: str) -> Any:
-    if name == "Session":  # imported on use: reading traces never loads the tracer
-        from lazyviz.session import Session
+    if name == "Recorder":  # imported on use: reading traces never loads the tracer
+        from lazyviz.recorder import Recorder
 
-        return Session
+        return Recorder
     raise AttributeError(f"module 'lazyviz' has no attribute {name!r}")
 
 
 def load_ipython_extension(shell: Any) -> None:
     """`%load_ext lazyviz`: the %lazyviz and %%lazyviz magics."""
-    from lazyviz.ipython import register
+    from lazyviz.ipython import register  # IPython only where it runs
 
     register(shell)

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import argparse
 import builtins
-import datetime
 import importlib.machinery
 import os
-import platform
 import runpy
 import signal
-import sqlite3
 import sys
 import time
 import traceback
@@ -18,13 +15,10 @@ import types
 import warnings
 
 from lazyviz._source import top_level_imports
-from lazyviz.backends import BackendError, framework_packages, get_backend
-from lazyviz.trace.writer import TraceWriter
-from lazyviz.tracer import RUNNER_FILES, Tracer
-
-# Set by torchrun; recorded so traces of one job can be put side by side.
-_RANK_VARIABLES = {"RANK": "rank", "LOCAL_RANK": "local_rank", "WORLD_SIZE": "world_size",
-                   "TORCHELASTIC_RUN_ID": "run_id"}
+from lazyviz.backends import framework_packages
+from lazyviz.errors import LazyvizError
+from lazyviz.recorder import Recorder
+from lazyviz.tracer import RUNNER_FILES
 
 
 def exit_status(exit: SystemExit) -> int:
@@ -84,40 +78,20 @@ def main(argv: list[str]) -> int:
     options = parser.parse_args(argv)
 
     started = time.perf_counter()
+    # The same recorder the API hands out; the path was claimed by `lazyviz run`.
+    recorder = Recorder.for_runner(options.trace, capture=options.capture, backend=options.backend,
+                                   source_lines=options.source_lines, argv=[options.target, *options.args],
+                                   module=options.module, started=started)
     try:
-        writer = TraceWriter(options.trace)
-    except (OSError, sqlite3.Error) as error:
-        print(f"lazyviz: cannot write the trace {options.trace}: {error}", file=sys.stderr)
-        return 2
-    try:
-        backend = get_backend(options.backend, capture_ir=options.capture == "full")
         # Importing torch here may warn (e.g. "Failed to initialize NumPy"). Untraced,
         # the script sees that only if it imports torch itself: hold the warnings back
         # and show them then (at its start), so its stderr stays its own. The filters
         # stay the user's: under PYTHONWARNINGS=ignore nothing is recorded.
         with warnings.catch_warnings(record=True) as import_warnings:
-            tracer = Tracer(backend, writer, options.capture, started=started, source_lines=options.source_lines)
-            tracer.install()
-    except BackendError as error:
+            recorder.start()
+    except LazyvizError as error:
         print(f"lazyviz: {error}", file=sys.stderr)
-        writer.close()
         return 2
-    writer.set_run(
-        argv=[options.target, *options.args],
-        module=options.module,
-        backend=backend.name,
-        names=backend.names,
-        device=backend.device,
-        capture=options.capture,
-        versions={**backend.versions(), "python": platform.python_version()},
-        # When the process started, as elapsed_s counts: a viewer's clock then agrees with it.
-        start_time=(datetime.datetime.now(datetime.timezone.utc)
-                    - datetime.timedelta(seconds=time.perf_counter() - started)).isoformat(timespec="milliseconds"),
-        pid=os.getpid(),
-        cwd=os.getcwd(),
-        rank={key: os.environ[var] for var, key in _RANK_VARIABLES.items() if var in os.environ},
-    )
-
     status, error_line, error_text, interrupted = 0, None, None, False
     error_frames: list[tuple[str, int, str]] = []
     if _imports_torch(options.target, options.module):
@@ -140,19 +114,7 @@ def main(argv: list[str]) -> int:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        tracer.stop()
-        writer.set_run(
-            exit_status=status, error=error_line, traceback=error_text, complete=True,
-            steps=tracer.steps(), elapsed_s=round(time.perf_counter() - started, 3),
-            tracer_errors=tracer.errors, notes=tracer.notes, error_frames=error_frames,
-        )
-        writer.close()
-        if writer.error:  # e.g. a full disk: the run went on, the trace stopped there
-            print(f"lazyviz: the trace stopped growing after {writer.written} executions: {writer.error}",
-                  file=sys.stderr)
-        if tracer.errors:
-            print(f"lazyviz: tracing failed {len(tracer.errors)} time(s), first: {tracer.errors[0]}",
-                  file=sys.stderr)
+        recorder.finish(status, error_line, error_text, error_frames)
     if interrupted:  # die of SIGINT, as the interpreter does, so shells see it
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)

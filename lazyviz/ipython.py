@@ -48,7 +48,7 @@ def lazyviz_magic(line: str, cell: str | None = None) -> None:
 def _line_magic(line: str) -> None:
     from IPython.display import HTML, display
 
-    from lazyviz.export import RunData
+    from lazyviz.analysis.run import Run
     from lazyviz.export.notebook import summary_html
     from lazyviz.trace import open as open_trace
 
@@ -56,28 +56,27 @@ def _line_magic(line: str) -> None:
     if len(words) != 2 or words[0] != "report":
         raise LazyvizError(f"usage: {USAGE}")
     with open_trace(words[1]) as trace:
-        display(HTML(summary_html(RunData(trace))))
+        display(HTML(summary_html(Run(trace))))
 
 
 def _trace_cell(shell: Any, options: argparse.Namespace, cell: str) -> None:
     from IPython.display import display
 
-    from lazyviz.session import Session
+    from lazyviz.recorder import Recorder
 
     number = shell.execution_count  # the cell being run: "In [N]"
     # A blank first line keeps the cell's own line numbers (line 1 is %%lazyviz).
     source = "\n" + shell.transform_cell(cell)
     filename = shell.compile.cache(source, number, raw_code="\n" + cell)  # named "In [N]" in the trace
     code = shell.compile(source, filename, "exec")
-    session = Session(options.output, capture=options.capture, backend=options.backend, force=options.force,
-                      source_lines=options.source_lines,
-                      source="notebook")
+    recorder = Recorder(options.output, capture=options.capture, backend=options.backend, force=options.force,
+                        source_lines=options.source_lines, source="notebook")
     try:
-        with session:
+        with recorder:
             exec(code, shell.user_global_ns, shell.user_ns)
     finally:
-        if session.recorded:  # also when the cell raised: the summary shows what was recorded
-            display(session)
+        if recorder.recorded:  # also when the cell raised: the summary shows what was recorded
+            display(recorder)
 
 
 def register(shell: Any) -> None:

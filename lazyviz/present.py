@@ -11,7 +11,11 @@ from lazyviz.analysis.diff import GraphDiff
 from lazyviz.analysis.findings import Finding
 from lazyviz.analysis.ranks import Divergence
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
+from lazyviz.analysis.summary import Summary
 from lazyviz.trace.model import Execution, Frame
+
+# What a run without findings is, in every renderer's words.
+CLEAN_RUN = "one execution per step, no fallbacks, no recompiles after warm-up"
 
 
 def short_path(file: str, cwd: str | None = None) -> str:
@@ -31,6 +35,13 @@ def plural(count: int, word: str) -> str:
     if count == 1:
         return f"{count} {word}"
     return f"{count} {word}es" if word.endswith("s") else f"{count} {word}s"
+
+
+def steps_text(summary: Summary) -> str:
+    """What follows "N executions": "in 8 steps (1.0 per step)", or that there were none."""
+    if summary.steps:
+        return f"in {plural(summary.steps, 'step')} ({summary.executions / summary.steps:.1f} per step)"
+    return "and no mark_step() (no steps)"
 
 
 def site_text(frame: Frame | None, cwd: str | None = None, width: int = 0) -> str:

@@ -67,9 +67,11 @@ class _Process:
             cls.current = None  # the child runs on untraced, and may start a trace of its own
 
 
-def current_tracer() -> Tracer | None:
-    """The tracer recording in this process, if any."""
-    return _Process.current
+def refuse_if_busy() -> None:
+    """Raise TracerBusy while a trace records in this process: traces do not nest."""
+    if _Process.current is not None:
+        raise TracerBusy(f"a trace is already recording in this process ({_Process.current.writer.path}): "
+                         "stop it first (traces do not nest)")
 
 
 class Tracer:
@@ -127,9 +129,7 @@ class Tracer:
 
     # -- set-up -----------------------------------------------------------------------
     def install(self) -> None:
-        if _Process.current is not None:
-            raise TracerBusy(f"a trace is already recording in this process ({_Process.current.writer.path}): "
-                             "stop it first (traces do not nest)")
+        refuse_if_busy()
         self.backend.init()
         self._not_user += self.backend.framework_paths()
         self.backend.install_hook(self._on_execution, self._on_execute_time)
@@ -452,8 +452,3 @@ class Tracer:
 
 # Frames of lazyviz's runner and of runpy below the script: the stack walk stops there.
 RUNNER_FILES = frozenset({str(Path(_LAZYVIZ_DIR) / "_child.py"), runpy.__file__, "<frozen runpy>"})
-
-
-def default_trace_path(target: str) -> Path:
-    stem = Path(target).stem if target.endswith(".py") else target.rsplit(".", 1)[-1]
-    return Path.cwd() / f"lazyviz-{stem}.{os.getpid()}.trace"

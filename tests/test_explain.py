@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLES, SCRIPTS, cli, line_of
 
-import lazyviz.trace
+import lazyviz
 from lazyviz.analysis.ir import parse_ir
 from lazyviz.export.graphviz import render_svg, to_dot
 
@@ -53,7 +53,7 @@ def test_each_kind_of_recompile_names_the_line_that_built_the_change(
     # same site, its first origin of the expected kind, built at the expected line.
     found = report(sample_trace(sample))
     [late] = [r for r in found["recompiles"] if not r["warmup"]]
-    with lazyviz.trace.open(sample_trace(sample)) as trace:
+    with lazyviz.open(sample_trace(sample)) as trace:
         step_before = trace.execution(late["execution"] - 1).graph
     assert late["same_site"] and late["closest_graph"] == step_before
     first = next(c for c in late["changes"] if c["origin"])
@@ -111,7 +111,7 @@ def test_export_svg_draws_every_node(sample_trace, tmp_path: Path) -> None:
     out = tmp_path / "g.svg"
     result = cli("export", path, "--execution", "4", "--diff", "-o", out)
     assert result.status == 0, result.stderr
-    with lazyviz.trace.open(path) as trace:
+    with lazyviz.open(path) as trace:
         nodes = trace.execution(4).nodes
     drawn = svg_nodes(out.read_text())
     assert len(drawn) == nodes

@@ -16,7 +16,7 @@ import pytest
 from conftest import SCRIPTS, cli
 from test_safety import one_line_error
 
-import lazyviz.trace
+import lazyviz
 
 pytestmark = pytest.mark.torch  # the trace comes from a real run
 
@@ -131,7 +131,7 @@ def test_a_disk_that_fills_keeps_the_trace_in_its_file_or_names_its_files(tmp_pa
         assert sorted(p.name for p in disk.iterdir()) == ["x.trace"]
         copy = tmp_path / "copy.trace"  # the file alone, as a user copies it
         shutil.copy(trace, copy)
-        with lazyviz.trace.open(copy) as opened:
+        with lazyviz.open(copy) as opened:
             assert opened.count() == written
     finally:
         subprocess.run(["umount", str(disk)], capture_output=True)

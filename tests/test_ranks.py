@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import SCRIPTS, cli, line_of
 
-import lazyviz.trace
+import lazyviz
 
 pytestmark = pytest.mark.torch  # each test runs real scripts on torch's lazy backend
 
@@ -30,7 +30,7 @@ def test_clean_data_parallel_run(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     assert "rank 0 done" in result.stdout and "rank 1 done" not in result.stdout
     assert (tmp_path / "rank1.trace.out").read_text().strip().endswith("rank 1 done")
-    traces = lazyviz.trace.open_ranks(tmp_path)
+    traces = lazyviz.open_ranks(tmp_path)
     assert sorted(traces) == [0, 1]
     assert traces[1].run.rank["world_size"] == "2" and traces[1].run.rank["rank"] == "1"
     collectives = [e for e in traces[0].executions() if e.detail == "distributed.all_reduce()"]
@@ -67,7 +67,7 @@ def test_divergent_batch_on_one_rank(divergent: Path) -> None:
 def test_a_crashing_rank_leaves_every_trace_readable(tmp_path: Path) -> None:
     result = torchrun(tmp_path, "--steps", "6", "--crash-at", "2")
     assert result.returncode != 0
-    traces = lazyviz.trace.open_ranks(tmp_path)
+    traces = lazyviz.open_ranks(tmp_path)
     crashed = traces[1].run
     assert crashed.error == "RuntimeError: rank 1 gives up at step 2"
     assert max(e.step for e in traces[1].executions()) == 1
@@ -81,7 +81,7 @@ async def test_ui_switches_ranks_and_marks_the_divergent_step(divergent: Path) -
     from lazyviz.tui.app import build_app
     from lazyviz.tui.widgets.executions import ExecutionList
 
-    ranks = {rank: trace.path for rank, trace in lazyviz.trace.open_ranks(divergent).items()}
+    ranks = {rank: trace.path for rank, trace in lazyviz.open_ranks(divergent).items()}
     app = build_app(ranks[0], ranks=ranks, poll_s=0.05)
     async with app.run_test(size=(100, 30)) as pilot:
         table = app.query_one(ExecutionList)

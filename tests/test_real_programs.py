@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, cli, line_of
 
-import lazyviz.trace
+import lazyviz
 
 pytestmark = pytest.mark.torch  # each test runs real programs on torch's lazy backend
 
@@ -39,7 +39,7 @@ def traced(tmp_path: Path, program: str, *args: str) -> tuple[Path, dict[str, in
 
 def assert_counts_match_ltc(trace: Path, counters: dict[str, int]) -> None:
     """Every execution LTC counted is in the trace: misses and hits, and every fallback op."""
-    with lazyviz.trace.open(trace) as opened:
+    with lazyviz.open(trace) as opened:
         executions = opened.executions()
     cache = Counter(e.cache for e in executions)
     assert cache["miss"] == counters.get("UncachedCompile", 0)
@@ -107,7 +107,7 @@ def test_vae_failed_execution_is_recorded_and_explained_first(tmp_path: Path) ->
     assert untraced.returncode == 1 and "double != float" in untraced.stderr
     trace, counters, report = traced(tmp_path, "vae_lazy.py", *MNIST)
     assert_counts_match_ltc(trace, counters)  # the execution that failed is there too
-    with lazyviz.trace.open(trace) as opened:
+    with lazyviz.open(trace) as opened:
         run, executions = opened.run, opened.executions()
     [failure] = run.failures
     assert failure.execution == len(executions) - 1 and "double != float" in failure.error
@@ -168,7 +168,7 @@ async def test_word_language_model_first_screen_names_the_root_cause_and_its_fix
     async with app.run_test(size=(80, 24)) as pilot:
         for _ in range(200):  # the analysis runs in a worker
             await pilot.pause(0.05)
-            if app.analysis is not None and app._opened:
+            if app.latest is not None and app._opened:
                 break
         strip = app.query_one(FindingsStrip)
         first = str(strip.get_option_at_index(0).prompt)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import SCRIPTS, cli, python
 
-import lazyviz.trace
+import lazyviz
 
 pytestmark = pytest.mark.torch  # each test runs real scripts on torch's lazy backend
 
@@ -37,7 +37,7 @@ def test_module_mode(tmp_path: Path) -> None:
     untraced = python("-m", "pkg.train", "a", cwd=SCRIPTS)
     assert traced.status == untraced.status == 0
     assert traced.stdout == untraced.stdout == "module __main__ ['a'] [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]\n"
-    with lazyviz.trace.open(tmp_path / "m.trace") as trace:
+    with lazyviz.open(tmp_path / "m.trace") as trace:
         assert [e.cause for e in trace.executions()] == ["tolist"]
 
 
@@ -47,7 +47,7 @@ def test_script_that_raises_keeps_executions_and_error(tmp_path: Path) -> None:
     traced = cli("run", "--no-tui", "-o", tmp_path / "r.trace", script)
     assert traced.status == untraced.status == 1
     assert traced.stderr.startswith(untraced.stderr)  # same traceback, no lazyviz frames
-    with lazyviz.trace.open(tmp_path / "r.trace") as trace:
+    with lazyviz.open(tmp_path / "r.trace") as trace:
         assert len(trace.executions()) == 2
         run = trace.run
         assert run.error == "ValueError: bad <batch> & 'shape'"
@@ -57,7 +57,7 @@ def test_script_that_raises_keeps_executions_and_error(tmp_path: Path) -> None:
 def test_sigkill_leaves_a_readable_trace(tmp_path: Path) -> None:
     traced = cli("run", "--no-tui", "-o", tmp_path / "k.trace", SCRIPTS / "killed.py")
     assert traced.status == 128 + 9
-    with lazyviz.trace.open(tmp_path / "k.trace") as trace:
+    with lazyviz.open(tmp_path / "k.trace") as trace:
         assert [e.step for e in trace.executions()] == [0, 1, 2]
         assert not trace.run.complete and trace.run.ended_by == "killed by SIGKILL"
     report = cli("report", tmp_path / "k.trace")
@@ -80,7 +80,7 @@ def test_a_pytest_suite_under_lazyviz_names_each_executions_test(tmp_path: Path)
     traced = cli("run", "--no-tui", "--capture", "light", "-o", tmp_path / "t.trace", "-m", "pytest", "-q",
                  "-p", "no:cacheprovider", "test_lazy.py", cwd=tmp_path)
     assert traced.status == 0 and "3 passed" in traced.stdout, traced.stderr
-    with lazyviz.trace.open(tmp_path / "t.trace") as trace:
+    with lazyviz.open(tmp_path / "t.trace") as trace:
         tests = [(e.context, e.cause) for e in trace.executions()]
     for n in (1, 2, 3):
         test = f"test_lazy.py::test_steps[{n}]"
@@ -137,14 +137,14 @@ def test_a_version_3_trace_reads_as_it_did(sample_trace, tmp_path: Path) -> None
     old = tmp_path / "v3.trace"
     shutil.copy(sample_trace("batch_size_change"), old)
     current = cli("report", "--format", "json", old)
-    with lazyviz.trace.open(old) as trace:
+    with lazyviz.open(old) as trace:
         table, rows = list(trace.table()), trace.executions()
     assert table == rows and len(rows) > 5  # the columns and the rows read alike
     as_version(old, 3)
     result = cli("report", "--format", "json", old)
     assert result.status == 0, result.stderr
     assert json.loads(result.stdout) == json.loads(current.stdout)
-    with lazyviz.trace.open(old) as trace:
+    with lazyviz.open(old) as trace:
         assert list(trace.table()) == trace.executions() == rows
 
 
@@ -197,7 +197,7 @@ def test_light_capture_skips_ir_and_stacks(tmp_path: Path) -> None:
     path = tmp_path / "light.trace"
     result = cli("run", "--no-tui", "--capture", "light", "-o", path, SCRIPTS / "slow_steps.py", "3", "0")
     assert result.status == 0
-    with lazyviz.trace.open(path) as trace:
+    with lazyviz.open(path) as trace:
         found = trace.executions()
         assert len(found) == 3 and all(e.frame and e.frame.file.endswith("slow_steps.py") for e in found)
         graph = trace.graph(found[0].graph)
@@ -206,7 +206,7 @@ def test_light_capture_skips_ir_and_stacks(tmp_path: Path) -> None:
 
 
 def test_stack_is_recorded_outermost_first(sample_trace) -> None:
-    with lazyviz.trace.open(sample_trace("clean_mlp")) as trace:
+    with lazyviz.open(sample_trace("clean_mlp")) as trace:
         stack = trace.stack(trace.execution(0).stack_id)
     assert [f.function for f in stack[:2]] == ["<module>", "main"]
     assert stack[-1].function == "mark_step" and "torch" in stack[-1].file
@@ -224,7 +224,7 @@ def test_follow_reads_a_growing_trace(tmp_path: Path) -> None:
         done = threading.Event()
 
         def follow() -> None:
-            with lazyviz.trace.open(path) as trace:
+            with lazyviz.open(path) as trace:
                 for batch in trace.follow(poll_s=0.05):
                     batches.append([e.index for e in batch])
             done.set()
@@ -241,9 +241,10 @@ def test_json_report_streamed_in_pieces_is_the_same_document(sample_trace, monke
     from lazyviz.export import report
 
     monkeypatch.setattr(report, "LINES_PER_PIECE", 3)  # several pieces, and a short last one
-    with lazyviz.trace.open(sample_trace("batch_size_change")) as trace:
-        run, ir_texts = trace.run, trace.ir_texts()
-        pieces = list(report.dumps_report(report.json_report(run, trace.table(), ir_texts, lines=True)))
-        whole = report.json_report(run, trace.executions(), ir_texts)
+    from lazyviz.analysis.run import Run
+
+    with lazyviz.open(sample_trace("batch_size_change")) as trace:
+        pieces = list(report.dumps_report(report.json_report(Run(trace), lines=True)))
+        whole = report.json_report(Run(trace))
     assert len(pieces) > 10 and len(whole["executions"]) > 6
     assert json.loads("".join(pieces)) == json.loads(json.dumps(whole))

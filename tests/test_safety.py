@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, SCRIPTS, cli, default_signals, line_of, python
 
-import lazyviz.trace
+import lazyviz
 
 pytestmark = pytest.mark.torch  # each test runs real scripts on torch's lazy backend
 
@@ -102,10 +102,10 @@ def test_run_replaces_its_own_trace_only_with_force(tmp_path: Path) -> None:
     trace = tmp_path / "t.trace"
     assert cli("run", "--no-tui", "-o", trace, SCRIPTS / "slow_steps.py", "2", "0").status == 0
     one_line_error(cli("run", "--no-tui", "-o", trace, SCRIPTS / "slow_steps.py", "3", "0"), "exists", "--force")
-    with lazyviz.trace.open(trace) as opened:
+    with lazyviz.open(trace) as opened:
         assert opened.count() == 2
     assert cli("run", "--no-tui", "-f", "-o", trace, SCRIPTS / "slow_steps.py", "3", "0").status == 0
-    with lazyviz.trace.open(trace) as opened:
+    with lazyviz.open(trace) as opened:
         assert opened.count() == 3
 
 
@@ -139,7 +139,7 @@ def test_second_run_on_a_live_trace_is_refused_and_the_first_is_untouched(tmp_pa
         one_line_error(second, str(trace))
     _out, err = first.communicate(timeout=120)
     assert first.returncode == 0 and "6 executions in 6 steps" in err
-    with lazyviz.trace.open(trace) as opened:
+    with lazyviz.open(trace) as opened:
         assert opened.count() == 6 and opened.run.complete
 
 
@@ -153,7 +153,7 @@ def test_torchrun_output_is_a_folder_without_the_slash(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(p.name for p in folder.glob("*.trace")) == ["rank0.trace", "rank1.trace"]
-    assert sorted(lazyviz.trace.open_ranks(folder)) == [0, 1]
+    assert sorted(lazyviz.open_ranks(folder)) == [0, 1]
 
 
 # -- 5: permissions and file-name characters ------------------------------------------------
@@ -259,7 +259,7 @@ def test_ctrl_c_without_the_ui_stops_the_script_as_untraced(tmp_path: Path) -> N
     assert untraced_status == -signal.SIGINT and "KeyboardInterrupt" in untraced
     assert traced_status == 130 and "KeyboardInterrupt" in traced, traced
     assert not alive(int((tmp_path / "t.pid").read_text()))
-    with lazyviz.trace.open(tmp_path / "t.trace") as trace:
+    with lazyviz.open(tmp_path / "t.trace") as trace:
         assert trace.count() >= 1 and trace.run.error.startswith("KeyboardInterrupt")
 
 
@@ -298,7 +298,7 @@ def test_forked_children_never_hang(tmp_path: Path) -> None:
     traced = cli("run", "--no-tui", "-o", tmp_path / "t.trace", SCRIPTS / "forks.py", timeout=120)
     assert traced.status == untraced.status == 0
     assert sorted(traced.stdout.splitlines()) == sorted(untraced.stdout.splitlines())
-    with lazyviz.trace.open(tmp_path / "t.trace") as trace:
+    with lazyviz.open(tmp_path / "t.trace") as trace:
         assert trace.run.complete and trace.count() >= 2  # the parent's own executions
 
 
@@ -325,7 +325,7 @@ def test_threads_keep_their_own_cause(tmp_path: Path) -> None:
     assert cli("run", "--no-tui", "-o", tmp_path / "t.trace", SCRIPTS / "threads_sync.py").status == 0
     cpu_line = line_of(SCRIPTS / "threads_sync.py", "x.cpu()")
     item_line = line_of(SCRIPTS / "threads_sync.py", "y.sum().item()")
-    with lazyviz.trace.open(tmp_path / "t.trace") as trace:
+    with lazyviz.open(tmp_path / "t.trace") as trace:
         causes = {(e.frame.line, e.cause) for e in trace.executions() if e.frame}
     assert causes == {(cpu_line, "cpu"), (item_line, "item")}
 
@@ -419,7 +419,7 @@ def test_the_exit_is_recorded_as_the_shell_sees_it(tmp_path: Path, how: str, sta
     traced = cli("run", "--no-tui", "-o", tmp_path / "t.trace", SCRIPTS / "exits.py", how)
     assert traced.status == status and os.waitstatus_to_exitcode(0) == 0
     assert untraced.status in (status, -(status - 128))
-    with lazyviz.trace.open(tmp_path / "t.trace") as trace:
+    with lazyviz.open(tmp_path / "t.trace") as trace:
         assert trace.run.state.startswith(state), trace.run.state
     assert state in traced.stderr
 
@@ -432,7 +432,7 @@ def test_sigkill_is_named(tmp_path: Path) -> None:
 
 # -- 19, 20: start-up apart; the summary says each thing once --------------------------------
 def test_start_up_is_not_tracing_time(sample_trace) -> None:
-    with lazyviz.trace.open(sample_trace("clean_mlp")) as trace:
+    with lazyviz.open(sample_trace("clean_mlp")) as trace:
         first = trace.execution(0)
         run = trace.run
     assert first.trace_ms == 0 and run.startup_ms is not None and run.startup_ms > 0

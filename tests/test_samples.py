@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLE_ARGS, SAMPLES, line_of, python
 
-import lazyviz.trace
+import lazyviz
+from lazyviz.trace.model import Execution
 
 pytestmark = pytest.mark.torch  # each test runs real scripts on torch's lazy backend
 
 
-def executions(path: Path) -> list[lazyviz.trace.Execution]:
-    with lazyviz.trace.open(path) as trace:
+def executions(path: Path) -> list[Execution]:
+    with lazyviz.open(path) as trace:
         return trace.executions()
 
 
@@ -46,7 +47,7 @@ def test_clean_mlp_runs_once_per_step(sample_trace) -> None:
     # Warm-up compiles (step 0 also initialises the parameters), then hits only.
     assert [e.cache for e in found] == ["miss", "miss", "hit", "hit", "hit", "hit"]
     assert all(not e.fallback_ops for e in found)
-    with lazyviz.trace.open(path) as trace:
+    with lazyviz.open(path) as trace:
         run = trace.run
         assert run.exit_status == 0 and run.steps == 6 and run.backend == "ts"
         graph = trace.graph(found[1].graph)

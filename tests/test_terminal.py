@@ -114,9 +114,9 @@ def test_quitting_stops_the_script_and_keeps_the_trace(tmp_path: Path, key: str)
         terminal.keys(key)  # Ctrl-C in the UI stops the script as it would untraced
         after = terminal.wait_for(lambda s: re.search(r"^EXIT=\d+$", s, re.MULTILINE) is not None)
         assert "stopped the script" in after and re.search(r"^EXIT=130$", after, re.MULTILINE)
-        import lazyviz.trace
+        import lazyviz
 
-        with lazyviz.trace.open(trace) as opened:
+        with lazyviz.open(trace) as opened:
             assert opened.count() >= 3 and opened.run.finished
             assert opened.run.error.startswith("KeyboardInterrupt")
     finally:
@@ -150,9 +150,9 @@ def test_closing_the_terminal_ends_the_script_too(tmp_path: Path) -> None:
     while time.monotonic() < deadline and left_running():
         time.sleep(0.2)
     assert not left_running(), "left running after the terminal closed"
-    import lazyviz.trace
+    import lazyviz
 
-    with lazyviz.trace.open(trace) as opened:
+    with lazyviz.open(trace) as opened:
         assert opened.count() >= 1 and opened.run.ended_by == "killed by SIGHUP"
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import lazyviz.trace
+import lazyviz
 from lazyviz.trace.schema import ExecutionRecord, GraphRecord, StackRecord
 from lazyviz.trace.synthetic import execution
 from lazyviz.trace.writer import TraceWriter
@@ -27,14 +27,14 @@ def test_round_trip(tmp_path: Path) -> None:
     writer.add_execution(row(1, step=1, cause="fallback"))
     writer.set_run(exit_status=0, error=None, traceback=None, steps=2, elapsed_s=1.0)
     writer.close()
-    with lazyviz.trace.open(tmp_path / "t.trace") as trace:
+    with lazyviz.open(tmp_path / "t.trace") as trace:
         first, second = trace.executions()
         assert (first.cache, first.frame.line, second.fallback_ops) == ("miss", 10, {"aten::sin": 1})
         assert trace.graph("g1").backend_text == "graph()" and trace.graph("nope") is None
         assert trace.stack(1)[0].function == "<module>"
         run = trace.run
         assert run.argv == ["train.py", "--x"] and run.finished and run.steps == 2
-        with pytest.raises(lazyviz.trace.TraceError, match="no execution 7"):
+        with pytest.raises(lazyviz.TraceError, match="no execution 7"):
             trace.execution(7)
 
 
@@ -45,7 +45,7 @@ def test_graph_texts_are_stored_compressed_and_read_back_whole(tmp_path: Path) -
     writer.add_execution(row(0, cache="miss"), graph=GraphRecord("g1", 5000, ir, "graph(" + ir + ")", 0))
     writer.close()
     assert (tmp_path / "t.trace").stat().st_size < 2 * len(ir) / 5  # both texts, compressed
-    with lazyviz.trace.open(tmp_path / "t.trace") as trace:
+    with lazyviz.open(tmp_path / "t.trace") as trace:
         graph = trace.graph("g1")
         assert graph.ir_text == ir and graph.backend_text == "graph(" + ir + ")"
         assert trace.ir_texts() == {"g1": ir}
@@ -53,8 +53,8 @@ def test_graph_texts_are_stored_compressed_and_read_back_whole(tmp_path: Path) -
         blob = bytearray(db.execute("SELECT ir_text FROM graphs").fetchone()[0])
         blob[len(blob) // 2] ^= 0xFF
         db.execute("UPDATE graphs SET ir_text = ?", (bytes(blob),))
-    with lazyviz.trace.open(tmp_path / "t.trace") as trace, \
-            pytest.raises(lazyviz.trace.TraceError, match="damaged: graph 'g1''s IR is not readable"):
+    with lazyviz.open(tmp_path / "t.trace") as trace, \
+            pytest.raises(lazyviz.TraceError, match="damaged: graph 'g1''s IR is not readable"):
         trace.graph("g1")
 
 
@@ -63,7 +63,7 @@ def test_unfinished_trace_reads_what_was_written(tmp_path: Path) -> None:
     writer.set_run(argv=["a.py"])
     writer.add_execution(row(0))
     writer.flush()
-    with lazyviz.trace.open(tmp_path / "t.trace") as trace:  # while the writer is still open
+    with lazyviz.open(tmp_path / "t.trace") as trace:  # while the writer is still open
         assert trace.count() == 1 and not trace.run.finished
     writer.close()
 
@@ -81,7 +81,7 @@ def test_follow_yields_rows_as_they_commit(tmp_path: Path) -> None:
         writer.close()
 
     threading.Thread(target=produce).start()
-    with lazyviz.trace.open(tmp_path / "t.trace") as trace:
+    with lazyviz.open(tmp_path / "t.trace") as trace:
         batches = list(trace.follow(poll_s=0.02))
     assert [e.index for batch in batches for e in batch] == [0, 1, 2, 3] and len(batches) >= 2
 
@@ -104,7 +104,7 @@ def test_reading_a_growing_trace_in_batches_gives_the_whole_trace(tmp_path: Path
 
     path = tmp_path / "t.trace"
     _varied_trace(path)
-    with lazyviz.trace.open(path) as trace:
+    with lazyviz.open(path) as trace:
         whole = trace.executions()
         table = ExecutionTable.empty()
         _ = table.positions  # kept up to date from here on, as the UI's watcher keeps it
@@ -121,7 +121,7 @@ def test_reading_a_growing_trace_in_batches_gives_the_whole_trace(tmp_path: Path
     with sqlite3.connect(path) as db:  # kind ids as another writer might number them
         db.execute("UPDATE kinds SET id = 100 - id")
         db.execute("UPDATE executions SET kind = 100 - kind")
-    with lazyviz.trace.open(path) as trace:
+    with lazyviz.open(path) as trace:
         table = ExecutionTable.empty()
         while trace.read_more(table, 7):
             pass
@@ -135,10 +135,10 @@ def test_a_row_that_names_no_kind_is_damage_said_in_one_line(tmp_path: Path) -> 
     _varied_trace(path)
     with sqlite3.connect(path) as db:
         db.execute("UPDATE executions SET kind = 999 WHERE idx = 30")
-    with lazyviz.trace.open(path) as trace:
+    with lazyviz.open(path) as trace:
         table = ExecutionTable.empty()
         assert trace.read_more(table, 30) == 30  # what comes before the damage still reads
-        with pytest.raises(lazyviz.trace.TraceError, match=r"t.trace: damaged: execution 30: \w+ is None$"):
+        with pytest.raises(lazyviz.TraceError, match=r"t.trace: damaged: execution 30: \w+ is None$"):
             trace.read_more(table, 30)
     assert len(table) == 30
 
@@ -148,5 +148,5 @@ def test_not_a_trace(tmp_path: Path) -> None:
     with sqlite3.connect(other) as db:
         db.execute("CREATE TABLE t (x)")
     for path in (other, tmp_path / "missing.trace"):
-        with pytest.raises(lazyviz.trace.TraceError):
-            lazyviz.trace.open(path)
+        with pytest.raises(lazyviz.TraceError):
+            lazyviz.open(path)

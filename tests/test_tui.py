@@ -38,7 +38,7 @@ async def test_table_rows_causes_and_sites(sample_trace) -> None:
     app = build_app(sample_trace("item_in_loop"))
     async with app.run_test(size=SIZE) as pilot:
         table = app.query_one(ExecutionList)
-        await wait_for(pilot, lambda: len(table.rows) == 10 and app.analysis is not None)
+        await wait_for(pilot, lambda: len(table.rows) == 10 and app.latest is not None)
         assert [e.cause for e in table.rows[:2]] == ["item", "mark_step"]
         line = table.render_line(0).text
         assert "item" in line and "item_in_loop.py:31" in line and "miss" in line
@@ -75,13 +75,13 @@ async def test_the_first_screen_names_the_problem(sample_trace, sample: str, siz
     app = build_app(sample_trace(sample))
     async with app.run_test(size=size) as pilot:
         table = app.query_one(ExecutionList)
-        await wait_for(pilot, lambda: app.analysis is not None and app._opened)
+        await wait_for(pilot, lambda: app.latest is not None and app._opened)
         assert expected in strip_text(app)[0]
         assert all(len(line) <= size[0] for line in strip_text(app))  # one line each, never wrapped
         assert table.selected.cause == cause
         assert app.query_one("#details").active == tab
-        if app.analysis.findings:
-            assert table.selected.index == app.analysis.findings[0].executions[0]
+        if app.latest.findings:
+            assert table.selected.index == app.latest.findings[0].executions[0]
         header = str(app.query_one("#header").render())
         # The counts line survives any command length: the first line never wraps.
         assert header.splitlines()[1].startswith("steps ") and "misses" in header.splitlines()[1]
@@ -91,8 +91,8 @@ async def test_keys_move_between_findings_table_and_details(sample_trace) -> Non
     app = build_app(sample_trace("transformer_adamw"))
     async with app.run_test(size=(80, 24)) as pilot:
         table = app.query_one(ExecutionList)
-        await wait_for(pilot, lambda: app.analysis is not None and app._opened)
-        findings = app.analysis.findings
+        await wait_for(pilot, lambda: app.latest is not None and app._opened)
+        findings = app.latest.findings
         await pilot.press("g")  # the next finding: its first execution
         assert table.selected.index == findings[1].executions[0]
         await pilot.press("enter")
@@ -141,9 +141,9 @@ def test_a_big_trace_shows_all_its_rows_before_it_is_analysed(tmp_path: Path, mo
         updates.append(watcher.poll())
     assert [u.count for u in updates] == [100, 400, 700, 1000, 1050, 1050]
     # Every batch, the short last one too, goes out at once without waiting for the analysis ...
-    assert all(u.more and u.analysis is None for u in updates[:-1])
+    assert all(u.more and u.analysed is None for u in updates[:-1])
     # ... which comes right after, with everything in it.
-    assert updates[-1].analysis is not None and updates[-1].analysis.summary.executions == 1050
+    assert updates[-1].analysed is not None and updates[-1].analysed.summary.executions == 1050
 
 
 async def test_a_sorted_table_puts_rows_that_arrive_in_their_place(tmp_path: Path) -> None:
@@ -221,7 +221,7 @@ async def test_search_finds_an_op(sample_trace) -> None:
 async def test_findings_and_timing_tabs(sample_trace) -> None:
     app = build_app(sample_trace("fallback_mse"))
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.analysis is not None and app.run_info and app.run_info.finished)
+        await wait_for(pilot, lambda: app.latest is not None and app.run_info and app.run_info.finished)
         await pilot.press("6")
         findings = str(app.query_one("#findings-view").render())
         assert "aten::mse_loss falls back" in findings and "fallback_mse.py:30" in findings
@@ -294,7 +294,7 @@ def test_snapshots(snap_compare, sample_trace, tmp_path: Path, sample: str, keys
     async def settle(pilot) -> None:
         table = app.query_one(ExecutionList)
         await wait_for(pilot, lambda: app.run_info is not None and app.run_info.finished and table.rows
-                       and app.analysis is not None and app._opened)
+                       and app.latest is not None and app._opened)
         await pilot.press(*keys)
         await wait_for(pilot, lambda: any("execution" in view(app, v) or "at " in view(app, v)
                                           for v in ("ir-view", "diff-view", "stack-view")))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import lazyviz.trace
+import lazyviz
 from lazyviz.analysis import analyze
 from lazyviz.analysis.budget import Budget, baseline_of, baseline_problem, check_baseline, check_budget, site_key
 from lazyviz.analysis.compare import compare_runs
@@ -18,9 +18,10 @@ from lazyviz.analysis.diff import diff_texts
 from lazyviz.analysis.findings import extra_sync_findings, fallback_findings, growth_findings, repeated_block
 from lazyviz.analysis.ranks import find_divergence, step_graphs
 from lazyviz.analysis.recompiles import explain_recompiles
+from lazyviz.analysis.run import Run
 from lazyviz.analysis.summary import chart_scale, step_times, summarize
 from lazyviz.backends import BackendError, detect_backend
-from lazyviz.export import EXPORT_FORMATS, REPORT_FORMATS, RenderRequest, RunData, renderer_for
+from lazyviz.export import EXPORT_FORMATS, REPORT_FORMATS, RenderOptions, renderer_for
 from lazyviz.present import ADDED, CARRIED, ORIGIN, diff_marks, short_path, site_text
 from lazyviz.trace.model import Execution, Frame, RunInfo
 from lazyviz.trace.schema import GraphRecord
@@ -404,8 +405,8 @@ def empty_trace(tmp_path: Path) -> Path:
 def test_report_renderers_on_an_empty_and_a_small_trace(fmt: str, small_trace: Path, empty_trace: Path) -> None:
     renderer = renderer_for(REPORT_FORMATS, fmt, None, "text")
     for path in (empty_trace, small_trace):
-        with lazyviz.trace.open(path) as trace:
-            text = renderer.render(RenderRequest(RunData(trace)))
+        with lazyviz.open(path) as trace:
+            text = renderer.render(Run(trace), RenderOptions())
         assert text.endswith("\n") and "train.py" in text
     assert "recompiled" in text and "Float[16,64]" in text
 
@@ -413,15 +414,15 @@ def test_report_renderers_on_an_empty_and_a_small_trace(fmt: str, small_trace: P
 @pytest.mark.parametrize("fmt", [f for f in EXPORT_FORMATS if f != "svg"])
 def test_export_renderers(fmt: str, small_trace: Path, empty_trace: Path) -> None:
     renderer = renderer_for(EXPORT_FORMATS, fmt, None, "svg")
-    with lazyviz.trace.open(small_trace) as trace:
-        text = renderer.render(RenderRequest(RunData(trace), execution=4, diff=True))
+    with lazyviz.open(small_trace) as trace:
+        text = renderer.render(Run(trace), RenderOptions(execution=4, diff=True))
     assert text
-    with lazyviz.trace.open(empty_trace) as trace:
+    with lazyviz.open(empty_trace) as trace:
         if renderer.needs_execution:
-            with pytest.raises(lazyviz.trace.TraceError, match="no execution 0"):
-                renderer.render(RenderRequest(RunData(trace), execution=0))
+            with pytest.raises(lazyviz.TraceError, match="no execution 0"):
+                renderer.render(Run(trace), RenderOptions(execution=0))
         else:
-            assert json.loads(renderer.render(RenderRequest(RunData(trace))))["traceEvents"]
+            assert json.loads(renderer.render(Run(trace), RenderOptions()))["traceEvents"]
 
 
 def test_renderer_from_suffix() -> None:
@@ -435,8 +436,8 @@ def test_renderer_from_suffix() -> None:
 def test_markdown_table_survives_pipes(tmp_path: Path) -> None:
     path = tmp_path / "p.trace"
     write_trace(path, [execution(0, file="/repo/a|b.py")], argv=["a|b.py"])
-    with lazyviz.trace.open(path) as trace:
-        text = renderer_for(REPORT_FORMATS, "markdown", None, "text").render(RenderRequest(RunData(trace)))
+    with lazyviz.open(path) as trace:
+        text = renderer_for(REPORT_FORMATS, "markdown", None, "text").render(Run(trace), RenderOptions())
     assert "a\\|b.py" in text
 
 

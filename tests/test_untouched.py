@@ -52,8 +52,8 @@ def test_source_lines_keep_the_debug_helpers_as_untraced(tmp_path: Path) -> None
     trace = tmp_path / "lines.trace"
     traced = cli("run", "--no-tui", "-o", trace, SCRIPT)
     assert traced.status == 0 and traced.stdout == untraced.stdout
-    import lazyviz.trace
+    import lazyviz
 
-    with lazyviz.trace.open(trace) as opened:
+    with lazyviz.open(trace) as opened:
         graph = opened.graph(opened.executions()[0].graph)
     assert graph is not None and "location=train@ltc_debugging.py:" in graph.ir_text

@@ -19,12 +19,13 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
-from lazyviz.analysis import Analysis
 from lazyviz.analysis.findings import Finding
-from lazyviz.analysis.recompiles import Recompile
+from lazyviz.analysis.recompiles import PendingRecompile, Recompile
+from lazyviz.analysis.run import Run
 from lazyviz.analysis.summary import StepTimes
 from lazyviz.present import finding_headline, why_text
 from lazyviz.trace import Execution, RunInfo, Trace, TraceError
+from lazyviz.trace.files import new_file
 from lazyviz.tui.details import graphs_with
 from lazyviz.tui.panels import AUTO_TABS, EXECUTION_PANELS, TABS, DetailContext, explaining_tab, tab_key
 from lazyviz.tui.screens import HelpScreen
@@ -92,8 +93,7 @@ class LazyvizApp(App[None]):
         self.count = 0  # rows of the watcher's table shown so far
         self.ir_texts: dict[str, str] = {}
         self.run_info: RunInfo | None = None
-        self.analysis: Analysis | None = None
-        self.recompiles: dict[int, Recompile] = {}  # by execution, from the latest analysis
+        self.latest: Run | None = None  # the run as its latest analysis saw it
         self.analysed = 0  # executions the latest analysis covered
         self.counts = Counts()
         self.process_status: int | None = None
@@ -204,24 +204,23 @@ class LazyvizApp(App[None]):
             self.counts.add(table, self.count, update.count)
             self.count = update.count
             self.query_one(ExecutionList).show_rows(table, update.count)
-        if update.analysis is not None:
-            self.analysis = update.analysis
-            self.recompiles = {r.execution: r for r in update.analysis.recompiles}
-            self.analysed = update.analysis.summary.executions
+        if update.analysed is not None:
+            self.latest = update.analysed
+            self.analysed = update.analysed.summary.executions
             cwd = self.run_info.cwd if self.run_info else ""
             finished = bool(self.run_info and self.run_info.finished)
-            self.query_one(FindingsView).show(update.analysis.findings, cwd)
+            self.query_one(FindingsView).show(update.analysed.findings, cwd)
             strip = self.query_one(FindingsStrip)
-            strip.show(update.analysis.findings, cwd, finished)
+            strip.show(update.analysed.findings, cwd, finished)
             self._show_fix(strip.highlighted)
             self.query_one(StepChart).show(update.steps or StepTimes())
             self.query_one(ExecutionList).refresh()  # the why column
             self.refresh_bindings()
-        if not self._opened and self.analysis is not None and self._ended() and self.analysed >= self.count:
+        if not self._opened and self.latest is not None and self._ended() and self.analysed >= self.count:
             # A live run opens on its worst finding when it ends, as view does (once the
             # analysis has seen every row: an earlier one may not know it yet).
             self._opened = True
-            self._open_on_worst(self.analysis.findings)
+            self._open_on_worst(self.latest.findings)
         if update.error and not self.count:
             self.query_one("#ir-view", CodeView).set_text(f"cannot read {self.trace_path}: {update.error}")
         elif update.error:
@@ -234,7 +233,7 @@ class LazyvizApp(App[None]):
         return self.run_info is not None and self.run_info.finished
 
     def _show_fix(self, highlighted: int | None) -> None:
-        findings = self.analysis.findings if self.analysis else []
+        findings = self.latest.findings if self.latest else []
         at = highlighted if highlighted is not None and 0 <= highlighted < len(findings) else 0
         self.query_one(FixLine).show(findings[at] if findings else None)
 
@@ -287,8 +286,11 @@ class LazyvizApp(App[None]):
                 pass
         return max(0.0, time.time() - started)
 
+    def _recompile_at(self, index: int) -> Recompile | PendingRecompile | None:
+        return self.latest.recompile_at(index) if self.latest else None
+
     def _why(self, execution: Execution) -> str:
-        return why_text(execution, self.recompiles.get(execution.index), execution.index < self.analysed)
+        return why_text(execution, self._recompile_at(execution.index), execution.index < self.analysed)
 
     # -- the selected execution ---------------------------------------------------------
     @on(ExecutionList.Selected)
@@ -300,7 +302,7 @@ class LazyvizApp(App[None]):
             return
         tabs = found.first()
         if tabs.active in AUTO_TABS:
-            tabs.active = explaining_tab(message.execution, self.recompiles.get(message.execution.index))
+            tabs.active = explaining_tab(message.execution, self._recompile_at(message.execution.index))
         self.load_details(message.execution)
 
     @on(FindingsStrip.Chosen)
@@ -375,9 +377,9 @@ class LazyvizApp(App[None]):
         table.set_follow(not table.follow)
 
     def action_next_finding(self) -> None:
-        findings = self.analysis.findings if self.analysis else []
+        findings = self.latest.findings if self.latest else []
         if not findings:
-            self.notify("no findings" + ("" if self.analysis else " yet"))
+            self.notify("no findings" + ("" if self.latest else " yet"))
             return
         self.finding_cursor = (self.finding_cursor + 1) % len(findings)
         strip = self.query_one(FindingsStrip)
@@ -404,14 +406,14 @@ class LazyvizApp(App[None]):
         if action == "next_miss":
             return self.counts.misses > 0
         if action == "next_finding":
-            return bool(self.analysis and self.analysis.findings)
+            return bool(self.latest and self.latest.findings)
         if action == "switch_rank":
             return len(self.ranks) > 1
         return True
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """The command palette (ctrl+p): lazyviz's own actions first."""
-        for number, finding in enumerate(self.analysis.findings if self.analysis else [], 1):
+        for number, finding in enumerate(self.latest.findings if self.latest else [], 1):
             yield SystemCommand(f"Go to finding {number}: {finding_headline(finding)[:70]}",
                                 finding.message, lambda f=finding: self.go_to_finding(f))
         yield SystemCommand("Export the selected graph as SVG", "saved beside the trace, never over a file",
@@ -449,22 +451,13 @@ class LazyvizApp(App[None]):
             return
         try:
             svg = render_svg(execution_dot(ir, execution))
-            path = _new_file(self.trace_path.with_name(f"{self.trace_path.name}.execution-{execution.index}"), ".svg")
+            path = new_file(self.trace_path.with_name(f"{self.trace_path.name}.execution-{execution.index}"), ".svg")
             with path.open("x", encoding="utf-8") as handle:  # never over an existing file
                 handle.write(svg)
         except (ExportError, OSError) as error:
             self.call_from_thread(self.notify, str(error), severity="error", timeout=8)
             return
         self.call_from_thread(self.notify, f"saved {path}")
-
-
-def _new_file(stem: Path, suffix: str) -> Path:
-    """stem + suffix, or stem-2 + suffix, ...: the first name not taken."""
-    path, number = Path(f"{stem}{suffix}"), 1
-    while path.exists():
-        number += 1
-        path = Path(f"{stem}-{number}{suffix}")
-    return path
 
 
 def build_app(trace_path: Path, process: subprocess.Popen | None = None, output_path: Path | None = None,

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lazyviz.analysis import Analysis, analyze
+from lazyviz.analysis.run import Run
 from lazyviz.analysis.summary import StepTimes, step_times
 from lazyviz.trace import RunInfo, Trace, TraceError
 from lazyviz.trace.table import ExecutionTable
@@ -28,7 +28,7 @@ class TraceUpdate:
     ir_texts: dict[str, str] = field(default_factory=dict)  # new graphs
     output: str = ""
     process_status: int | None = None
-    analysis: Analysis | None = None
+    analysed: Run | None = None  # the run so far, analysed
     steps: StepTimes | None = None  # time per step, with each analysis
     error: str | None = None
     done: bool = False  # nothing more will come
@@ -36,7 +36,7 @@ class TraceUpdate:
 
     @property
     def empty(self) -> bool:
-        return not (self.added or self.ir_texts or self.output or self.analysis or self.error or self.done)
+        return not (self.added or self.ir_texts or self.output or self.analysed or self.error or self.done)
 
 
 class TraceWatcher:
@@ -126,7 +126,7 @@ class TraceWatcher:
         due = not update.added or (not update.more and now - self._analyzed_at > self._analyze_every)
         fresh = len(table) != self._analyzed_count or finished != self._analyzed_finished
         if fresh and due:
-            update.analysis = analyze(update.run, table, self.ir_texts)
+            update.analysed = Run.of(update.run, table, self.ir_texts).analysed()  # here, never in the UI's thread
             update.steps = step_times(table)
             # A long live run (hundreds of thousands of rows) analyses for seconds: wait
             # four times that long before the next, so rows keep following.

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from lazyviz.analysis.run import Run
 from lazyviz.commands.base import add_force, count, execution_index, open_trace, write_output
-from lazyviz.export import EXPORT_FORMATS, RenderRequest, RunData, renderer_for
+from lazyviz.export import EXPORT_FORMATS, RenderOptions, renderer_for
 
 
 class ExportCommand:
@@ -37,7 +38,8 @@ class ExportCommand:
         inputs = (options.trace,)
         if options.output:  # refuse a bad -o before the work, not after it
             check_output_path(options.output, options.force, inputs)
-        request = RenderRequest(RunData(open_trace(options.trace)), options.execution, options.diff,
-                                options.around, options.depth, options.max_nodes, options.label)
-        write_output(renderer.render(request), options, options.output, inputs, for_people=renderer.for_people)
+        render = RenderOptions(options.execution, options.diff, options.around, options.depth, options.max_nodes,
+                               options.label)
+        text = renderer.render(Run(open_trace(options.trace)), render)
+        write_output(text, options, options.output, inputs, for_people=renderer.for_people)
         return 0

@@ -7,8 +7,9 @@ import json
 import sys
 from pathlib import Path
 
+from lazyviz.analysis.run import Run
 from lazyviz.commands.base import CliError, add_force, open_ranks, open_trace, write_output
-from lazyviz.export import REPORT_FORMATS, RenderRequest, RunData, renderer_for
+from lazyviz.export import REPORT_FORMATS, RenderOptions, renderer_for
 
 
 class ReportCommand:
@@ -29,15 +30,15 @@ class ReportCommand:
         renderer = renderer_for(REPORT_FORMATS, options.format, options.output, "text")
         if Path(options.trace).is_dir():
             return self._ranks(options, renderer.name)
-        request = RenderRequest(RunData(open_trace(options.trace)), all_findings=options.all_findings)
+        run, render = Run(open_trace(options.trace)), RenderOptions(all_findings=options.all_findings)
         if options.output is None and renderer.name == "text":
             from lazyviz._output import printable
             from lazyviz.export.report import coloured
 
-            text = renderer.render(request)
+            text = renderer.render(run, render)
             sys.stdout.write(coloured(printable(text), sys.stdout))  # colour on a terminal, unless NO_COLOR
             return 0
-        write_output(renderer.stream(request), options, options.output, inputs=(options.trace,),
+        write_output(renderer.stream(run, render), options, options.output, inputs=(options.trace,),
                      for_people=renderer.for_people)
         return 0
 
@@ -49,7 +50,7 @@ class ReportCommand:
         if fmt not in ("text", "json"):
             raise CliError(f"--format {fmt} reports one trace: give one rank's file (e.g. "
                            f"{Path(options.trace) / 'rank0.trace'})")
-        ranks = {rank: RunData(trace) for rank, trace in open_ranks(options.trace).items()}
+        ranks = {rank: Run(trace) for rank, trace in open_ranks(options.trace).items()}
         divergence = find_divergence({r: d.executions for r, d in ranks.items()},
                                      {r: d.ir_texts for r, d in ranks.items()})
         inputs = tuple(str(d.path) for d in ranks.values())

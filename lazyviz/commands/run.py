@@ -12,6 +12,7 @@ from pathlib import Path
 
 from lazyviz.backends import BACKENDS
 from lazyviz.commands.base import CliError, add_force, regular_file, say
+from lazyviz.trace.files import claim_trace_path, default_rank_folder, default_trace_path, held_apart, output_path, rank_trace
 
 
 def under_torchrun() -> bool:
@@ -51,7 +52,6 @@ class RunCommand:
     def run(self, options: argparse.Namespace) -> int:
         from lazyviz._source import imported_modules
         from lazyviz.backends import detect_backend, prepare_backend
-        from lazyviz.trace.files import claim_trace_path
 
         if options.target is None:
             raise CliError("run: give the script to run (or -m MODULE)")
@@ -75,7 +75,7 @@ class RunCommand:
             started = True
             if under_torchrun() and os.environ["RANK"] != "0":
                 # Under torchrun, rank 0 talks to the terminal; the others write beside their traces.
-                with open(f"{trace_path}.out", "xb") as output:
+                with open(output_path(trace_path), "xb") as output:
                     return self._finish(trace_path, self._run_plain(command, output), quiet=True)
             if options.no_tui or not (sys.stdout.isatty() and sys.stdin.isatty()):
                 return self._finish(trace_path, self._run_plain(command))
@@ -87,8 +87,6 @@ class RunCommand:
 
     @staticmethod
     def _trace_path(options: argparse.Namespace) -> Path:
-        from lazyviz.tracer import default_trace_path
-
         if options.output is not None:
             if options.output == "":
                 raise CliError("-o needs a path (leave -o out for the default name)")
@@ -98,18 +96,18 @@ class RunCommand:
                 raise CliError(f"{options.output} is a symbolic link: -o writes a new file, never through a link")
         if under_torchrun():
             # One trace per rank, always in a folder: ranks never share a file.
-            folder = Path(options.output or _default_rank_folder(options.target)).resolve()
+            folder = Path(options.output or default_rank_folder(options.target)).resolve()
             if folder.exists() and not folder.is_dir():
                 raise CliError(f"under torchrun -o names a folder of rank traces, and {folder} is a file")
             try:
                 folder.mkdir(parents=True, exist_ok=True)
             except OSError as error:
                 raise CliError(f"cannot create {folder}: {error.strerror}") from None
-            return folder / f"rank{os.environ['RANK']}.trace"
+            return rank_trace(folder, os.environ["RANK"])
         trace_path = Path(options.output or default_trace_path(options.target)).resolve()
         if options.output and (trace_path.is_dir() or options.output.endswith(os.sep)):
             trace_path.mkdir(parents=True, exist_ok=True)
-            trace_path = trace_path / "rank0.trace"
+            trace_path = rank_trace(trace_path, 0)
         if not trace_path.parent.is_dir():
             raise CliError(f"cannot write {trace_path}: no such directory {trace_path.parent}")
         return trace_path
@@ -129,15 +127,15 @@ class RunCommand:
         from lazyviz._supervisor import Supervised
         from lazyviz.tui.app import build_app
 
-        output_path = Path(f"{trace_path}.out")
-        with open(output_path, "xb") as output:
-            child = Supervised(command, own_session=True, stdin=subprocess.DEVNULL, stdout=output,
+        output = output_path(trace_path)
+        with open(output, "xb") as output_file:
+            child = Supervised(command, own_session=True, stdin=subprocess.DEVNULL, stdout=output_file,
                                stderr=subprocess.STDOUT, exit_on_hangup=trace_path)
         # SIGTERM reaches the script through the supervisor; the UI notices (child.received)
         # on its own timer and closes, restoring the terminal. A signal handler must not
         # call into Textual: it may be in the middle of the very call it would re-enter.
         try:
-            app = build_app(trace_path, child.process, output_path, close_when=lambda: child.received is not None)
+            app = build_app(trace_path, child.process, output, close_when=lambda: child.received is not None)
             app.run()
         finally:
             if child.poll() is None and (_run_finished(trace_path) or child.received is not None):
@@ -181,7 +179,6 @@ class RunCommand:
     @staticmethod
     def _finish(trace_path: Path, returncode: int, quiet: bool = False) -> int:
         from lazyviz._supervisor import exit_status_of, record_ending
-        from lazyviz.trace.files import held_apart
 
         record_ending(trace_path, returncode)
         status = exit_status_of(returncode)
@@ -195,6 +192,7 @@ class RunCommand:
 
 def _summary_text(trace_path: Path, status: int) -> str:
     """The end-of-run summary, or one line when there is nothing to summarise."""
+    from lazyviz.analysis.run import Run
     from lazyviz.export.report import text_report
     from lazyviz.trace import TraceError
     from lazyviz.trace import open as open_trace
@@ -203,13 +201,14 @@ def _summary_text(trace_path: Path, status: int) -> str:
         return ""  # the tracer never started; it said why
     try:
         with open_trace(trace_path) as trace:
-            run, executions = trace.run, trace.table()
+            recorded = Run(trace)
+            run, executions = recorded.info, recorded.executions
             if not run.argv:
                 return ""
             if not executions and not run.fallbacks_after_last_execution and not run.device_used:
                 return (f"lazyviz: {run.script} ran no lazy-tensor graph (nothing on device '{run.device}'), "
                         f"{run.state}; trace: {trace_path}")
-            return text_report(run, executions, trace.ir_texts(), trace_path)
+            return text_report(recorded)
     except TraceError as error:
         return f"lazyviz: cannot read the trace: {error}"
 
@@ -223,14 +222,6 @@ def _script_traceback(trace_path: Path) -> str:
             return trace.run.traceback or ""
     except TraceError:
         return ""
-
-
-def _default_rank_folder(target: str) -> Path:
-    """One folder shared by the ranks of one torchrun job (they have different pids)."""
-    stem = Path(target).stem if target.endswith(".py") else target.rsplit(".", 1)[-1]
-    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
-    job = run_id if run_id and run_id != "none" and run_id.replace("-", "").isalnum() else str(os.getppid())
-    return Path.cwd() / f"lazyviz-{stem}.{job}"
 
 
 def _run_finished(trace_path: Path) -> bool:

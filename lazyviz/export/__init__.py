@@ -1,53 +1,25 @@
 """Renderers from trace data to text and files, and their registry.
 
-Every renderer takes one RenderRequest (the trace's data, loaded once on first use, and
-for the graph formats the execution and drawing options) and returns text. A new
-format is one module with a Renderer subclass plus one line in REPORT_FORMATS or
-EXPORT_FORMATS below; `--format` names it and `-o`'s suffix picks it.
+Every renderer takes one analysed Run (lazyviz.analysis.run: the trace's parts, read
+once on first use, and their analysis, computed once) and the RenderOptions (for the
+graph formats, which execution and how to draw it), and returns text. A new format is
+one module with a Renderer subclass plus one line in REPORT_FORMATS or EXPORT_FORMATS
+below; `--format` names it and `-o`'s suffix picks it.
 """
 from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
+from lazyviz.analysis.run import Run
 from lazyviz.errors import LazyvizError
-
-if TYPE_CHECKING:
-    from lazyviz.trace import Graph, RunInfo, Trace
-    from lazyviz.trace.table import ExecutionTable
-
-
-class RunData:
-    """One trace's contents as renderers read them, each part read once."""
-
-    def __init__(self, trace: Trace) -> None:
-        self.trace = trace
-        self.path = trace.path
-
-    @cached_property
-    def run(self) -> RunInfo:
-        return self.trace.run
-
-    @cached_property
-    def executions(self) -> ExecutionTable:
-        return self.trace.table()
-
-    @cached_property
-    def graphs(self) -> list[Graph]:
-        return self.trace.graphs()
-
-    @cached_property
-    def ir_texts(self) -> dict[str, str]:
-        return self.trace.ir_texts()
 
 
 @dataclass
-class RenderRequest:
-    data: RunData
+class RenderOptions:
     execution: int | None = None  # the graph formats draw one execution
     diff: bool = False  # mark what changed since the closest earlier graph
     around: str | None = None  # only this node's neighbourhood
@@ -62,12 +34,12 @@ class Renderer:
     for_people: ClassVar[bool] = False  # text for a terminal: control characters are escaped
     needs_execution: ClassVar[bool] = False
 
-    def render(self, request: RenderRequest) -> str:
+    def render(self, run: Run, options: RenderOptions) -> str:
         raise NotImplementedError
 
-    def stream(self, request: RenderRequest) -> Iterator[str]:
+    def stream(self, run: Run, options: RenderOptions) -> Iterator[str]:
         """The text in pieces, for output that need not be held whole (a long run's JSON)."""
-        yield self.render(request)
+        yield self.render(run, options)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from lazyviz.export import Renderer, RenderRequest
+from lazyviz.analysis.run import Run
+from lazyviz.export import Renderer, RenderOptions
 from lazyviz.present import site_text
 from lazyviz.trace.model import Execution, RunInfo
 
@@ -50,5 +51,5 @@ def chrome_trace(run: RunInfo, executions: list[Execution]) -> dict:
 class ChromeRenderer(Renderer):
     name = "chrome"
 
-    def render(self, request: RenderRequest) -> str:
-        return json.dumps(chrome_trace(request.data.run, request.data.executions)) + "\n"
+    def render(self, run: Run, options: RenderOptions) -> str:
+        return json.dumps(chrome_trace(run.info, run.executions)) + "\n"

@@ -1,24 +1,25 @@
 """One execution's graph as text: the IR, or the backend's code for it."""
 from __future__ import annotations
 
+from lazyviz.analysis.run import Run
 from lazyviz.errors import LazyvizError
-from lazyviz.export import Renderer, RenderRequest
+from lazyviz.export import Renderer, RenderOptions
 from lazyviz.trace.model import Execution, Graph
 
 
-def execution_graph(request: RenderRequest) -> tuple[Execution, Graph]:
-    if request.execution is None:
+def execution_graph(run: Run, options: RenderOptions) -> tuple[Execution, Graph]:
+    if options.execution is None:
         raise LazyvizError("this format draws one execution: give --execution N")
-    execution = request.data.trace.execution(request.execution)
-    graph = request.data.trace.graph(execution.graph)
+    execution = run.execution(options.execution)
+    graph = run.graph(execution.graph)
     if graph is None:
         raise LazyvizError(f"graph {execution.graph} of execution {execution.index} is not in the trace")
     return execution, graph
 
 
-def require_ir(request: RenderRequest, graph: Graph) -> str:
+def require_ir(run: Run, graph: Graph) -> str:
     if not graph.ir_text:
-        raise LazyvizError(f"{request.data.path} has no IR text (recorded with --capture light)")
+        raise LazyvizError(f"{run.path} has no IR text (recorded with --capture light)")
     return graph.ir_text
 
 
@@ -26,13 +27,13 @@ class IrRenderer(Renderer):
     name = "ir"
     needs_execution = True
 
-    def render(self, request: RenderRequest) -> str:
-        return require_ir(request, execution_graph(request)[1])
+    def render(self, run: Run, options: RenderOptions) -> str:
+        return require_ir(run, execution_graph(run, options)[1])
 
 
 class BackendRenderer(Renderer):
     name = "backend"
     needs_execution = True
 
-    def render(self, request: RenderRequest) -> str:
-        return execution_graph(request)[1].backend_text
+    def render(self, run: Run, options: RenderOptions) -> str:
+        return execution_graph(run, options)[1].backend_text

@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 
 from lazyviz.analysis.findings import repeated_block
 from lazyviz.analysis.ir import IRGraph, Node, parsed
-from lazyviz.analysis.recompiles import Recompile
+from lazyviz.analysis.recompiles import Recompile, explain_execution
+from lazyviz.analysis.run import Run
 from lazyviz.errors import LazyvizError
-from lazyviz.export import Renderer, RenderRequest
+from lazyviz.export import Renderer, RenderOptions
+from lazyviz.export.graph_text import execution_graph, require_ir
 from lazyviz.present import drawing_title
 from lazyviz.trace.model import Execution
 
@@ -264,20 +266,16 @@ class DotRenderer(Renderer):
     name = "dot"
     needs_execution = True
 
-    def render(self, request: RenderRequest) -> str:
-        from lazyviz.analysis.recompiles import explain_execution
-        from lazyviz.export.graph_text import execution_graph, require_ir
-
-        execution, graph = execution_graph(request)
-        ir_text = require_ir(request, graph)
-        data = request.data
-        explained = explain_execution(data.executions, data.ir_texts, execution.index) if request.diff else None
-        return execution_dot(ir_text, execution, explained, request.diff, request.around, request.depth,
-                             request.max_nodes, request.label)
+    def render(self, run: Run, options: RenderOptions) -> str:
+        execution, graph = execution_graph(run, options)
+        ir_text = require_ir(run, graph)
+        explained = explain_execution(run.executions, run.ir_texts, execution.index) if options.diff else None
+        return execution_dot(ir_text, execution, explained, options.diff, options.around, options.depth,
+                             options.max_nodes, options.label)
 
 
 class SvgRenderer(DotRenderer):
     name = "svg"
 
-    def render(self, request: RenderRequest) -> str:
-        return render_svg(super().render(request))
+    def render(self, run: Run, options: RenderOptions) -> str:
+        return render_svg(super().render(run, options))

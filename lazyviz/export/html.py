@@ -9,14 +9,25 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from html import escape
 
-from lazyviz.analysis import analyze
 from lazyviz.analysis.findings import Finding
 from lazyviz.analysis.ir import parsed
 from lazyviz.analysis.recompiles import Recompile, explain_execution
+from lazyviz.analysis.run import Run
 from lazyviz.analysis.summary import chart_scale, step_times
-from lazyviz.export import Renderer, RenderRequest
-from lazyviz.present import ADDED, CARRIED, KIND_LABELS, ORIGIN, diff_marks, readable_backend, readable_ir, site_text, why_text
-from lazyviz.trace.model import Execution, Graph, RunInfo
+from lazyviz.export import Renderer, RenderOptions
+from lazyviz.present import (
+    ADDED,
+    CARRIED,
+    CLEAN_RUN,
+    KIND_LABELS,
+    ORIGIN,
+    diff_marks,
+    readable_backend,
+    readable_ir,
+    site_text,
+    why_text,
+)
+from lazyviz.trace.model import Execution, Graph
 
 MAX_DRAWN = 8  # graphs the problems point at, drawn with Graphviz; the rest say how to draw them
 # Boxes per drawing on the page (`lazyviz export` draws up to 300): dot's time grows
@@ -129,17 +140,17 @@ def _diff_block(execution: Execution, executions: list[Execution],
             f"<pre>{chr(10).join(lines)}</pre>"), recompile
 
 
-def _finding_html(finding: Finding, recompiles: dict[int, Recompile], cwd: str) -> str:
+def _finding_html(finding: Finding, recorded: Run) -> str:
     """One problem: what, where, the fix, its executions linked; a recompile's every change
     behind a click."""
     links = ", ".join(f'<a href="#e-{i}">{i}</a>' for i in finding.executions[:12])
     more = f" and {len(finding.executions) - 12} more" if len(finding.executions) > 12 else ""
-    site = f" at <code>{escape(site_text(finding.frame, cwd))}</code>" if finding.frame else ""
+    site = f" at <code>{escape(site_text(finding.frame, recorded.info.cwd))}</code>" if finding.frame else ""
     html = (f'<div class="finding"><b class="sev-{escape(finding.severity)}">{escape(finding.severity)}</b> '
             f'<b>{escape(KIND_LABELS.get(finding.kind, finding.kind))}</b>{site}: {escape(finding.message)}')
     if finding.kind == "fallback" and finding.details.get("op"):
         html += f'<br><span class="op">op: <code>{escape(finding.details["op"])}</code></span>'
-    recompile = recompiles.get(finding.executions[0]) if finding.executions else None
+    recompile = recorded.recompile_at(finding.executions[0]) if finding.executions else None
     if finding.kind in ("recompile", "dynamic_shape") and recompile is not None and recompile.diff is not None:
         origins = recompile.diff.origins
         html += (f"<details><summary>what changed ({len(origins)})</summary><ul>"
@@ -151,14 +162,13 @@ def _finding_html(finding: Finding, recompiles: dict[int, Recompile], cwd: str) 
     return html + "</div>"
 
 
-def html_report(run: RunInfo, executions: list[Execution], graphs: list[Graph], draw: bool = True) -> str:
+def html_report(recorded: Run, draw: bool = True) -> str:
     """Problems first, each linked to its executions and drawn; then the step chart, the
     table and the graphs the problems point at. Other graphs are one line each (with the
     command that exports them): the page stays small on a run of hundreds of graphs."""
-    ir_texts = {g.id: g.ir_text for g in graphs}
-    analysis = analyze(run, executions, ir_texts)
+    run, executions, graphs = recorded.info, recorded.executions, recorded.graphs
+    ir_texts, analysis = recorded.ir_texts, recorded.analysis
     summary = analysis.summary
-    recompiles = {r.execution: r for r in analysis.recompiles}
     by_index = {e.index: e for e in executions}
     parts = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
@@ -172,8 +182,8 @@ def html_report(run: RunInfo, executions: list[Execution], graphs: list[Graph], 
         f"<h2>Problems ({len(analysis.findings)})</h2>",
     ]
     if not analysis.findings:
-        parts.append("<p>none: one execution per step, no fallbacks, no recompiles after warm-up</p>")
-    parts += [_finding_html(f, recompiles, run.cwd) for f in analysis.findings]
+        parts.append(f"<p>none: {CLEAN_RUN}</p>")
+    parts += [_finding_html(f, recorded) for f in analysis.findings]
     # The graphs the problems point at (their first execution), drawn and kept in full.
     shown: dict[str, Execution] = {}
     for finding in analysis.findings:
@@ -190,7 +200,7 @@ def html_report(run: RunInfo, executions: list[Execution], graphs: list[Graph], 
         site = escape(site_text(e.frame, run.cwd))
         graph = (f'<a href="#graph-{escape(e.graph)}">{escape(e.graph[:8])}</a>' if e.graph in shown
                  else escape(e.graph[:8]))
-        why = why_text(e, recompiles.get(e.index))
+        why = why_text(e, recorded.recompile_at(e.index))
         parts.append(
             f'<tr id="e-{e.index}" class="cause-{escape(e.cause)}{" miss" if e.is_miss else ""}"><td class=num>'
             f"{e.index}</td><td class=num>{e.step}</td><td class=cause>{escape(e.cause)}</td>"
@@ -242,5 +252,5 @@ def _first_runs(executions: list[Execution]) -> dict[str, Execution]:
 class HtmlRenderer(Renderer):
     name = "html"
 
-    def render(self, request: RenderRequest) -> str:
-        return html_report(request.data.run, request.data.executions, request.data.graphs)
+    def render(self, run: Run, options: RenderOptions) -> str:
+        return html_report(run)

@@ -2,9 +2,9 @@
 into an issue or a pull request."""
 from __future__ import annotations
 
-from lazyviz.analysis import analyze
-from lazyviz.export import Renderer, RenderRequest
-from lazyviz.present import short_path, site_text
+from lazyviz.analysis.run import Run
+from lazyviz.export import Renderer, RenderOptions
+from lazyviz.present import CLEAN_RUN, short_path, site_text
 
 
 def _cell(text: str) -> str:
@@ -15,16 +15,13 @@ def _cell(text: str) -> str:
 class MarkdownRenderer(Renderer):
     name = "markdown"
 
-    def render(self, request: RenderRequest) -> str:
-        data = request.data
-        run = data.run
-        analysis = analyze(run, data.executions, data.ir_texts)
+    def render(self, recorded: Run, options: RenderOptions) -> str:
+        run, analysis = recorded.info, recorded.analysis
         summary = analysis.summary
         lines = [f"### lazyviz: `{_cell(run.command)}`", "",
                  f"{run.backend} backend, capture {run.capture}, torch {run.versions.get('torch', '?')}: "
                  f"{_cell(run.state)}", ""]
-        lines.append("**Findings**" if analysis.findings else "**No findings**: one execution per step, "
-                     "no fallbacks, no recompiles after warm-up")
+        lines.append("**Findings**" if analysis.findings else f"**No findings**: {CLEAN_RUN}")
         lines.append("")
         for finding in analysis.findings:
             where = f" at `{_cell(site_text(finding.frame, run.cwd))}`" if finding.frame else ""

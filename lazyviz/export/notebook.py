@@ -1,4 +1,4 @@
-"""The compact HTML summary shown under a `%%lazyviz` cell (and for a Session in a
+"""The compact HTML summary shown under a `%%lazyviz` cell (and for a Recorder in a
 notebook): findings first, each with its line, then the run in numbers, the first
 recompile's explanation, and the drawing of the graph the first finding points at.
 An HTML fragment with inline styles (notebooks strip <style> in some viewers);
@@ -7,19 +7,19 @@ from __future__ import annotations
 
 from html import escape
 
-from lazyviz.analysis import analyze
 from lazyviz.analysis.recompiles import explain_execution
+from lazyviz.analysis.run import Run
 from lazyviz.errors import LazyvizError
-from lazyviz.export import RenderRequest, RunData
-from lazyviz.present import plural, site_text
+from lazyviz.export import RenderOptions
+from lazyviz.export.graphviz import SvgRenderer
+from lazyviz.present import CLEAN_RUN, plural, site_text, steps_text
 
 DRAWN_NODES = 120  # a larger graph is drawn collapsed: a notebook output should stay small
 COLOURS = {"error": "#c00", "warning": "#9a6700", "info": "#0969da"}
 
 
-def _finding_items(data: RunData) -> tuple[list[str], int | None]:
-    run = data.run
-    analysis = analyze(run, data.executions, data.ir_texts)
+def _finding_items(recorded: Run) -> tuple[list[str], int | None]:
+    run, analysis = recorded.info, recorded.analysis
     items = []
     for finding in analysis.findings:
         where = f" at <code>{escape(site_text(finding.frame, run.cwd))}</code>" if finding.frame else ""
@@ -31,25 +31,20 @@ def _finding_items(data: RunData) -> tuple[list[str], int | None]:
     return items, pointed
 
 
-def _numbers(data: RunData) -> str:
-    summary = analyze(data.run, data.executions, data.ir_texts).summary
-    if summary.steps:
-        steps = f"in {plural(summary.steps, 'step')} ({summary.executions / summary.steps:.1f} per step)"
-    else:
-        steps = "and no mark_step() (no steps)"
+def _numbers(recorded: Run) -> str:
+    summary = recorded.summary
+    steps = steps_text(summary)
     fallbacks = ", ".join(f"{escape(op)} x{n}" for op, n in summary.fallbacks.items()) or "none"
     return (f"{plural(summary.executions, 'execution')} {steps} · {plural(summary.graphs, 'distinct graph')} · "
             f"{plural(summary.misses, 'cache miss')} · fallbacks: {fallbacks}")
 
 
-def _drawing(data: RunData, index: int) -> str:
-    from lazyviz.export.graphviz import SvgRenderer
-
-    execution = next((e for e in data.executions if e.index == index), None)
-    if execution is None or not data.ir_texts.get(execution.graph):
+def _drawing(recorded: Run, index: int) -> str:
+    execution = next((e for e in recorded.executions if e.index == index), None)
+    if execution is None or not recorded.ir_texts.get(execution.graph):
         return ""  # light capture: no IR to draw
     try:
-        svg = SvgRenderer().render(RenderRequest(data, execution=index, diff=True, max_nodes=DRAWN_NODES))
+        svg = SvgRenderer().render(recorded, RenderOptions(execution=index, diff=True, max_nodes=DRAWN_NODES))
     except LazyvizError as error:  # no Graphviz here: say so, the rest of the summary stands
         return f"<p style='color:#666'>(no drawing: {escape(str(error))})</p>"
     svg = svg[svg.find("<svg"):]  # drop the XML prolog and doctype: this is inline
@@ -58,28 +53,27 @@ def _drawing(data: RunData, index: int) -> str:
             f"<div style='max-width:100%;max-height:40em;overflow:auto'>{svg}</div></details>")
 
 
-def summary_html(data: RunData, draw: bool = True) -> str:
-    run = data.run
-    items, pointed = _finding_items(data)
+def summary_html(recorded: Run, draw: bool = True) -> str:
+    run = recorded.info
+    items, pointed = _finding_items(recorded)
     findings = (f"<ol style='margin:.3em 0'>{''.join(items)}</ol>" if items
-                else "<p style='color:#1a7f37'>No problems found: no recompiles after warm-up, extra syncs or "
-                     "fallbacks.</p>")
+                else f"<p style='color:#1a7f37'>No findings: {CLEAN_RUN}.</p>")
     parts = [
         "<div class='lazyviz-summary' style='font:13px/1.45 system-ui,sans-serif'>",
         f"<div><b>lazyviz</b> · {escape(run.command)} · {escape(run.backend)}, capture {escape(run.capture)} · "
         f"{escape(run.state)}</div>",
         f"<div style='margin-top:.4em'><b>Findings</b></div>{findings}",
-        f"<div>{_numbers(data)}</div>",
+        f"<div>{_numbers(recorded)}</div>",
     ]
-    first = next((r for r in analyze(run, data.executions, data.ir_texts).recompiles if not r.warmup), None)
+    first = next((r for r in recorded.recompiles if not r.warmup), None)
     if first is not None:
-        explained = explain_execution(data.executions, data.ir_texts, first.execution) or first
+        explained = explain_execution(recorded.executions, recorded.ir_texts, first.execution) or first
         changes = "".join(f"<li>{escape(c.describe())}</li>" for c in (explained.diff.origins[:5] if explained.diff else []))
         parts.append(f"<div style='margin-top:.4em'><b>First recompile after warm-up</b>: execution "
                      f"{first.execution} at step {first.step}: {escape(explained.headline())}</div>"
                      + (f"<ul style='margin:.2em 0'>{changes}</ul>" if changes else ""))
     if draw and pointed is not None:
-        parts.append(_drawing(data, pointed))
-    parts.append(f"<div style='color:#666'>trace: <code>{escape(str(data.path))}</code> · "
-                 f"<code>lazyviz view {escape(str(data.path))}</code> shows every execution</div></div>")
+        parts.append(_drawing(recorded, pointed))
+    parts.append(f"<div style='color:#666'>trace: <code>{escape(str(recorded.path))}</code> · "
+                 f"<code>lazyviz view {escape(str(recorded.path))}</code> shows every execution</div></div>")
     return "".join(parts)

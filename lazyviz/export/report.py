@@ -7,17 +7,16 @@ import json
 import os
 import re
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import TextIO
 
-from lazyviz.analysis import Analysis, analyze
 from lazyviz.analysis.findings import ROOT_KINDS, SEVERITIES, Finding
 from lazyviz.analysis.ranks import Divergence
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
+from lazyviz.analysis.run import Run
 from lazyviz.analysis.summary import graph_stats
-from lazyviz.export import Renderer, RenderRequest, RunData
-from lazyviz.present import KIND_LABELS, divergence_text, plural, short_path, site_text
-from lazyviz.trace.model import Execution, RunInfo
+from lazyviz.export import Renderer, RenderOptions
+from lazyviz.present import CLEAN_RUN, KIND_LABELS, divergence_text, plural, short_path, site_text, steps_text
+from lazyviz.trace.model import Execution
 from lazyviz.trace.table import ExecutionTable
 
 REPORT_FORMAT = "lazyviz-report"
@@ -144,13 +143,11 @@ class RecompileDicts:
         return recompiles_json(self.recompiles)
 
 
-def json_report(run: RunInfo, executions: Sequence[Execution], ir_texts: dict[str, str],
-                lines: bool = False) -> dict:
+def json_report(recorded: Run, lines: bool = False) -> dict:
     """The machine-readable report; field names and meanings are stable within a version.
     lines: its executions as ExecutionLines and its recompiles as RecompileDicts (for
     dumps_report), not lists of dicts."""
-    executions = ExecutionTable.of(executions)
-    analysis = analyze(run, executions, ir_texts)
+    run, executions, analysis = recorded.info, recorded.executions, recorded.analysis
     summary = analysis.summary
     return {
         "format": REPORT_FORMAT,
@@ -204,11 +201,12 @@ def _finding_groups(findings: list[Finding]) -> list[list[Finding]]:
                                                   -sum(f.cost_ms for f in g)))
 
 
-def _finding_lines(finding: Finding, recompiles: dict[int, Recompile], cwd: str) -> list[str]:
-    where = f" [{site_text(finding.frame, cwd)}]" if finding.frame else ""
+def _finding_lines(finding: Finding, recorded: Run) -> list[str]:
+    where = f" [{site_text(finding.frame, recorded.info.cwd)}]" if finding.frame else ""
     lines = [f"    {finding.severity}: {finding.message}{where}"]
     # A recompile's other origins, once, under its headline (which shows the first).
-    recompile = recompiles.get(finding.executions[0]) if finding.kind == "recompile" and finding.executions else None
+    recompile = (recorded.recompile_at(finding.executions[0])
+                 if finding.kind == "recompile" and finding.executions else None)
     if recompile is not None and recompile.diff is not None:
         lines += [f"      also: {change.describe()}" for change in recompile.diff.origins[1:4]]
     if finding.fix:
@@ -216,25 +214,23 @@ def _finding_lines(finding: Finding, recompiles: dict[int, Recompile], cwd: str)
     return lines
 
 
-def text_report(run: RunInfo, executions: list[Execution], ir_texts: dict[str, str],
-                trace_path: Path | None = None, all_findings: bool = False) -> str:
+def text_report(recorded: Run, all_findings: bool = False) -> str:
     """Findings first, each with its line and fix, then the run's figures. Findings of
     one kind at one site are grouped, and the top few shown, unless all_findings."""
-    analysis: Analysis = analyze(run, executions, ir_texts)
+    run, executions, analysis, trace_path = recorded.info, recorded.executions, recorded.analysis, recorded.path
     summary = analysis.summary
     lines = [f"lazyviz: {run.command} ({run.backend}, capture {run.capture}) {run.state}"]
-    recompiles = {r.execution: r for r in analysis.recompiles}
     if analysis.findings:
         lines.append("  findings:")
         if all_findings:
             for finding in analysis.findings:
-                lines += _finding_lines(finding, recompiles, run.cwd)
+                lines += _finding_lines(finding, recorded)
         else:
             groups = _finding_groups(analysis.findings)
             for group in groups[:TOP_GROUPS]:
                 first = group[0]
                 if len(group) == 1:
-                    lines += _finding_lines(first, recompiles, run.cwd)
+                    lines += _finding_lines(first, recorded)
                     continue
                 cost = sum(f.cost_ms for f in group)
                 lines.append(f"    {first.severity}: {len(group)} {KIND_LABELS.get(first.kind, first.kind)} "
@@ -248,11 +244,7 @@ def text_report(run: RunInfo, executions: list[Execution], ir_texts: dict[str, s
                 lines.append(f"    ... {plural(len(analysis.findings), 'finding')} in {len(groups)} groups; "
                              f"every one: lazyviz report --all{where}")
     elif executions:
-        lines.append("  findings: none (one execution per step, no fallbacks, no recompiles after warm-up)")
-    if summary.steps:
-        steps = f"in {plural(summary.steps, 'step')} ({summary.executions / summary.steps:.1f} per step)"
-    else:
-        steps = "and no mark_step() (no steps)"
+        lines.append(f"  findings: none ({CLEAN_RUN})")
     if not executions:  # tensors reached the device, yet no graph ran
         fallbacks = sum(run.fallbacks_after_last_execution.values())
         ended = "before the script raised" if run.error else "in the whole run"
@@ -260,7 +252,7 @@ def text_report(run: RunInfo, executions: list[Execution], ir_texts: dict[str, s
                      + (f"; {plural(fallbacks, 'fallback')}" if fallbacks else ""))
     else:
         lines.append(
-            f"  {plural(summary.executions, 'execution')} {steps}, {plural(summary.graphs, 'distinct graph')}, "
+            f"  {plural(summary.executions, 'execution')} {steps_text(summary)}, {plural(summary.graphs, 'distinct graph')}, "
             f"{plural(summary.misses, 'cache miss')}, sync {summary.sync_ms:.1f} ms, "
             f"tracing between graphs {summary.trace_ms:.1f} ms"
             + (f", start-up before the first graph {run.startup_ms:.0f} ms" if run.startup_ms is not None else "")
@@ -323,20 +315,18 @@ class TextRenderer(Renderer):
     name = "text"
     for_people = True
 
-    def render(self, request: RenderRequest) -> str:
-        data = request.data
-        return text_report(data.run, data.executions, data.ir_texts, data.path, request.all_findings)
+    def render(self, run: Run, options: RenderOptions) -> str:
+        return text_report(run, options.all_findings)
 
 
 class JsonRenderer(Renderer):
     name = "json"
 
-    def render(self, request: RenderRequest) -> str:
-        return "".join(self.stream(request))
+    def render(self, run: Run, options: RenderOptions) -> str:
+        return "".join(self.stream(run, options))
 
-    def stream(self, request: RenderRequest) -> Iterator[str]:
-        data = request.data
-        return dumps_report(json_report(data.run, data.executions, data.ir_texts, lines=True))
+    def stream(self, run: Run, options: RenderOptions) -> Iterator[str]:
+        return dumps_report(json_report(run, lines=True))
 
 
 # Lines of the executions (and findings) list joined into one piece of output.
@@ -366,12 +356,12 @@ def dumps_report(report: dict) -> Iterator[str]:
     yield "\n}\n"
 
 
-def ranks_json_report(ranks: dict[int, RunData], divergence: Divergence | None) -> dict:
+def ranks_json_report(ranks: dict[int, Run], divergence: Divergence | None) -> dict:
     """The versioned report of a multi-process run: each rank's report, and where they diverge."""
     return {
         "format": REPORT_FORMAT, "version": REPORT_VERSION,
-        "ranks": [{"rank": rank, "trace": str(data.path), "report": json_report(data.run, data.executions, data.ir_texts)}
-                  for rank, data in ranks.items()],
+        "ranks": [{"rank": rank, "trace": str(run.path), "report": json_report(run)}
+                  for rank, run in ranks.items()],
         "divergence": [] if divergence is None else [{
             "kind": "divergence", "severity": "error", "step": divergence.step,
             "message": divergence.message(),
@@ -383,10 +373,10 @@ def ranks_json_report(ranks: dict[int, RunData], divergence: Divergence | None) 
     }
 
 
-def ranks_text_report(folder: str, ranks: dict[int, RunData], divergence: Divergence | None) -> str:
+def ranks_text_report(folder: str, ranks: dict[int, Run], divergence: Divergence | None) -> str:
     parts = [f"lazyviz: {len(ranks)} ranks in {folder}"]
     parts.append(f"  error: {divergence_text(divergence)}" if divergence is not None
                  else "  ranks ran the same graphs at every common step")
-    for rank, data in ranks.items():
-        parts.append(f"\n[rank {rank}] " + text_report(data.run, data.executions, data.ir_texts, data.path))
+    for rank, run in ranks.items():
+        parts.append(f"\n[rank {rank}] " + text_report(run))
     return "\n".join(parts) + "\n"

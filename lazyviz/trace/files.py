@@ -1,6 +1,7 @@
-"""Owning trace files safely: what is a lazyviz trace, claiming a path for a new one
-(never replacing a user's file, one writer at a time), and closing one so that a single
-self-contained file remains.
+"""Trace files: every decision about where one goes (default names, rank folders, the
+script's output beside it, numbered names), and owning them safely: what is a lazyviz
+trace, claiming a path for a new one (never replacing a user's file, one writer at a
+time), and closing one so that a single self-contained file remains.
 
 A claim holds an exclusive `flock` on the trace for the life of the run: a second run
 asked to `--force` over a trace that is still being written refuses instead of
@@ -9,6 +10,7 @@ destroying it. flock and SQLite's own POSIX locks are independent on Linux.
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import sqlite3
 import stat
@@ -20,6 +22,57 @@ from lazyviz.trace.schema import FORMAT
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # Files that travel with a trace: SQLite's journals, and the script's output in UI mode.
 COMPANIONS = ("-wal", "-shm", "-journal", ".out")
+
+
+def script_stem(target: str) -> str:
+    """What a trace is named after: train.py -> "train", -m pkg.train -> "train"."""
+    return Path(target).stem if target.endswith(".py") else target.rsplit(".", 1)[-1]
+
+
+def default_trace_path(target: str) -> Path:
+    """`lazyviz run`'s trace without -o: lazyviz-<script>.<pid>.trace here."""
+    return Path.cwd() / f"lazyviz-{script_stem(target)}.{os.getpid()}.trace"
+
+
+def default_rank_folder(target: str) -> Path:
+    """Under torchrun without -o: one folder shared by the ranks of one job (they have
+    different pids, so the job's id, or their parent's pid, names it)."""
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    job = run_id if run_id and run_id != "none" and run_id.replace("-", "").isalnum() else str(os.getppid())
+    return Path.cwd() / f"lazyviz-{script_stem(target)}.{job}"
+
+
+def rank_trace(folder: Path, rank: int | str) -> Path:
+    return folder / f"rank{rank}.trace"
+
+
+def output_path(trace: Path) -> Path:
+    """Where the script's own output goes when it is not on the terminal (the live UI,
+    torchrun's ranks other than 0): beside the trace, which owns it."""
+    return Path(f"{trace}.out")
+
+
+def free_trace_path(stem: str) -> Path:
+    """The API's trace without a path: lazyviz-<stem>.<pid>-<n>.trace here, the first not taken."""
+    for n in itertools.count(1):
+        path = Path.cwd() / f"lazyviz-{stem}.{os.getpid()}-{n}.trace"
+        if not os.path.lexists(path):
+            return path
+    raise AssertionError("unreachable")
+
+
+def numbered_path(path: Path, n: int) -> Path:
+    """The n-th of a series (a decorated function's calls): path, then path-2, path-3, ..."""
+    return path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
+
+
+def new_file(stem: Path, suffix: str) -> Path:
+    """stem + suffix, or stem-2 + suffix, ...: the first name not taken."""
+    path, number = Path(f"{stem}{suffix}"), 1
+    while path.exists():
+        number += 1
+        path = Path(f"{stem}-{number}{suffix}")
+    return path
 
 
 class TracePathError(LazyvizError):

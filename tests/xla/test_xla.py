@@ -141,7 +141,7 @@ async def test_ui_shows_xla_executions(xla_trace) -> None:
     async with app.run_test(size=(100, 32)) as pilot:
         table = app.query_one(ExecutionList)
         for _ in range(600):
-            if len(table.rows) == 8 and app.analysis is not None:
+            if len(table.rows) == 8 and app.latest is not None:
                 break
             await pilot.pause(0.05)
         assert [e.cause for e in table.rows[:2]] == ["item", "mark_step"]

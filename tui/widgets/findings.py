@@ -5,7 +5,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from lazyviz.analysis.findings import Finding
-from lazyviz.present import site_text
+from lazyviz.present import CLEAN_RUN, site_text
 from lazyviz.tui.theme import HIT_COLOR, SEVERITY
 
 
@@ -19,7 +19,7 @@ class FindingsView(Static):
 
     def show(self, findings: list[Finding], cwd: str = "") -> None:
         if not findings:
-            self.update(Text("no findings: one execution per step, no fallbacks, no recompiles", HIT_COLOR))
+            self.update(Text(f"no findings: {CLEAN_RUN}", HIT_COLOR))
             return
         text = Text()
         for finding in findings:

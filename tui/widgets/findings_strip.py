@@ -8,7 +8,7 @@ from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
 from lazyviz.analysis.findings import Finding
-from lazyviz.present import KIND_LABELS, finding_headline
+from lazyviz.present import CLEAN_RUN, KIND_LABELS, finding_headline
 from lazyviz.tui.theme import HIT_COLOR, KIND, MUTED_COLOR, SEVERITY
 
 MARKS = {"error": "✖", "warning": "▲", "info": "•"}
@@ -49,8 +49,7 @@ class FindingsStrip(OptionList):
         self.findings, self._shown, self._width = findings, lines, width
         self._args = (findings, cwd, finished)
         if not findings:
-            clean = ("clean: one execution per step, no fallbacks, no recompiles after warm-up"
-                     if finished else "no problems so far")
+            clean = f"clean: {CLEAN_RUN}" if finished else "no problems so far"
             line = Text("✓ " + clean, HIT_COLOR, no_wrap=True, end="")
             line.truncate(max(10, width), overflow="ellipsis")
             self.set_options([Option(line, disabled=True)])

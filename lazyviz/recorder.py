@@ -1,15 +1,17 @@
-"""lazyviz from Python: `with lazyviz.trace("run.trace"):` records the code inside, in
-this process, into the same trace `lazyviz run` writes; every reader works on it.
+"""Recording a trace: the one lifecycle that `lazyviz run` (in its child process) and the
+API (`with lazyviz.trace("run.trace"):`) share, as memray's `run` records through the
+Tracker its API users get. A Recorder claims the path, starts the backend's hook and the
+tracer, writes the run's metadata when it starts and when it ends, and closes a complete
+trace; its `run` is then the analysed Run every renderer reads.
 
-The backend and its C++ hook are set up once per process and kept; each trace turns the
-hook on, wraps the sync sites, and on exit puts them back and closes a complete trace.
+The backend and its C++ hook are set up once per process and kept; each recording turns
+the hook on, wraps the sync sites, and on stop puts them back.
 """
 from __future__ import annotations
 
 import atexit
 import datetime
 import functools
-import itertools
 import os
 import platform
 import sqlite3
@@ -19,22 +21,26 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
+from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.run import Run
 from lazyviz.backends import BACKENDS, BackendError, LazyBackend, get_backend
 from lazyviz.errors import LazyvizError
-from lazyviz.trace.files import TraceClaim, claim_trace_path, held_apart
+from lazyviz.trace.files import TraceClaim, claim_trace_path, free_trace_path, held_apart, numbered_path
+from lazyviz.trace.reader import Trace
 from lazyviz.trace.writer import TraceWriter
-from lazyviz.tracer import Tracer, TracerBusy, current_tracer
-
-if TYPE_CHECKING:
-    from lazyviz.analysis.findings import Finding
+from lazyviz.tracer import Tracer, refuse_if_busy
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 CAPTURES = ("full", "light")
 
-# One backend object per backend and process: its hook outlives a trace.
+# Set by torchrun; recorded so traces of one job can be put side by side.
+_RANK_VARIABLES = {"RANK": "rank", "LOCAL_RANK": "local_rank", "WORLD_SIZE": "world_size",
+                   "TORCHELASTIC_RUN_ID": "run_id"}
+
+# One backend object per backend and process: its hook outlives a recording.
 _backends: dict[str, LazyBackend] = {}
 _used: set[str] = set()  # backends that have recorded a trace in this process
 
@@ -52,21 +58,10 @@ def _backend(name: str, capture: str) -> LazyBackend:
     return backend
 
 
-def _free_path(stem: str) -> Path:
-    for n in itertools.count(1):
-        path = Path.cwd() / f"lazyviz-{stem}.{os.getpid()}-{n}.trace"
-        if not os.path.lexists(path):
-            return path
-    raise AssertionError("unreachable")
-
-
-def _numbered(path: Path, n: int) -> Path:
-    return path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
-
-
-class Session:
-    """One trace recorded in this process. Use it as a context manager, a decorator, or
-    with start() and stop() (framework callbacks). Make it with `lazyviz.trace(...)`."""
+class Recorder:
+    """One trace recorded in this process. From Python, make it with `lazyviz.trace(...)`
+    and use it as a context manager, a decorator, or with start() and stop() (framework
+    callbacks); `lazyviz run`'s child process records through one too (for_runner)."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, capture: str = "full",
                  backend: str | None = None, force: bool = False, source: str | None = None,
@@ -81,18 +76,31 @@ class Session:
             raise LazyvizError(f"capture must be one of {', '.join(CAPTURES)}, not {capture!r}")
         self._in_notebook = _ipython_shell() is not None
         stem = "notebook" if self._in_notebook else (Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else "python")
-        self.path = Path(path) if path is not None else _free_path(stem)
+        self.path = Path(path) if path is not None else free_trace_path(stem)
         self.capture = capture
         self.backend_name = backend
         self.force = force
         self.source_lines = source_lines
         self.source = source or ("notebook" if self._in_notebook else "api")
+        self.argv: list[str] = []  # the script and its arguments, when lazyviz run started it
+        self.module = False
+        self._claims = True  # claim the path (lazyviz run claims it before the child starts)
+        self._started: float | None = None  # perf_counter when the clock starts: the process's, or start()'s
         self._tracer: Tracer | None = None
         self._writer: TraceWriter | None = None
         self._claim: TraceClaim | None = None
-        self._started = 0.0
         self._ended = False
+        self._run: Run | None = None
         self._calls = 0  # as a decorator: calls traced so far
+
+    @classmethod
+    def for_runner(cls, path: str, *, capture: str, backend: str, source_lines: bool, argv: list[str],
+                   module: bool, started: float) -> Recorder:
+        """The recorder of `lazyviz run`'s child: the path is claimed by the parent, which
+        holds it for the run; the clock starts when the process did."""
+        recorder = cls(path, capture=capture, backend=backend, source="script", source_lines=source_lines)
+        recorder.argv, recorder.module, recorder._claims, recorder._started = argv, module, False, started
+        return recorder
 
     # -- recording --------------------------------------------------------------------
     @property
@@ -104,55 +112,76 @@ class Session:
         """Started and stopped: the trace is complete and can be read."""
         return self._ended
 
-    def start(self) -> Session:
+    @property
+    def tracer(self) -> Tracer | None:
+        return self._tracer
+
+    def start(self) -> Recorder:
         """Start recording. Raises LazyvizError (one line, nothing changed) when the
         backend cannot start, the path is taken, or another trace is recording."""
         if self._tracer is not None or self._ended:
             raise LazyvizError(f"this trace ({self.path}) has already been recorded: make a new lazyviz.trace(...)")
-        busy = current_tracer()
-        if busy is not None:
-            raise TracerBusy(f"a trace is already recording in this process ({busy.writer.path}): "
-                             "stop it first (traces do not nest)")
+        refuse_if_busy()
+        if self._started is None:
+            self._started = time.perf_counter()
+        started = self._started
         name = self.backend_name or ("xla" if "torch_xla" in sys.modules else "ts")
         backend = _backend(name, self.capture)
-        started = time.perf_counter()
-        claim = claim_trace_path(self.path, self.force, force_hint="force=True")
+        claim = claim_trace_path(self.path, self.force, force_hint="force=True") if self._claims else None
         try:
             writer = TraceWriter(self.path)
         except (OSError, sqlite3.Error) as error:
-            claim.release()
-            self.path.unlink(missing_ok=True)  # the empty file we just created
+            self._give_up(claim)
             raise LazyvizError(f"cannot write the trace {self.path}: {error}") from None
         outer_files, file_label = _notebook_frames() if self._in_notebook else (frozenset(), None)
+        # keep_graphs: a later trace in this process finds the graphs the backend has cached.
         tracer = Tracer(backend, writer, self.capture, started=started, outer_files=outer_files,
-                        file_label=file_label, keep_graphs=True, source_lines=self.source_lines)
+                        file_label=file_label, keep_graphs=self._claims, source_lines=self.source_lines)
         try:
             tracer.install()
         except BaseException as error:
             writer.close()
-            claim.release()
-            self.path.unlink(missing_ok=True)  # nothing was recorded: leave no half trace behind
-            if isinstance(error, BackendError) and name == "xla" and "imported before" in str(error):
+            self._give_up(claim)
+            if isinstance(error, BackendError) and name == "xla" and "imported before" in str(error) and self._claims:
                 raise BackendError(f"{error}: start lazyviz.trace(..., backend='xla') before importing torch_xla, "
                                    "or use `lazyviz run`") from None
             raise
         _used.add(name)
         writer.set_run(
-            argv=[], source=self.source, backend=backend.name, names=backend.names, device=backend.device,
-            capture=self.capture, versions={**backend.versions(), "python": platform.python_version()},
+            argv=self.argv, module=self.module, source=self.source, backend=backend.name, names=backend.names,
+            device=backend.device, capture=self.capture,
+            versions={**backend.versions(), "python": platform.python_version()},
+            # When recording started, as elapsed_s counts: a viewer's clock then agrees with it.
             start_time=(datetime.datetime.now(datetime.timezone.utc)
                         - datetime.timedelta(seconds=time.perf_counter() - started)).isoformat(timespec="milliseconds"),
-            pid=os.getpid(), cwd=os.getcwd(), rank={},
+            pid=os.getpid(), cwd=os.getcwd(),
+            rank={key: os.environ[var] for var, key in _RANK_VARIABLES.items() if var in os.environ},
         )
-        self._tracer, self._writer, self._claim, self._started = tracer, writer, claim, started
+        self._tracer, self._writer, self._claim = tracer, writer, claim
         atexit.register(self.stop)  # started and never stopped: the trace still ends complete
         return self
+
+    def _give_up(self, claim: TraceClaim | None) -> None:
+        """Nothing was recorded: leave no half trace behind (only a file this recorder made)."""
+        if claim is not None:
+            claim.release()
+            self.path.unlink(missing_ok=True)
 
     def stop(self, error: BaseException | None = None) -> None:
         """Stop recording and close the trace, complete. error: what ended the traced
         code, kept in the trace as `lazyviz run` keeps a script's exception."""
-        tracer, writer, claim = self._tracer, self._writer, self._claim
-        if tracer is None or writer is None or claim is None:
+        text = None
+        if error is not None:
+            text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        self.finish(exit_status=0 if error is None else 130 if isinstance(error, KeyboardInterrupt) else 1,
+                    error=f"{type(error).__name__}: {error}" if error is not None else None, traceback_text=text)
+
+    def finish(self, exit_status: int, error: str | None = None, traceback_text: str | None = None,
+               error_frames: list[tuple[str, int, str]] | None = None) -> None:
+        """Stop recording with how the code ended, written once for both ways of
+        recording; say on stderr when the trace stopped growing or tracing failed."""
+        tracer, writer = self._tracer, self._writer
+        if tracer is None or writer is None:
             return
         self._tracer = None
         self._ended = True
@@ -160,26 +189,24 @@ class Session:
         try:
             tracer.stop()
         finally:
-            text = None
-            if error is not None:
-                text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-            status = 0 if error is None else 130 if isinstance(error, KeyboardInterrupt) else 1
             writer.set_run(
-                exit_status=status, error=f"{type(error).__name__}: {error}" if error is not None else None,
-                traceback=text, complete=True, steps=tracer.steps(),
-                elapsed_s=round(time.perf_counter() - self._started, 3), tracer_errors=tracer.errors,
-                notes=tracer.notes,
+                exit_status=exit_status, error=error, traceback=traceback_text, complete=True, steps=tracer.steps(),
+                elapsed_s=round(time.perf_counter() - (self._started or 0.0), 3), tracer_errors=tracer.errors,
+                notes=tracer.notes, error_frames=error_frames or [],
             )
             writer.close()
-            claim.release()
-        if writer.error:
+            if self._claim is not None:
+                self._claim.release()
+        if writer.error:  # e.g. a full disk: the code went on, the trace stopped there
             print(f"lazyviz: the trace stopped growing after {writer.written} executions: {writer.error}",
                   file=sys.stderr)
             apart = held_apart(writer.path)
             if apart:
                 print(apart, file=sys.stderr)
+        if tracer.errors:
+            print(f"lazyviz: tracing failed {len(tracer.errors)} time(s), first: {tracer.errors[0]}", file=sys.stderr)
 
-    def __enter__(self) -> Session:
+    def __enter__(self) -> Recorder:
         return self.start()
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
@@ -188,70 +215,53 @@ class Session:
 
     def __call__(self, function: F) -> F:
         """As a decorator: each call of `function` records one trace, the first at this
-        session's path, later ones at <stem>-2<suffix>, <stem>-3<suffix>, ..."""
+        recorder's path, later ones at <stem>-2<suffix>, <stem>-3<suffix>, ..."""
 
         @functools.wraps(function)
         def traced(*args: object, **kwargs: object) -> object:
             self._calls += 1
-            session = self if self._calls == 1 else Session(
-                _numbered(self.path, self._calls), capture=self.capture, backend=self.backend_name,
-                source_lines=self.source_lines,
-                force=self.force, source=self.source)
-            traced.last = session  # type: ignore[attr-defined]
-            with session:
+            recorder = self if self._calls == 1 else Recorder(
+                numbered_path(self.path, self._calls), capture=self.capture, backend=self.backend_name,
+                source_lines=self.source_lines, force=self.force, source=self.source)
+            traced.last = recorder  # type: ignore[attr-defined]
+            with recorder:
                 return function(*args, **kwargs)
 
         return traced  # type: ignore[return-value]
 
     # -- results ----------------------------------------------------------------------
-    def _data(self) -> Any:
-        from lazyviz.export import RunData
-        from lazyviz.trace import Trace
-
+    @property
+    def run(self) -> Run:
+        """The recorded run, analysed (read once, however many results are asked for)."""
         if self._tracer is not None:
             raise LazyvizError(f"the trace {self.path} is still recording: stop it first")
         if not self._ended:
             raise LazyvizError("nothing recorded yet: start the trace first")
-        return RunData(Trace(self.path))
+        if self._run is None:
+            self._run = Run(Trace(self.path))
+        return self._run
 
     def report(self) -> dict:
         """The report `lazyviz report --format json` prints for this trace."""
-        from lazyviz.export.report import json_report
+        from lazyviz.export.report import json_report  # the exporters load only when asked
 
-        data = self._data()
-        return json_report(data.run, data.executions, data.ir_texts)
+        return json_report(self.run)
 
     @property
     def findings(self) -> list[Finding]:
         """What the run says to fix, worst first (the report's findings)."""
-        from lazyviz.analysis import analyze
-
-        data = self._data()
-        return analyze(data.run, data.executions, data.ir_texts).findings
+        return self.run.findings
 
     def _repr_html_(self) -> str:
-        from lazyviz.export.notebook import summary_html
+        from lazyviz.export.notebook import summary_html  # the exporters load only when asked
 
         if not self._ended:
             return f"<p>lazyviz: {'recording' if self._tracer else 'not started'} {self.path}</p>"
-        return summary_html(self._data())
+        return summary_html(self.run)
 
     def __repr__(self) -> str:
         state = "recording" if self._tracer else "recorded" if self._ended else "not started"
         return f"<lazyviz trace {str(self.path)!r} {state}, capture={self.capture}>"
-
-
-def trace(path: str | os.PathLike[str] | None = None, *, capture: str = "full", backend: str | None = None,
-          force: bool = False, source_lines: bool = True) -> Session:
-    """Record lazy-tensor graph executions in this process into a trace file:
-
-        with lazyviz.trace("run.trace", capture="light") as run:
-            train()
-        print(run.findings)
-
-    Also a decorator (`@lazyviz.trace("run.trace")`) and, for callbacks,
-    `session = lazyviz.trace(...).start()` ... `session.stop()`. See Session."""
-    return Session(path, capture=capture, backend=backend, force=force, source_lines=source_lines)
 
 
 # -- notebooks -------------------------------------------------------------------------
@@ -271,12 +281,12 @@ def _notebook_frames() -> tuple[frozenset[str], Callable[[str], str] | None]:
         return frozenset(), None
     import IPython.core.interactiveshell as interactiveshell
 
-    import lazyviz.ipython as magics
-
     numbers = getattr(getattr(shell, "compile", None), "_filename_map", {})
 
     def label(file: str) -> str:
         number = numbers.get(file)
         return f"In [{number}]" if isinstance(number, int) else file
 
-    return frozenset({interactiveshell.__file__, magics.__file__}), label
+    # The magics' file, named, not imported: lazyviz.ipython imports this module.
+    magics = str(Path(__file__).with_name("ipython.py"))
+    return frozenset({interactiveshell.__file__, magics}), label

@@ -1,0 +1,107 @@
+"""One recorded run as everything downstream reads it: the trace's parts, each read once
+and only when asked, and their analysis, computed once. Every renderer, the notebook
+summary, the API and the UI's watcher take a Run (pyinstrument's Session plays this part
+there)."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from pathlib import Path
+
+from lazyviz.analysis import Analysis, analyze
+from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.recompiles import PendingRecompile, Recompile
+from lazyviz.analysis.summary import Summary
+from lazyviz.trace.model import Execution, Graph, RunInfo
+from lazyviz.trace.reader import Trace
+from lazyviz.trace.table import ExecutionTable
+
+
+class Run:
+    """Made from an open trace (`Run(trace)`, parts read on first use) or from parts
+    already in memory (`Run.of(info, executions, ir_texts)`: a live view's rows so far)."""
+
+    def __init__(self, trace: Trace | None = None) -> None:
+        self.trace = trace
+        self.path: Path | None = trace.path if trace is not None else None
+
+    @classmethod
+    def of(cls, info: RunInfo, executions: Sequence[Execution], ir_texts: Mapping[str, str],
+           path: Path | None = None) -> Run:
+        run = cls()
+        run.path = path
+        # cached_property reads the instance's __dict__ first: these are the parts.
+        run.__dict__.update(info=info, executions=ExecutionTable.of(executions), ir_texts=ir_texts)
+        return run
+
+    def _trace(self) -> Trace:
+        if self.trace is None:
+            raise ValueError("this run was made from parts: it has no trace to read more from")
+        return self.trace
+
+    @cached_property
+    def info(self) -> RunInfo:
+        return self._trace().run
+
+    @cached_property
+    def executions(self) -> ExecutionTable:
+        return self._trace().table()
+
+    @cached_property
+    def graphs(self) -> list[Graph]:
+        return self._trace().graphs()
+
+    @cached_property
+    def ir_texts(self) -> Mapping[str, str]:
+        """graph id -> IR text; from the graphs when they are read already (one read, not two)."""
+        if "graphs" in self.__dict__:
+            return {g.id: g.ir_text for g in self.graphs}
+        return self._trace().ir_texts()
+
+    @cached_property
+    def analysis(self) -> Analysis:
+        return analyze(self.info, self.executions, self.ir_texts)
+
+    def analysed(self) -> Run:
+        """This run with its analysis computed now (a live view does it off the UI's thread)."""
+        _ = self.analysis
+        return self
+
+    @property
+    def summary(self) -> Summary:
+        return self.analysis.summary
+
+    @property
+    def findings(self) -> list[Finding]:
+        """What the run says to fix, worst first."""
+        return self.analysis.findings
+
+    @property
+    def recompiles(self) -> list[Recompile | PendingRecompile]:
+        return self.analysis.recompiles
+
+    @property
+    def steps(self) -> int:
+        return self.summary.steps
+
+    @cached_property
+    def _recompile_by_execution(self) -> dict[int, Recompile | PendingRecompile]:
+        return {r.execution: r for r in self.recompiles}
+
+    def recompile_at(self, index: int) -> Recompile | PendingRecompile | None:
+        """The recompile that execution `index` was, if it was one."""
+        return self._recompile_by_execution.get(index)
+
+    def execution(self, index: int) -> Execution:
+        """One execution by its index: from the trace (a cheap read) or the parts."""
+        if self.trace is not None and "executions" not in self.__dict__:
+            return self.trace.execution(index)
+        position = self.executions.position_of(index)
+        if position is None:
+            raise KeyError(f"no execution {index}")
+        return self.executions[position]
+
+    def graph(self, graph_id: str) -> Graph | None:
+        if self.trace is not None:
+            return self.trace.graph(graph_id)
+        return next((g for g in self.graphs if g.id == graph_id), None)
