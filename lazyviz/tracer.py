@@ -262,27 +262,72 @@ class Tracer:
         backend_stack: list[Frame] | None, site: int | None = None,
         ends: tuple[float, float | None] | None = None, follows: int | None = None,
     ) -> Recorded:
-        if ends is not None:
-            end, previous_end = ends
-            if previous_end is not None:  # the previous may have been a row the backend repeated
-                self._last_end = previous_end
-        else:
-            end = time.perf_counter()
-        frame = None
-        if backend_stack is None:
-            frame = sys._getframe(3)  # skip _record, _on_execution and the backend adapter's
-            stack = self._stack(frame, to_user_frame=self.capture != "full")
-            call = (id(frame), frame.f_lasti) if frame is not None else None
-        else:
-            stack = self._clean_stack(backend_stack)
-            call = stack[0][:2] if stack else None
+        """One execution the backend reported, written as a row: when it ended, where it
+        came from, why, which graph, how long the Python between graphs took."""
+        end = self._end_time(ends)
+        # Here, not in a helper: the frame count skips _record, _on_execution and the backend adapter's.
+        frame = sys._getframe(3) if backend_stack is None else None
+        stack, call = self._calling_stack(frame, backend_stack)
         user_frame = self._user_frame(stack)
-
         fallback_ops = {name: n for name, n in counters.items()
                         if name.startswith("aten::") and name not in _SYNC_OPS}
+        cause, detail = self._cause(fallback_ops, follows, call)
+        known = self._known_graph(key, graph)
+        graph_id, nodes = (known.graph_id, known.nodes) if known is not None else (f"unknown-{key:x}", 0)
+        compile_ms = graph.compile_ms if graph else 0.0
+        sync_ms = compile_ms + execute_ms
+        start = end - sync_ms / 1000
+        trace_ms = self._tracing_ms(start, end)
 
-        # One fallback op can force several executions (one per lazy input); only the
-        # first sees the counter move, the rest come from the same call site.
+        counts = self._counts
+        # Read and bumped with no call in between: no other thread (nor the backend's
+        # repeated rows, numbered under the GIL) can take the same index.
+        index = counts[0]
+        counts[0] = index + 1
+        new_graph = None
+        if known is not None and known.graph_id not in self._graphs_seen:  # new to this trace
+            self._graphs_seen.add(known.graph_id)
+            new_graph = GraphRecord(known.graph_id, known.nodes, known.ir_text, known.backend_text, index)
+        stack_id, new_stack = self._stack_record(stack)
+        file, line, function = user_frame or (None, None, None)
+        record = ExecutionRecord(
+            idx=index,
+            step=counts[1],  # completed before this execution; a mark_step's own is the step it ends
+            cause=cause, detail=detail, file=file, line=line, function=function, stack_id=stack_id,
+            graph=graph_id, nodes=nodes, cache="miss" if graph is not None else "hit",
+            sync_ms=sync_ms, trace_ms=trace_ms, compile_ms=compile_ms, execute_ms=execute_ms,
+            start_ms=(start - self._started) * 1000,
+            fallback_ops=fallback_ops, counters=dict(counters) if self.capture == "full" else {},
+            call=self._user_call(frame) if cause == "fallback" and frame is not None else None,
+            context=_test_running(),
+        )
+        self.writer.add_execution(record, new_graph, new_stack)
+        return self._answer(record, repeat=site is not None and graph is None, follows=follows)
+
+    def _end_time(self, ends: tuple[float, float | None] | None) -> float:
+        """When the execution ended: the backend's clock when it says (then also when the
+        previous one, maybe a row it repeated, ended), else now."""
+        if ends is None:
+            return time.perf_counter()
+        end, previous_end = ends
+        if previous_end is not None:
+            self._last_end = previous_end
+        return end
+
+    def _calling_stack(self, frame: FrameType | None,
+                       backend_stack: list[Frame] | None) -> tuple[list[Frame], tuple | None]:
+        """The stack that synced (ours from `frame`, or the backend's own), and what
+        identifies its call: the next execution of one fallback comes from the same call."""
+        if backend_stack is None:
+            stack = self._stack(frame, to_user_frame=self.capture != "full")
+            return stack, (id(frame), frame.f_lasti) if frame is not None else None
+        stack = self._clean_stack(backend_stack)
+        return stack, stack[0][:2] if stack else None
+
+    def _cause(self, fallback_ops: dict[str, int], follows: int | None, call: tuple | None) -> tuple[str, str | None]:
+        """Why it ran: the sync site running, else a fallback op (counted now, or the one
+        it follows: one fallback op can force several executions, one per lazy input, and
+        only the first sees the counter move), else "other"."""
         sync = self._sync
         if sync.cause is not None:
             cause, detail = sync.cause, sync.detail
@@ -298,66 +343,47 @@ class Tracer:
             self._last_fallback_call, self._last_fallback_op = call, detail
         else:
             self._last_fallback_call = None
-        if graph is not None:
-            known = graph
-            self._graph_of[key] = graph if self._keep_graphs else CompiledGraph(graph.graph_id, graph.nodes, "", "", 0.0)
-        else:
-            known = self._graph_of.get(key)
-        graph_id, nodes = (known.graph_id, known.nodes) if known is not None else (f"unknown-{key:x}", 0)
-        compile_ms = graph.compile_ms if graph else 0.0
-        sync_ms = compile_ms + execute_ms
-        start = end - sync_ms / 1000
-        if self._last_end is None:
+        return cause, detail
+
+    def _known_graph(self, key: int, graph: CompiledGraph | None) -> CompiledGraph | None:
+        """The graph behind the backend's key: given on its miss (kept, its texts only
+        with keep_graphs), looked up on a hit."""
+        if graph is None:
+            return self._graph_of.get(key)
+        self._graph_of[key] = graph if self._keep_graphs else CompiledGraph(graph.graph_id, graph.nodes, "", "", 0.0)
+        return graph
+
+    def _tracing_ms(self, start: float, end: float) -> float:
+        """The Python between the previous execution's end and this one's start."""
+        last_end, self._last_end = self._last_end, end
+        if last_end is None:
             # Interpreter start-up, imports and model building: not tracing time.
             self.writer.set_run(startup_ms=round((start - self._started) * 1000, 3))
-            trace_ms = 0.0
-        else:
-            trace_ms = max(0.0, (start - self._last_end) * 1000)
-        self._last_end = end
+            return 0.0
+        return max(0.0, (start - last_end) * 1000)
 
-        counts = self._counts
-        # Read and bumped with no call in between: no other thread (nor the backend's
-        # repeated rows, numbered under the GIL) can take the same index.
-        index = counts[0]
-        counts[0] = index + 1
-        new_graph = None
-        if known is not None and known.graph_id not in self._graphs_seen:  # new to this trace
-            self._graphs_seen.add(known.graph_id)
-            new_graph = GraphRecord(known.graph_id, known.nodes, known.ir_text, known.backend_text, index)
-        stack_id = new_stack = None
-        if self.capture == "full":
-            stack_key = tuple(stack)
-            stack_id = self._stack_ids.get(stack_key)
-            if stack_id is None:
-                stack_id = self._stack_ids[stack_key] = len(self._stack_ids) + 1
-                new_stack = StackRecord(stack_id, stack[::-1])
-        file, line, function = user_frame or (None, None, None)
-        call = self._user_call(frame) if cause == "fallback" and frame is not None else None
-        context = None
-        if "_pytest" in sys.modules:  # under pytest: which test ran it (an env lookup costs ~1 us)
-            context = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0] or None
-        record = ExecutionRecord(
-            idx=index,
-            step=counts[1],  # completed before this execution; a mark_step's own is the step it ends
-            cause=cause, detail=detail, file=file, line=line, function=function, stack_id=stack_id,
-            graph=graph_id, nodes=nodes, cache="miss" if graph is not None else "hit",
-            sync_ms=sync_ms, trace_ms=trace_ms, compile_ms=compile_ms, execute_ms=execute_ms,
-            start_ms=(start - self._started) * 1000,
-            fallback_ops=fallback_ops, counters=dict(counters) if self.capture == "full" else {},
-            call=call, context=context,
-        )
-        self.writer.add_execution(record, new_graph, new_stack)
-        # A later hit from this stack, under this cause, after the same fallback or none,
-        # with these counters moving, is this row again with new times: the backend
-        # repeats it as this row's kind.
-        repeat = site is not None and graph is None
-        fallback = cause == "fallback"
+    def _stack_record(self, stack: list[Frame]) -> tuple[int | None, StackRecord | None]:
+        """With capture full, the stack's id, and its record when it is new."""
+        if self.capture != "full":
+            return None, None
+        stack_key = tuple(stack)
+        stack_id = self._stack_ids.get(stack_key)
+        if stack_id is not None:
+            return stack_id, None
+        stack_id = self._stack_ids[stack_key] = len(self._stack_ids) + 1
+        return stack_id, StackRecord(stack_id, stack[::-1])
+
+    def _answer(self, record: ExecutionRecord, repeat: bool, follows: int | None) -> Recorded:
+        """What the backend is told: a later hit from this stack, under this cause, after
+        the same fallback or none, with these counters moving, is this row again with new
+        times, so it repeats the row as this row's kind."""
+        fallback = record.cause == "fallback"
         kind = -1
         if repeat or (fallback and follows is not None):
             kind = self.writer.kind_id(split_row(_stored(record))[0])
             if fallback:
-                self._fallback_ops[kind] = detail
-        return Recorded(index, kind, repeat, fallback)
+                self._fallback_ops[kind] = record.detail
+        return Recorded(record.idx, kind, repeat, fallback)
 
     def _on_execute_time(self, index: int, execute_ms: float) -> None:
         self.writer.set_execute_ms(index, execute_ms)
@@ -448,6 +474,13 @@ class Tracer:
 
     def steps(self) -> int:
         return self._counts[1]
+
+
+def _test_running() -> str | None:
+    """Under pytest, the test that ran the execution (an env lookup costs ~1 us: only there)."""
+    if "_pytest" not in sys.modules:
+        return None
+    return os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0] or None
 
 
 # Frames of lazyviz's runner and of runpy below the script: the stack walk stops there.

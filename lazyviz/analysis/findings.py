@@ -588,7 +588,7 @@ def growing_graphs(executions: Sequence[Execution]) -> set[str]:
     return {table.kind_at(p).graph for positions, _ in _growing_sites(table).values() for p in positions}
 
 
-def _built_at(ir_text: str, limit: int = 3) -> str:
+def _lines_that_built(ir_text: str, limit: int = 3) -> str:
     """", built at lm.py:140 (412 nodes), lm.py:152 (96)": the lines that built most of a
     graph's ops, where the IR records them; "" where it does not."""
     graph = facts(ir_text)
@@ -615,7 +615,7 @@ def growing_site_findings(executions: Sequence[Execution], names: Mapping[str, s
         first = table.kind_at(positions[0])
         what = first.detail or first.cause
         largest = table.kind_at(positions[sizes.index(max(sizes))])
-        built = _built_at(ir_texts.get(largest.graph, "")) if ir_texts else ""
+        built = _lines_that_built(ir_texts.get(largest.graph, "")) if ir_texts else ""
         findings.append(Finding(
             "missing_mark_step", "warning",
             f"the graph {what} runs here grows by about {growth} nodes at every sync ({shown} nodes over "
@@ -673,7 +673,7 @@ def growth_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str]
         first = table.kinds[numbers[0]]
         findings.append(Finding(
             "missing_mark_step", "warning",
-            f"graph {graph_id} ({graph.size} nodes{_built_at(ir_texts.get(graph_id, ''))}) repeats "
+            f"graph {graph_id} ({graph.size} nodes{_lines_that_built(ir_texts.get(graph_id, ''))}) repeats "
             f"{_ops_text(block)} {repeats} times: "
             f"a loop ran {repeats} iterations without mark_step() and they piled up into one graph, "
             f"run by {first.detail or first.cause}",

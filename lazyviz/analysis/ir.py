@@ -118,6 +118,14 @@ def source_line(location: str) -> str:
     return location.rpartition("@")[2]
 
 
+def parse_location(location: str) -> tuple[str, str, int] | None:
+    """(function, file, line) from a node's "main@train.py:29"; None where it is not one.
+    The one reader of that form (LTC's and XLA's IR both write it)."""
+    function, _, where = location.rpartition("@")
+    file, _, line = where.rpartition(":")
+    return (function, file, int(line)) if file and line.isdigit() else None
+
+
 def parse_ir(text: str) -> IRGraph:
     """Parse IR text; blank and brace lines are skipped, anything else must be a node."""
     nodes: list[Node] = []

@@ -1,6 +1,6 @@
 """torch's built-in TorchScript lazy backend (`torch._lazy`, device `lazy`).
 
-The execution hook is a C++ extension (`_lazyviz_hook.cpp`) compiled on first use
+The execution hook is a C++ extension (`hook/hook.cpp` and its parts) compiled on first use
 with torch's own cpp_extension and cached per torch version and source.
 """
 from __future__ import annotations
@@ -30,7 +30,9 @@ from lazyviz.backends import (
     SyncSite,
 )
 
-HOOK_SOURCE = Path(__file__).with_name("_lazyviz_hook.cpp")
+# The hook's C++ source: hook.cpp includes a header per concern (one translation unit).
+HOOK_FOLDER = Path(__file__).with_name("hook")
+HOOK_MAIN = "hook.cpp"
 HOOK_NAME = "lazyviz_hook"
 # A row the hook repeated (its `Row`): idx, step, kind, then the five times.
 REPEATED_ROW = struct.Struct("=qqqddddd")
@@ -48,7 +50,8 @@ def hook_build_dir() -> Path:
 
     torch_dist = distribution("torch")
     key = hashlib.sha256()
-    key.update(HOOK_SOURCE.read_bytes())
+    for part in sorted(HOOK_FOLDER.iterdir()):
+        key.update(part.name.encode() + b"\0" + part.read_bytes())
     key.update(str(torch_dist.locate_file("")).encode())
     key.update(f"{torch_dist.version} {sys.version_info[:2]} {sys.platform}".encode())
     cache = Path(os.environ.get("LAZYVIZ_CACHE") or Path.home() / ".cache" / "lazyviz")
@@ -142,10 +145,10 @@ def _build_hook(verbose: bool) -> Path:
             print(f"lazyviz: removing a stale build lock left by an interrupted build: {torch_lock}",
                   file=sys.stderr)
             torch_lock.unlink(missing_ok=True)
-        source = build_dir / HOOK_SOURCE.name
-        shutil.copyfile(HOOK_SOURCE, source)  # build.ninja then names this copy only
+        for part in HOOK_FOLDER.iterdir():  # build.ninja then names these copies only
+            shutil.copyfile(part, build_dir / part.name)
         try:
-            cpp_extension.load(name=HOOK_NAME, sources=[str(source)], build_directory=str(build_dir),
+            cpp_extension.load(name=HOOK_NAME, sources=[str(build_dir / HOOK_MAIN)], build_directory=str(build_dir),
                                extra_cflags=["-O2"], verbose=verbose)
         except KeyboardInterrupt:
             raise BackendError("interrupted while building the execution hook; it is built on the next run",

@@ -119,59 +119,23 @@ def neighbourhood(graph: IRGraph, center: str, depth: int) -> set[str]:
 
 def plan(graph: IRGraph, highlight: Marks = Marks(), keep: set[str] | None = None,
          max_nodes: int = MAX_NODES, label: str = "op") -> Drawing:
+    """What to draw of a graph (or of the nodes in `keep`): a box per node while they fit
+    in max_nodes; past that, in turn, a repeated block collapsed into one box, the inputs
+    hidden, and the rest grouped by the line that built them (or in runs of nodes). Each
+    step taken is noted for the drawing's title."""
     nodes = [n for n in graph.nodes if keep is None or n.id in keep]
     drawing = Drawing()
-    box_of: dict[str, str] = {n.id: n.id for n in nodes}
+    box_of: dict[str, str] = {n.id: n.id for n in nodes}  # node -> its box ("": hidden)
     if keep is not None:
         drawing.notes.append(f"neighbourhood: {len(nodes)} of {len(graph)} nodes")
-
     if len(nodes) > max_nodes:
-        body = [n for n in nodes if not n.is_input]
-        found = repeated_block([n.op for n in body])
-        if found is not None:
-            block, repeats, start = found
-            run = body[start:start + len(block) * repeats]
-            group = f"repeat{start}"
-            for node in run:
-                box_of[node.id] = group
-            drawing.boxes[group] = (
-                f"{repeats} x [{', '.join(block)}]\n{run[0].id} .. {run[-1].id}",
-                'shape=box3d, style=filled, fillcolor="#fff2cc", color="#b38f00"',
-            )
-            drawing.notes.append(f"collapsed {len(run)} nodes: [{', '.join(block)}] repeated {repeats} times")
+        _collapse_repeats(nodes, box_of, drawing)
     if len({box_of[n.id] for n in nodes}) > max_nodes:
-        inputs = [n for n in nodes if n.is_input and n.id not in highlight]
-        for node in inputs:
-            box_of[node.id] = ""
-        drawing.notes.append(f"hid {len(inputs)} inputs (device data)")
+        _hide_inputs(nodes, box_of, drawing, highlight)
     remaining = [n for n in nodes if box_of[n.id] == n.id]
     others = len({box_of[n.id] for n in nodes if box_of[n.id]}) - len(remaining)  # boxes made above
     if len(remaining) + others > max_nodes:
-        # Where the IR names the line that built each node, one box per line is one per
-        # layer of the user's model (a backward pass is the line that called backward());
-        # otherwise consecutive nodes share a box.
-        by_line: dict[str, list[Node]] = {}
-        for node in remaining:
-            by_line.setdefault(node.source_line or "no source line", []).append(node)
-        if len(by_line) > 1 and len(by_line) + others <= max_nodes:
-            groups = [(f"line {line}", f"{line} ({len(members)} nodes)", members) for line, members in by_line.items()]
-            drawing.notes.append(f"grouped the other nodes by the line that built them ({len(by_line)} lines)")
-        else:
-            size = math.ceil(len(remaining) / max(1, max_nodes - others))
-            groups = [(f"chunk{offset}", f"{chunk[0].id} .. {chunk[-1].id} ({len(chunk)} nodes)", chunk)
-                      for offset in range(0, len(remaining), size)
-                      for chunk in [remaining[offset:offset + size]]]
-            drawing.notes.append(f"grouped the other nodes {size} at a time, in graph order")
-        for group, title, members in groups:
-            ops = Counter(n.op.split("::")[-1] for n in members).most_common(3)
-            for node in members:
-                box_of[node.id] = group
-            fill = (CONSUMED_FILL if any(n.id in highlight.consumed for n in members) else
-                    ORIGIN_FILL if any(n.id in highlight.origins for n in members) else
-                    PROPAGATED_FILL if any(n.id in highlight for n in members) else "#eeeeee")
-            drawing.boxes[group] = (title + "\n" + ", ".join(f"{op} x{k}" for op, k in ops),
-                                    f'shape=box, style=filled, fillcolor="{fill}"')
-
+        _group(remaining, others, max_nodes, box_of, drawing, highlight)
     for node in nodes:
         if box_of[node.id] == node.id:
             drawing.boxes[node.id] = (_label(node, label), _style(node, highlight))
@@ -182,6 +146,60 @@ def plan(graph: IRGraph, highlight: Marks = Marks(), keep: set[str] | None = Non
             if source and target and source != target:
                 drawing.edges.add((source, target))
     return drawing
+
+
+def _collapse_repeats(nodes: list[Node], box_of: dict[str, str], drawing: Drawing) -> None:
+    """A block of ops repeated back to back (a model's layers) as one box."""
+    body = [n for n in nodes if not n.is_input]
+    found = repeated_block([n.op for n in body])
+    if found is None:
+        return
+    block, repeats, start = found
+    run = body[start:start + len(block) * repeats]
+    group = f"repeat{start}"
+    for node in run:
+        box_of[node.id] = group
+    drawing.boxes[group] = (
+        f"{repeats} x [{', '.join(block)}]\n{run[0].id} .. {run[-1].id}",
+        'shape=box3d, style=filled, fillcolor="#fff2cc", color="#b38f00"',
+    )
+    drawing.notes.append(f"collapsed {len(run)} nodes: [{', '.join(block)}] repeated {repeats} times")
+
+
+def _hide_inputs(nodes: list[Node], box_of: dict[str, str], drawing: Drawing, highlight: Marks) -> None:
+    """Device data feeding the graph, unless a change marks it."""
+    inputs = [n for n in nodes if n.is_input and n.id not in highlight]
+    for node in inputs:
+        box_of[node.id] = ""
+    drawing.notes.append(f"hid {len(inputs)} inputs (device data)")
+
+
+def _group(remaining: list[Node], others: int, max_nodes: int, box_of: dict[str, str], drawing: Drawing,
+           highlight: Marks) -> None:
+    """The nodes still in boxes of their own, grouped. Where the IR names the line that
+    built each node, one box per line is one per layer of the user's model (a backward
+    pass is the line that called backward()); otherwise consecutive nodes share a box."""
+    by_line: dict[str, list[Node]] = {}
+    for node in remaining:
+        by_line.setdefault(node.source_line or "no source line", []).append(node)
+    if len(by_line) > 1 and len(by_line) + others <= max_nodes:
+        groups = [(f"line {line}", f"{line} ({len(members)} nodes)", members) for line, members in by_line.items()]
+        drawing.notes.append(f"grouped the other nodes by the line that built them ({len(by_line)} lines)")
+    else:
+        size = math.ceil(len(remaining) / max(1, max_nodes - others))
+        groups = [(f"chunk{offset}", f"{chunk[0].id} .. {chunk[-1].id} ({len(chunk)} nodes)", chunk)
+                  for offset in range(0, len(remaining), size)
+                  for chunk in [remaining[offset:offset + size]]]
+        drawing.notes.append(f"grouped the other nodes {size} at a time, in graph order")
+    for group, title, members in groups:
+        ops = Counter(n.op.split("::")[-1] for n in members).most_common(3)
+        for node in members:
+            box_of[node.id] = group
+        fill = (CONSUMED_FILL if any(n.id in highlight.consumed for n in members) else
+                ORIGIN_FILL if any(n.id in highlight.origins for n in members) else
+                PROPAGATED_FILL if any(n.id in highlight for n in members) else "#eeeeee")
+        drawing.boxes[group] = (title + "\n" + ", ".join(f"{op} x{k}" for op, k in ops),
+                                f'shape=box, style=filled, fillcolor="{fill}"')
 
 
 def _heading(lines: list[str], marks: Marks) -> str:

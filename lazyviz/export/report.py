@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 from typing import TextIO
 
 from lazyviz.analysis.findings import ROOT_KINDS, SEVERITIES, Finding
+from lazyviz.analysis.ir import parse_location
 from lazyviz.analysis.ranks import Divergence
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
 from lazyviz.analysis.run import Run
@@ -74,9 +75,8 @@ def recompiles_json(recompiles: list[Recompile | PendingRecompile]) -> Iterator[
 
 def _built_at(location: str) -> dict | None:
     """{"file": "train.py", "line": 28, "function": "main"} from "main@train.py:28"."""
-    function, _, where = location.rpartition("@")
-    file, _, line = where.rpartition(":")
-    return {"file": file, "line": int(line), "function": function} if file and line.isdigit() else None
+    parsed = parse_location(location)
+    return {"file": parsed[1], "line": parsed[2], "function": parsed[0]} if parsed else None
 
 
 def _executions_json(executions: Sequence[Execution]) -> list[dict]:

@@ -118,43 +118,49 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:39] + "…"
 
 
-def _execution(row: tuple) -> Execution:
-    r = ExecutionRecord(*row)
-    index = _int(r.idx, "an execution's index")
-    try:
-        if r.cache not in ("hit", "miss"):
-            raise _Damaged(f"cache is {_shown(r.cache)}")
-        if r.cause not in CAUSES:
-            raise _Damaged(f"cause is {_shown(r.cause)}")
-        frame = None
-        if r.file is not None:
-            frame = Frame(_str(r.file, "file"), _int(r.line, "line"), _str(r.function, "function"))
-        return Execution(
-            index=index, step=_int(r.step, "step"), cause=r.cause, detail=_opt_str(r.detail, "detail"),
-            frame=frame, stack_id=_opt_int(r.stack_id, "stack id"), graph=_str(r.graph, "graph"),
-            nodes=_int(r.nodes, "nodes"), cache=r.cache,
-            sync_ms=_float(r.sync_ms, "sync_ms"), trace_ms=_float(r.trace_ms, "trace_ms"),
-            compile_ms=_float(r.compile_ms, "compile_ms"), execute_ms=_float(r.execute_ms, "execute_ms"),
-            start_ms=_float(r.start_ms, "start_ms"),
-            fallback_ops=_counts(r.fallback_ops, "fallback ops"), counters=_counts(r.counters, "counters"),
-            call=_opt_str(r.call, "call"), context=_opt_str(r.context, "context"),
-        )
-    except _Damaged as error:
-        raise _Damaged(f"execution {index}: {error}") from None
-
-
 _CACHES = frozenset({"hit", "miss"})
 _CAUSES = frozenset(CAUSES)
 _OPT_STR = frozenset({str, type(None)})
 _OPT_INT = frozenset({int, type(None)})
 _NUMBER = frozenset({int, float})
+_TIMES = ("sync_ms", "trace_ms", "compile_ms", "execute_ms", "start_ms")
+
+
+def _frame(file: Any, line: Any, function: Any) -> Frame | None:
+    return None if file is None else Frame(_str(file, "file"), _int(line, "line"), _str(function, "function"))
+
+
+def _explain(row: tuple) -> None:
+    """Raise _Damaged naming the first wrong value of a row that failed _ExecutionRows'
+    quick checks (returns only for finite times whose sum is not)."""
+    r = ExecutionRecord(*row)
+    index = _int(r.idx, "an execution's index")
+    try:
+        if r.cache not in _CACHES:
+            raise _Damaged(f"cache is {_shown(r.cache)}")
+        if r.cause not in _CAUSES:
+            raise _Damaged(f"cause is {_shown(r.cause)}")
+        _frame(r.file, r.line, r.function)
+        _int(r.step, "step")
+        _opt_str(r.detail, "detail")
+        _opt_int(r.stack_id, "stack id")
+        _str(r.graph, "graph")
+        _int(r.nodes, "nodes")
+        for name in _TIMES:
+            _float(getattr(r, name), name)
+        _counts(r.fallback_ops, "fallback ops")
+        _counts(r.counters, "counters")
+        _opt_str(r.call, "call")
+        _opt_str(r.context, "context")
+    except _Damaged as error:
+        raise _Damaged(f"execution {index}: {error}") from None
 
 
 class _ExecutionRows:
-    """Makes Executions from rows as _execution does, quicker, and sharing what repeats:
-    one Frame per site and one string per distinct value, so a million executions of a
-    few sites hold a few sites. A row that fails the quick checks goes through
-    _execution, which says what is wrong."""
+    """Makes Executions from rows, checking every value, and sharing what repeats: one
+    Frame per site and one string per distinct value, so a million executions of a few
+    sites hold a few sites. The checks are one quick test per row; a row that fails it
+    goes to _explain, which says what is wrong."""
 
     def __init__(self) -> None:
         self._frames: dict[tuple, Frame] = {}
@@ -171,13 +177,15 @@ class _ExecutionRows:
                 and type(execute_ms) in _NUMBER and type(start_ms) in _NUMBER
                 and math.isfinite(sync_ms + trace_ms + compile_ms + execute_ms + start_ms)
                 and (stack_id is None or stack_id >= 0)):
-            return _execution(row)
+            _explain(row)
         frame = None
         if file is not None:
             frame = self._frames.get((file, line, function))
-            if frame is None:
-                frame = _execution(row).frame  # checked once per site
-                self._frames[file, line, function] = frame  # type: ignore[assignment]
+            if frame is None:  # checked once per site
+                try:
+                    frame = self._frames[file, line, function] = _frame(file, line, function)  # type: ignore[assignment]
+                except _Damaged as error:
+                    raise _Damaged(f"execution {index}: {error}") from None
         strings = self._strings
         return Execution(
             index, step, cause, detail if detail is None else strings.setdefault(detail, detail), frame, stack_id,

@@ -4,6 +4,7 @@ INSERT statements are derived from the records' fields."""
 from __future__ import annotations
 
 import functools
+import operator
 from typing import NamedTuple
 
 FORMAT = "lazyviz-trace"
@@ -44,17 +45,19 @@ class ExecutionRecord(NamedTuple):
     context: str | None = None  # the test running (pytest's PYTEST_CURRENT_TEST, without the phase)
 
 
-# An ExecutionRecord's fields split into what a row stores (its kind's id in `kind`)...
-ROW_FIELDS = ("idx", "step", "kind", "sync_ms", "trace_ms", "compile_ms", "execute_ms", "start_ms")
-# ... and what its kind stores: everything that stays the same while a step repeats.
-KIND_FIELDS = ("cause", "detail", "file", "line", "function", "stack_id", "graph", "nodes", "cache",
-               "fallback_ops", "counters", "call", "context")
+# An ExecutionRecord's fields split into what a row stores (its times, and its kind's id
+# in `kind`) and what its kind stores: everything that stays the same while a step repeats.
+_ROW_OWN = ("idx", "step", "sync_ms", "trace_ms", "compile_ms", "execute_ms", "start_ms")
+ROW_FIELDS = ("idx", "step", "kind", *_ROW_OWN[2:])
+KIND_FIELDS = tuple(f for f in ExecutionRecord._fields if f not in _ROW_OWN)
+_kind_part = operator.itemgetter(*(ExecutionRecord._fields.index(f) for f in KIND_FIELDS))
+_row_part = operator.itemgetter(*(ExecutionRecord._fields.index(f) for f in _ROW_OWN))
 
 
 def split_row(row: tuple) -> tuple[tuple, tuple]:
     """An ExecutionRecord in stored form -> (its kind's fields, its row's fields without the
     kind id)."""
-    return row[2:11] + row[16:20], row[:2] + row[11:16]
+    return _kind_part(row), _row_part(row)
 
 
 class GraphRecord(NamedTuple):

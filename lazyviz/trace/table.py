@@ -23,18 +23,14 @@ from typing import overload
 
 from lazyviz.trace.model import Execution, Frame, SiteAndCache
 
-# Execution's fields that a kind holds, in Execution's order around the row's fields.
-KIND_ATTRS = ("cause", "detail", "frame", "stack_id", "graph", "nodes", "cache", "fallback_ops", "counters",
-              "call", "context")
-
-
 # Executions made whole one query each before the rest of the columns are read at once.
 ONE_BY_ONE = 2000
 
 
 @dataclass(frozen=True, slots=True)
 class Kind(SiteAndCache):
-    """What executions of one kind share: all of an Execution but its index, step and times."""
+    """What executions of one kind share: all of an Execution but its index, step and times
+    (the schema's KIND_FIELDS, with file, line and function as one frame)."""
 
     cause: str
     detail: str | None

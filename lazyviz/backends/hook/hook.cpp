@@ -1,0 +1,187 @@
+// lazyviz's hook into torch's lazy core: a BackendImplInterface that forwards
+// every call to the backend already registered and reports each graph execution
+// to Python. Checked on torch 2.13.0 (torch/csrc/lazy/backend/backend_interface.h).
+//
+// Why a backend wrapper: the lazy core has no Python hook per sync, but every
+// execution (mark_step, .item(), an eager fallback) goes through
+// ExecuteComputation, and every cache miss through CreateLoweringContext with the
+// graph's post order: so each distinct graph is formatted once, on its miss.
+#include <torch/extension.h>
+#include <torch/csrc/lazy/backend/backend_interface.h>
+#include <torch/csrc/lazy/core/config.h>
+#include <torch/csrc/lazy/core/debug_util.h>
+#include <torch/csrc/lazy/core/ir_dump_util.h>
+#include <torch/csrc/lazy/core/ir_metadata.h>
+#include <torch/csrc/lazy/core/ir_util.h>
+#include <torch/csrc/lazy/core/metrics.h>
+#include <torch/csrc/lazy/core/tensor.h>
+#include <frameobject.h>
+#include <structmember.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string_view>
+#include <tuple>
+#include <typeinfo>
+#include <vector>
+#include <unordered_map>
+#include <unordered_set>
+#include <unistd.h>  // environ
+
+namespace py = pybind11;
+using namespace torch::lazy;
+
+// The parts, by concern; each relies on the includes above and the parts before it.
+#include "common.h"
+#include "source_lines.h"
+#include "stack_signature.h"
+#include "repeats.h"
+#include "sync_sites.h"
+#include "ir_text.h"
+#include "recording_backend.h"
+
+namespace {
+
+void install(py::object on_execution, bool capture_ir) {
+  TORCH_CHECK(hasBackend(), "the lazy backend must be initialised before lazyviz installs its hook");
+  TORCH_CHECK(g_backend == nullptr, "lazyviz's hook is already installed");
+  g_backend = new RecordingBackend(getBackend(), std::move(on_execution), capture_ir);
+  g_backend->ResetCounterBaseline();
+  static BackendRegistrar registrar(g_backend);  // lives as long as the process, like the backend
+}
+
+void set_enabled(bool enabled) {
+  if (g_backend != nullptr) g_backend->set_enabled(enabled);
+}
+
+void set_capture_ir(bool capture_ir) {
+  if (g_backend != nullptr) g_backend->set_capture_ir(capture_ir);
+}
+
+py::dict take_moved() { return g_backend != nullptr ? g_backend->TakeMoved() : py::dict(); }
+
+bool has_backend() { return hasBackend(); }
+
+bool users_dump_kept() { return g_users_dump.load(); }
+
+// The user's LTC dump is on from the start: nodes never carry frames (set before
+// set_source_lines, which then installs the getter for the dump's stack only).
+void keep_users_dump() {
+  g_users_dump.store(true);
+  g_source_lines.store(false);
+  FLAGS_torch_lazy_ir_debug = false;
+}
+
+// classify(filename, name) -> (kind, file label), once per code object; None turns
+// source lines off and gives torch its own frame getter back.
+void set_source_lines(py::object classify) {
+  if (g_codes == nullptr) {
+    g_codes = new std::unordered_map<PyObject*, CodeEntry>();
+    g_lines = new std::unordered_map<std::pair<PyObject*, int>, int, CodeLineHash>();
+  }
+  g_lines->clear();
+  for (auto& [code, entry] : *g_codes) Py_DECREF(code);  // a new trace may classify anew
+  g_codes->clear();
+  if (g_torch_frames == nullptr) {
+    g_torch_frames = new std::function<std::vector<SourceLocation>()>(GetPythonFramesFunction());
+  }
+  ForgetLastFrame();
+  if (classify.is_none()) {
+    g_source_lines.store(false);
+    FLAGS_torch_lazy_ir_debug = false;
+    GetPythonFramesFunction() = *g_torch_frames;
+    delete g_classify;
+    g_classify = nullptr;
+    std::lock_guard<std::mutex> lock(g_noted_mu);
+    g_noted_tensors.clear();
+    g_noted_data.clear();
+    return;
+  }
+  delete g_classify;
+  g_classify = new py::object(std::move(classify));
+  GetPythonFramesFunction() = UserFrame;
+  if (g_users_dump.load()) return;  // this process's LTC dump is on: nodes carry no frames
+  FLAGS_torch_lazy_ir_debug = true;
+  g_source_lines.store(true);
+}
+
+// Repeated rows for a tracer: counts is its array('q', [executions, steps]) (the hook
+// numbers repeated rows from it, and its sync sites count steps in it), started and now
+// its clock's start and current reading. None stops, forgetting what was learnt.
+void set_repeats(py::object counts, double started, double now) {
+  delete g_repeats;
+  g_repeats = nullptr;
+  if (counts.is_none()) return;
+  auto repeats = std::make_unique<Repeats>();
+  repeats->counts_view = std::make_unique<py::buffer_info>(py::buffer(counts).request(true));
+  TORCH_CHECK(repeats->counts_view->itemsize == 8 && repeats->counts_view->size >= 2,
+              "counts must be an array('q') of at least 2");
+  repeats->counts = static_cast<int64_t*>(repeats->counts_view->ptr);
+  repeats->counts_owner = std::move(counts);
+  repeats->clock_offset_s = now - SteadySeconds();
+  repeats->started_s = started;
+  g_repeats = repeats.release();
+}
+
+// The rows repeated since the last call, as bytes of 64-byte rows (`=qqqddddd`).
+py::bytes take_rows() {
+  if (g_repeats == nullptr || g_repeats->rows.empty()) return py::bytes();
+  py::bytes taken(reinterpret_cast<const char*>(g_repeats->rows.data()), g_repeats->rows.size() * sizeof(Row));
+  g_repeats->rows.clear();
+  return taken;
+}
+
+// `tensor` was just made on the lazy device from CPU data: remember the calling line
+// for the upload its first use will do.
+void note_upload(const at::Tensor& tensor) {
+  if (!g_source_lines.load()) return;
+  LazyTensorPtr lazy = TryGetLtcTensor(tensor);
+  if (!lazy) return;
+  std::optional<at::Tensor> data = lazy->CurrentTensorData();
+  if (!data || !data->defined()) return;
+  std::vector<SourceLocation> where = UserFrame();
+  if (where.empty()) return;
+  std::lock_guard<std::mutex> lock(g_noted_mu);
+  static size_t limit = 1024;
+  PruneWhenLarge(g_noted_tensors, limit, [](auto& entry) { return !entry.tensor.expired(); });
+  g_noted_tensors.insert_or_assign(
+      data->unsafeGetTensorImpl(),
+      NotedLine{c10::weak_intrusive_ptr<c10::TensorImpl>(data->getIntrusivePtr()), where.front()});
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("install", &install, "Wrap the registered lazy backend and report each execution.");
+  m.def("set_enabled", &set_enabled, "Turn reporting on or off.");
+  m.def("set_capture_ir", &set_capture_ir, "Record the IR text of each new graph, or not.");
+  m.def("set_source_lines", &set_source_lines, "Record the user's line for each IR node (None: stop).");
+  m.def("note_upload", &note_upload, "Note the calling line for a lazy tensor made from CPU data.");
+  m.def("set_repeats", &set_repeats, "Repeat rows for hits seen before (None: stop).");
+  m.def("take_rows", &take_rows, "The rows repeated since the last call, as bytes.");
+  m.def("ir_texts", &ir_texts, "The IR text of these lazy tensors' graph: (lazyviz's, torch's).");
+  g_sync_site_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&g_sync_site_spec));
+  if (g_sync_site_type == nullptr) throw py::error_already_set();
+  m.add_object("SyncSite", reinterpret_cast<PyObject*>(g_sync_site_type));
+  m.def("wrap_sync_site", &wrap_sync_site, "Wrap a call that syncs: it names the cause while it runs.");
+  py::class_<SyncState>(m, "SyncState", "This thread's sync cause: the sync site running, if any.")
+      .def(py::init<>())
+      .def_property_readonly("cause", [](const SyncState&) {
+        return t_cause != nullptr ? py::reinterpret_borrow<py::object>(t_cause) : py::none();
+      })
+      .def_property_readonly("detail", [](const SyncState&) {
+        return t_detail != nullptr ? py::reinterpret_borrow<py::object>(t_detail) : py::none();
+      });
+  m.def("has_backend", &has_backend, "Is a lazy backend registered (initialised) in this process?");
+  m.def("take_moved", &take_moved, "The counters that moved since the last execution (name -> delta).");
+  m.def("users_dump_kept", &users_dump_kept, "Were source lines given up for the user's LTC dump?");
+  m.def("keep_users_dump", &keep_users_dump, "Give up per-node source lines for the user's LTC dump.");
+}

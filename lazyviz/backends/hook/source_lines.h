@@ -1,0 +1,183 @@
+// The frame getter: which line of the user's code built each IR node.
+// A part of hook.cpp's one translation unit: included there, in order, after the includes.
+#pragma once
+
+namespace {
+
+// ---- Source lines: which line of the user's code built each IR node ------------------
+//
+// With FLAGS_torch_lazy_ir_debug set, every new IR node asks GetPythonFramesFunction()
+// for its frames and DumpUtil prints the first as `location=fn@file:line`. torch's own
+// getter walks and formats the whole Python stack per node; this one stops at the
+// innermost frame of the user's code and classifies each code object once (by a Python
+// callback that knows lazyviz's rules), so a node costs a few pointer hops.
+enum FrameKind { kUserFrame = 0, kOtherFrame = 1, kStopFrame = 2 };
+
+struct CodeEntry {
+  int kind;
+  std::string file;  // the trace's name for the file (a notebook cell reads "In [3]")
+  std::string function;
+};
+
+// Touched only with the GIL held. Code objects are kept alive by the cache (one
+// reference each) so an address is never reused for another code object.
+py::object* g_classify = nullptr;
+std::unordered_map<PyObject*, CodeEntry>* g_codes = nullptr;
+std::function<std::vector<SourceLocation>()>* g_torch_frames = nullptr;  // restored when off
+struct CodeLineHash {
+  size_t operator()(const std::pair<PyObject*, int>& key) const {
+    return std::hash<PyObject*>()(key.first) ^ (static_cast<size_t>(key.second) * 0x9e3779b97f4a7c15ULL);
+  }
+};
+// (code object, instruction) -> line; its code objects are held by g_codes.
+std::unordered_map<std::pair<PyObject*, int>, int, CodeLineHash>* g_lines = nullptr;
+std::atomic<bool> g_source_lines{false};
+
+const CodeEntry& ClassifyCode(PyCodeObject* code) {
+  auto found = g_codes->find(reinterpret_cast<PyObject*>(code));
+  if (found != g_codes->end()) return found->second;
+  static const CodeEntry unknown{kOtherFrame, "", ""};
+  CodeEntry entry{kOtherFrame, "", ""};
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);  // node creation never sees our errors
+  bool classified = false;
+  try {
+    py::handle file(code->co_filename), name(code->co_name);
+    py::tuple result = (*g_classify)(file, name);
+    entry.kind = result[0].cast<int>();
+    // Only the base name is ever printed (EmitShortFrameInfo): short names copy free.
+    std::string label = result[1].cast<std::string>();
+    size_t slash = label.find_last_of('/');
+    entry.file = slash == std::string::npos ? label : label.substr(slash + 1);
+    entry.function = name.cast<std::string>();
+    classified = true;
+  } catch (py::error_already_set& error) {
+    if (error.matches(PyExc_Exception)) {
+      error.discard_as_unraisable("lazyviz source lines");
+    } else {
+      KeepForScript(error);  // Ctrl-C landed in our callback: it is the script's
+    }
+  } catch (const std::exception&) {
+  }
+  PyErr_Restore(type, value, traceback);
+  if (!classified) return unknown;  // asked again next time
+  Py_INCREF(code);
+  return g_codes->emplace(reinterpret_cast<PyObject*>(code), std::move(entry)).first->second;
+}
+
+// One torch op builds several nodes from the same Python instruction: the last walk's
+// answer is kept with a reference to its innermost frame (so the address cannot be
+// reused) and that frame's instruction. A live frame's callers cannot change under it,
+// except a generator's, which is never cached. Released when the trace stops and at
+// every execution (the frame's locals are not kept alive for long).
+// g_users_dump: the user's LTC_SAVE_TENSORS_FILE dump is on, and lazyviz gave up its
+// per-node lines for it; g_dump_decided: LTC has read that variable (its first sync
+// with IR), so setting it later changes nothing.
+std::atomic<bool> g_users_dump{false};
+std::atomic<bool> g_dump_decided{false};
+PyObject* g_last_frame = nullptr;
+int g_last_lasti = -1;
+std::vector<SourceLocation>* g_last_result = nullptr;
+
+void ForgetLastFrame() {
+  Py_CLEAR(g_last_frame);
+  g_last_lasti = -1;
+}
+
+std::vector<SourceLocation> WalkToUserFrame(PyFrameObject* frame) {
+  std::vector<SourceLocation> frames;
+  Py_XINCREF(frame);
+  while (frame != nullptr) {
+    PyCodeObject* code = PyFrame_GetCode(frame);
+    const CodeEntry& entry = ClassifyCode(code);
+    Py_DECREF(code);  // still alive: the cache holds it
+    if (entry.kind == kUserFrame) {
+      // The line table is scanned from its start on every lookup: cache per instruction.
+      auto key = std::make_pair(reinterpret_cast<PyObject*>(code), PyFrame_GetLasti(frame));
+      auto line = g_lines->find(key);
+      if (line == g_lines->end()) line = g_lines->emplace(key, PyFrame_GetLineNumber(frame)).first;
+      frames.push_back(SourceLocation{entry.file, entry.function, line->second});
+    }
+    if (entry.kind != kOtherFrame) break;
+    PyFrameObject* back = PyFrame_GetBack(frame);
+    Py_DECREF(frame);
+    frame = back;
+  }
+  Py_XDECREF(frame);
+  return frames;
+}
+
+// The innermost user frame of the calling Python thread, or nothing (a thread that
+// never ran Python, such as autograd's device threads, has no frames to give).
+// torch's own whole stack, without lazyviz's runner below the script (the frames the
+// tracer's classifier calls stop frames): what an untraced `python script.py` shows.
+std::vector<SourceLocation> TorchFramesWithoutRunner() {
+  std::vector<SourceLocation> frames = (*g_torch_frames)();
+  if (g_classify == nullptr || !Py_IsInitialized() || PyGILState_GetThisThreadState() == nullptr) return frames;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  try {
+    for (size_t i = 0; i < frames.size(); ++i) {
+      py::object kind = (*g_classify)(frames[i].file, frames[i].function);
+      if (py::cast<py::tuple>(kind)[0].cast<int>() == kStopFrame) {
+        frames.resize(i);
+        break;
+      }
+    }
+  } catch (py::error_already_set& error) {
+    error.discard_as_unraisable("lazyviz frame classifier");
+  } catch (const std::exception&) {
+  }
+  PyGILState_Release(gil);
+  return frames;
+}
+
+std::vector<SourceLocation> UserFrame() {
+  if (g_users_dump.load()) return TorchFramesWithoutRunner();  // the dump's stack, as untraced
+  if (!g_source_lines.load() || !Py_IsInitialized() || PyGILState_GetThisThreadState() == nullptr) {
+    return {};
+  }
+  if (!g_dump_decided.load() && std::getenv("LTC_SAVE_TENSORS_FILE") != nullptr) {
+    // The user asked LTC for its dump (maybe at run time, as torch's test_debug_util
+    // does). LTC reads the variable once, at the first sync with IR, and prints each
+    // node's frames: nodes built from now on carry none, and the dump's stack is
+    // torch's own, so the user's dump reads as it does untraced. This node's frames are
+    // dropped too (an empty list).
+    FLAGS_torch_lazy_ir_debug = false;
+    g_source_lines.store(false);
+    g_users_dump.store(true);
+    return {};
+  }
+  PyGILState_STATE gil = PyGILState_Ensure();  // torch's bindings release it around ops
+  std::vector<SourceLocation> frames;
+  if (g_source_lines.load()) {
+    PyFrameObject* frame = PyEval_GetFrame();
+    int lasti = frame != nullptr ? PyFrame_GetLasti(frame) : -1;
+    if (frame != nullptr && reinterpret_cast<PyObject*>(frame) == g_last_frame && lasti == g_last_lasti) {
+      frames = *g_last_result;
+    } else {
+      frames = WalkToUserFrame(frame);
+      // The old frame is released last: freeing it may run a __del__ that builds nodes
+      // and comes back here, and must then find the new state complete.
+      PyObject* released = g_last_frame;
+      g_last_frame = nullptr;
+      g_last_lasti = -1;
+      if (frame != nullptr) {
+        PyCodeObject* code = PyFrame_GetCode(frame);
+        bool resumable = (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) != 0;
+        Py_DECREF(code);
+        if (!resumable) {
+          if (g_last_result == nullptr) g_last_result = new std::vector<SourceLocation>();
+          *g_last_result = frames;
+          g_last_frame = reinterpret_cast<PyObject*>(frame);
+          Py_INCREF(g_last_frame);
+          g_last_lasti = lasti;
+        }
+      }
+      Py_XDECREF(released);
+    }
+  }
+  PyGILState_Release(gil);
+  return frames;
+}
+
+}  // namespace
