@@ -8,20 +8,20 @@ reads a trace (lazyviz.trace.reader.Trace). In Jupyter: `%load_ext lazyviz`, the
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lazyviz.errors import LazyvizError
+from lazyviz.ipython import register
+from lazyviz.recorder import Recorder
 from lazyviz.trace.reader import Trace, TraceError, open, open_ranks
-
-if TYPE_CHECKING:
-    from lazyviz.recorder import Recorder
 
 __version__ = "0.1.0"
 __all__ = ["LazyvizError", "Recorder", "Trace", "TraceError", "load_ipython_extension", "open", "open_ranks", "trace"]
 
 
-# A plain function of the package, defined after the import above loads the trace
-# package (lazyviz/trace/): `lazyviz.trace` is this, the package is lazyviz.trace's modules.
+# `lazyviz.trace` is this plain function: it is defined after the imports above have
+# loaded the trace package (lazyviz/trace/), whose modules are imported by their full
+# names (`from lazyviz.trace import open`).
 def trace(path: str | os.PathLike[str] | None = None, *, capture: str = "full", backend: str | None = None,
           force: bool = False, source_lines: bool = True) -> Recorder:
     """Record lazy-tensor graph executions in this process into a trace file:
@@ -32,21 +32,9 @@ def trace(path: str | os.PathLike[str] | None = None, *, capture: str = "full", 
 
     Also a decorator (`@lazyviz.trace("run.trace")`) and, for callbacks,
     `recorder = lazyviz.trace(...).start()` ... `recorder.stop()`. See Recorder."""
-    from lazyviz.recorder import Recorder  # the tracer loads when recording, never for reading
-
     return Recorder(path, capture=capture, backend=backend, force=force, source_lines=source_lines)
-
-
-def __getattr__(name: str) -> Any:
-    if name == "Recorder":  # imported on use: reading traces never loads the tracer
-        from lazyviz.recorder import Recorder
-
-        return Recorder
-    raise AttributeError(f"module 'lazyviz' has no attribute {name!r}")
 
 
 def load_ipython_extension(shell: Any) -> None:
     """`%load_ext lazyviz`: the %lazyviz and %%lazyviz magics."""
-    from lazyviz.ipython import register  # IPython only where it runs
-
     register(shell)

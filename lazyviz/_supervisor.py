@@ -21,6 +21,9 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
+from lazyviz.trace.files import finish_trace
+from lazyviz.trace.reader import close_all
+
 FORWARDED = (signal.SIGTERM, signal.SIGHUP)
 
 
@@ -95,7 +98,6 @@ class Supervised:
             returncode = self.reap(5)
         if returncode is None:
             returncode = -signal.SIGKILL
-        from lazyviz.trace.reader import close_all
 
         close_all()  # the UI's reader: an open connection would keep -wal and -shm beside the trace
         record_ending(self.exit_on_hangup, returncode)
@@ -166,6 +168,4 @@ def ending_fields(returncode: int) -> dict[str, str]:
 
 def record_ending(trace_path: Path, returncode: int) -> str | None:
     """Write the ending into the trace unless the process did, and leave one file."""
-    from lazyviz.trace.files import finish_trace
-
     return finish_trace(trace_path, ending_fields(returncode))

@@ -10,7 +10,11 @@ import argparse
 import shlex
 from typing import Any
 
+from lazyviz.analysis.run import Run
 from lazyviz.errors import LazyvizError
+from lazyviz.export.notebook import summary_html
+from lazyviz.recorder import Recorder
+from lazyviz.trace import open as open_trace
 
 USAGE = ("%%lazyviz [-o TRACE] [--capture full|light] [--backend ts|xla] [--force] [--no-source-lines]  (on a cell), "
          "or %lazyviz report TRACE")
@@ -48,9 +52,6 @@ def lazyviz_magic(line: str, cell: str | None = None) -> None:
 def _line_magic(line: str) -> None:
     from IPython.display import HTML, display
 
-    from lazyviz.analysis.run import Run
-    from lazyviz.export.notebook import summary_html
-    from lazyviz.trace import open as open_trace
 
     words = shlex.split(line)
     if len(words) != 2 or words[0] != "report":
@@ -62,7 +63,6 @@ def _line_magic(line: str) -> None:
 def _trace_cell(shell: Any, options: argparse.Namespace, cell: str) -> None:
     from IPython.display import display
 
-    from lazyviz.recorder import Recorder
 
     number = shell.execution_count  # the cell being run: "In [N]"
     # A blank first line keeps the cell's own line numbers (line 1 is %%lazyviz).

@@ -27,6 +27,8 @@ from lazyviz.analysis.findings import Finding
 from lazyviz.analysis.run import Run
 from lazyviz.backends import BACKENDS, BackendError, LazyBackend, get_backend
 from lazyviz.errors import LazyvizError
+from lazyviz.export.notebook import summary_html
+from lazyviz.export.report import json_report
 from lazyviz.trace.files import TraceClaim, claim_trace_path, free_trace_path, held_apart, numbered_path
 from lazyviz.trace.reader import Trace
 from lazyviz.trace.writer import TraceWriter
@@ -243,8 +245,6 @@ class Recorder:
 
     def report(self) -> dict:
         """The report `lazyviz report --format json` prints for this trace."""
-        from lazyviz.export.report import json_report  # the exporters load only when asked
-
         return json_report(self.run)
 
     @property
@@ -253,8 +253,6 @@ class Recorder:
         return self.run.findings
 
     def _repr_html_(self) -> str:
-        from lazyviz.export.notebook import summary_html  # the exporters load only when asked
-
         if not self._ended:
             return f"<p>lazyviz: {'recording' if self._tracer else 'not started'} {self.path}</p>"
         return summary_html(self.run)

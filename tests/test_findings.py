@@ -2,15 +2,16 @@
 root causes first, one finding per cause, and no finding on code that is right."""
 from __future__ import annotations
 
-from test_units import ex, run_info
+from builders import IR16, IR24, clean, ex, run_info
 
 from lazyviz.analysis import analyze
 from lazyviz.analysis.budget import Budget, check_budget
 from lazyviz.analysis.failures import headline, promoted_scalars
-from lazyviz.analysis.findings import fallback_findings, growth_findings, repeated_block
+from lazyviz.analysis.findings import extra_sync_findings, fallback_findings, growth_findings, repeated_block
 from lazyviz.analysis.ir import parse_ir
 from lazyviz.analysis.recompiles import explain_recompiles
 from lazyviz.trace.model import Failure, Frame
+from lazyviz.trace.synthetic import chain_ir
 
 BLOCK = ("aten::mul", "aten::addcmul", "aten::sqrt", "aten::div", "aten::add")
 
@@ -139,3 +140,214 @@ def test_saving_a_lazy_model_is_explained() -> None:
     assert finding.severity == "error" and finding.frame == frames[0]
     assert "at serialization.py:1224 in persistent_id(), called from main.py:238" in finding.message
     assert "no storage on the host" in finding.message and "state_dict" in finding.fix
+
+
+# -- from the run's rows and IR: extra syncs, fallbacks, loops and recompiles ----------
+def test_clean_run_has_no_findings() -> None:
+    assert analyze(run_info(steps=6), clean(), {"g0": IR16}).findings == []
+
+
+def test_extra_sync_every_step_is_a_warning_with_its_fix() -> None:
+    executions = []
+    for step in range(6):
+        executions += [ex(2 * step, step=step, cause="item", detail="Tensor.item()", line=31),
+                       ex(2 * step + 1, step=step)]
+    [finding] = extra_sync_findings(executions, 6)
+    assert finding.severity == "warning" and finding.frame.line == 31
+    assert "Tensor.item() forces 1 extra execution per step in 6 of 6 steps" in finding.message
+    assert "torch._lazy.add_step_closure" in finding.fix
+
+
+def test_extra_sync_in_one_step_of_many_is_info() -> None:
+    executions = clean(10) + [ex(10, step=4, cause="cpu", detail="Tensor.cpu()", line=40)]
+    [finding] = extra_sync_findings(executions, 10)
+    assert finding.severity == "info"
+
+
+def test_collective_sync_gets_bucket_advice() -> None:
+    executions = [ex(i, step=i, cause="other", detail="distributed.all_reduce()") for i in range(4)]
+    [finding] = extra_sync_findings(executions + clean(4), 4)
+    assert "one collective per step" in finding.fix
+
+
+def test_fallback_finding_counts_calls_and_forced_executions() -> None:
+    executions = [ex(i, step=i, cause="fallback", detail="aten::mse_loss", fallback_ops={"aten::mse_loss": 1})
+                  for i in range(4)]
+    [finding] = fallback_findings(executions, 4)
+    assert finding.details == {"op": "aten::mse_loss", "calls": 4, "executions_forced": 4, "per_step": 1.0,
+                               "call": None}
+    assert "((output - target) ** 2).mean()" in finding.fix
+
+
+def test_fallback_finding_names_the_users_call_and_fits_its_advice() -> None:
+    executions = [ex(i, step=i, cause="fallback", detail="aten::linalg_vector_norm", call="clip_grad_norm_",
+                     fallback_ops={"aten::linalg_vector_norm": 1}) for i in range(4)]
+    [finding] = fallback_findings(executions, 4)
+    assert "aten::linalg_vector_norm falls back to the CPU in clip_grad_norm_()" in finding.message
+    assert "clip_grad_norm_" in finding.fix and "(p.grad * p.grad).sum()" in finding.fix
+    # With no mark_step() there are no steps: no per-step figure.
+    [no_steps] = fallback_findings(executions, 0)
+    assert "per step" not in no_steps.message
+
+
+def test_a_value_only_recompile_is_found_among_graphs_of_other_sizes() -> None:
+    """In a run without mark_step(), a recompile past warm-up that changed values only is
+    compared at once (the rest wait). Only a graph as big as an earlier one can repeat
+    its structure (graphs are not parsed otherwise); a node count of 0, not known, is
+    compared with every graph."""
+    from lazyviz.analysis.recompiles import PendingRecompile
+
+    irs = {"a": chain_ir(10), "b": chain_ir(11), "c": chain_ir(12), "a24": chain_ir(10, rows=24)}
+    for known in ("every size", "no size", "all but the first"):
+        executions = [ex(i, step=0, graph=g, cache="hit" if i == 3 else "miss",  # no mark_step
+                         nodes=0 if known == "no size" or (i == 0 and known != "every size") else
+                         len(irs[g].splitlines()) - 2)
+                      for i, g in enumerate(["a", "b", "c", "b", "a24"])]
+        *_, last = explain_recompiles(executions, irs)
+        assert not isinstance(last, PendingRecompile) and last.closest == "a", known
+        assert "Float[16,64] -> Float[24,64]" in last.headline()
+
+
+def test_fallback_without_a_forced_execution_is_info() -> None:
+    [finding] = fallback_findings([ex(0, fallback_ops={"aten::sin": 2})], 1)
+    assert finding.severity == "info" and "2 calls, forcing 0 executions" in finding.message
+
+
+def test_repeated_block_finds_the_loop_body() -> None:
+    ops = ["a", "b"] + ["mm", "tanh", "mul", "add"] * 6 + ["sum"]
+    block, repeats, start = repeated_block(ops)
+    assert (block, repeats, start) == (["mm", "tanh", "mul", "add"], 6, 2)
+    assert repeated_block(["a", "b", "c"]) is None
+
+
+def test_growth_finding_for_an_unrolled_loop() -> None:
+    ir = chain_ir(41, ops=("aten::mm", "aten::tanh", "aten::mul", "aten::add"))
+    [finding] = growth_findings([ex(0, cause="item", graph="big", nodes=41)], {"big": ir})
+    assert finding.kind == "missing_mark_step" and finding.details["repeats"] == 10
+    assert "torch._lazy.mark_step()" in finding.fix
+
+
+def test_input_shape_recompile_after_warmup_is_explained() -> None:
+    executions = [ex(i, step=i, graph="b16", cache="miss" if i == 0 else "hit") for i in range(4)]
+    executions.append(ex(4, step=4, graph="b24", cache="miss"))
+    recompiles = explain_recompiles(executions, {"b16": IR16, "b24": IR24})
+    assert len(recompiles) == 1 and not recompiles[0].warmup
+    assert recompiles[0].closest == "b16" and "Float[16,64] -> Float[24,64]" in recompiles[0].headline()
+    [finding] = analyze(run_info(steps=5), executions, {"b16": IR16, "b24": IR24}).findings
+    assert finding.kind == "recompile" and "pad or bucket" in finding.fix
+
+
+def test_aliasing_recompile_gets_its_own_advice() -> None:
+    executions = [ex(i, step=i, graph="g0", cache="miss" if i == 0 else "hit") for i in range(3)]
+    executions.append(ex(3, step=3, graph="g1", cache="miss"))
+    [finding] = analyze(run_info(steps=4), executions, {"g0": IR16, "g1": IR16}).findings
+    assert "share buffers" in finding.message and "Python numbers" in finding.fix
+
+
+SCALE_IR = """IR {
+  %0 = [Float[4,4]] lazy_tensors::device_data(), device=CPU0, location=<module>@train.py:3, NodeType=D
+  %1 = [Double[]] lazy_tensors::device_data(), location=<module>@train.py:7, device=CPU0, NodeType=D
+  %2 = [Double[]] lazy_tensors::device_data(), location=<module>@train.py:8, device=CPU0, NodeType=D
+  %3 = [Float[4,4]] aten::mul(%0, %1), location=<module>@train.py:9, NodeType=M
+  %4 = [Float[4,4]] aten::add(%3, %2), location=<module>@train.py:9, ROOT=0, NodeType=A
+}
+"""
+
+
+def test_aliasing_names_both_inputs_and_their_lines() -> None:
+    # The hook marks an input that shares its buffer with an earlier one (alias=%j): two
+    # Python numbers that became equal. Inputs are paired by type, not by position.
+    aliased = SCALE_IR.replace("location=<module>@train.py:8, device=CPU0,",
+                               "location=<module>@train.py:8, device=CPU0, alias=%1,")
+    reordered = "\n".join([aliased.splitlines()[0], *aliased.splitlines()[2:4], aliased.splitlines()[1],
+                           *aliased.splitlines()[4:]])
+    executions = [ex(i, step=i, graph="g0", cache="miss" if i == 0 else "hit") for i in range(3)]
+    executions.append(ex(3, step=3, graph="g1", cache="miss"))
+    for new in (aliased, reordered.replace("%0", "%9").replace("%1", "%0").replace("%9", "%1")):
+        [recompile] = explain_recompiles(executions, {"g0": SCALE_IR, "g1": new})
+        assert [c.kind for c in recompile.diff.origins] == ["aliasing"], recompile.diff.changes
+        headline = recompile.headline()
+        assert "now shares one buffer with input" in headline and headline.endswith(": equal Python numbers")
+        assert "(built at train.py:7)" in headline and "(built at train.py:8)" in headline
+    [finding] = analyze(run_info(steps=4), executions, {"g0": SCALE_IR, "g1": aliased}).findings
+    assert "create such values once as tensors" in finding.fix
+
+
+def slice_ir(start: int) -> str:
+    return ("IR {\n  %0 = [Float[600,64]] lazy_tensors::device_data(), device=CPU0, NodeType=D\n"
+            f"  %1 = [Float[35,64]] aten::slice(%0), dim=0, start={start}, end={start + 35}, step=1, "
+            "location=get_batch@main.py:139, NodeType=S\n"
+            "  %2 = [Float[]] aten::sum(%1), ROOT=0, NodeType=U\n}\n")
+
+
+def test_without_mark_step_a_value_baked_in_at_every_sync_is_one_finding() -> None:
+    # A loop with no mark_step() syncing with .item(): every batch slices the data at a
+    # new Python offset, baked into the graph, so every sync compiles. Warm-up is the
+    # site's first syncs; the pieces of a pass (new graphs) are not findings there.
+    irs = {f"s{i}": slice_ir(35 * i) for i in range(8)}
+    irs["piece"] = chain_ir(12, ops=("aten::softmax",))
+    executions = [ex(0, step=0, cause="fallback", graph="piece", cache="miss", line=142)]
+    executions += [ex(i + 1, step=0, cause="item", graph=f"s{i}", cache="miss", line=160) for i in range(8)]
+    executions.append(ex(9, step=0, cause="fallback", graph="s0", cache="hit", line=142))
+    [finding] = analyze(run_info(steps=0), executions, irs).findings
+    assert finding.kind == "recompile" and finding.details["recompiles"] == 6  # syncs 3 to 8 at line 160
+    assert finding.message.startswith("recompiled at 6 syncs here, each time the same kind of change; "
+                                      "first at execution 3 recompiled: attribute")
+    assert "built at main.py:139" in finding.message and "slice or index on the CPU" in finding.fix
+
+
+def test_under_pytest_each_test_is_judged_on_its_own() -> None:
+    # Two tests compile different graphs at the same line of a shared helper: the second
+    # test's first graph is not a recompile of the first test's.
+    executions = [ex(i, step=i, graph="b16", context="t.py::test_a", cache="miss" if i == 0 else "hit")
+                  for i in range(3)]
+    executions += [ex(i, step=i, graph="b24", context="t.py::test_b", cache="miss" if i == 3 else "hit")
+                   for i in range(3, 6)]
+    assert explain_recompiles(executions, {"b16": IR16, "b24": IR24}) == []
+    executions.append(ex(6, step=6, graph="b16", context="t.py::test_b", cache="miss"))
+    [recompile] = explain_recompiles(executions, {"b16": IR16, "b24": IR24})
+    assert recompile.closest == "b24" and not recompile.warmup  # test_b's warm-up counts from its step 3
+    [finding] = analyze(run_info(steps=7), executions, {"b16": IR16, "b24": IR24}).findings
+    assert finding.message.startswith("t.py::test_b: step 6 recompiled: input shape Float[24,64] -> Float[16,64]")
+
+
+
+def test_a_recompile_is_compared_with_the_structurally_closest_earlier_graph() -> None:
+    # Site 30 compiles the model's step (40 nodes), then nine small unrelated graphs,
+    # then the step again with a wider batch: the step of step 0 is the one to compare with,
+    # however many graphs came between.
+    small = chain_ir(3, ops=("aten::sum",))
+    irs = {"step16": chain_ir(40, rows=16), "step24": chain_ir(40, rows=24)}
+    executions = [ex(0, step=0, graph="step16", cache="miss")]
+    for n in range(1, 10):
+        irs[f"small{n}"] = small.replace("Float[16,64]", f"Float[{n},64]")
+        executions.append(ex(n, step=n, graph=f"small{n}", cache="miss"))
+    executions.append(ex(10, step=10, graph="step24", cache="miss"))
+    explained = explain_recompiles(executions, irs)[-1]
+    assert explained.closest == "step16" and not explained.new_graph
+    assert explained.headline().startswith("input shape: lazy_tensors::device_data %0: Float[16,64] -> Float[24,64]")
+    assert "compared with execution 0's graph step16: the closest of 10 earlier graphs at this site" in explained.choice
+
+
+def test_an_unrelated_graph_is_a_new_graph_not_hundreds_of_added_ops() -> None:
+    irs = {"tiny": chain_ir(2, ops=("aten::sum",)), "model": chain_ir(300, ops=("aten::mm", "aten::relu"))}
+    executions = [ex(i, step=i, graph="tiny", cache="miss" if i == 0 else "hit") for i in range(3)]
+    executions.append(ex(3, step=3, graph="model", cache="miss"))
+    [explained] = explain_recompiles(executions, irs)
+    assert explained.new_graph and explained.diff is None and explained.closest == "tiny"
+    assert explained.headline().startswith("new graph (300 nodes): no earlier graph at this site is close")
+    [finding] = [f for f in analyze(run_info(steps=4), executions, irs).findings if f.kind == "recompile"]
+    assert "pad or bucket" not in finding.fix and "no earlier step ran" in finding.fix
+
+
+def test_batch_advice_only_when_input_shapes_alone_changed() -> None:
+    # The batch changed and an op was added: another code path, not a batch to pad.
+    branched = chain_ir(7, rows=24).replace(", ROOT=0", "")
+    branched = branched.replace("}\n", "  %7 = [Float[24,64]] aten::tanh(%6), NodeType=N, ROOT=0\n}\n")
+    irs = {"b16": chain_ir(7, rows=16), "branch": branched}
+    executions = [ex(i, step=i, graph="b16", cache="miss" if i == 0 else "hit") for i in range(3)]
+    executions.append(ex(3, step=3, graph="branch", cache="miss"))
+    [finding] = analyze(run_info(steps=4), executions, irs).findings
+    kinds = {c.kind for c in explain_recompiles(executions, irs)[0].diff.origins}
+    assert {"input_shape", "op_added"} <= kinds
+    assert "pad or bucket" not in finding.fix and "another path" in finding.fix

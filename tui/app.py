@@ -20,10 +20,12 @@ from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
 from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.ranks import find_divergence, step_graphs
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
 from lazyviz.analysis.run import Run
 from lazyviz.analysis.summary import StepTimes
-from lazyviz.present import finding_headline, why_text
+from lazyviz.export.graphviz import ExportError, execution_dot, render_svg
+from lazyviz.present import divergence_text, finding_headline, why_text
 from lazyviz.trace import Execution, RunInfo, Trace, TraceError
 from lazyviz.trace.files import new_file
 from lazyviz.tui.details import graphs_with
@@ -149,9 +151,6 @@ class LazyvizApp(App[None]):
 
     @work(thread=True, group="ranks", exit_on_error=False, description="all ranks")
     def load_ranks(self) -> None:
-        from lazyviz.analysis.ranks import find_divergence, step_graphs
-        from lazyviz.present import divergence_text
-
         executions, ir_texts = {}, {}
         for rank, path in self.ranks.items():
             with Trace(path) as trace:
@@ -443,8 +442,6 @@ class LazyvizApp(App[None]):
 
     @work(thread=True, group="svg", exit_on_error=False, description="save SVG")
     def save_svg(self, execution: Execution) -> None:
-        from lazyviz.export.graphviz import ExportError, execution_dot, render_svg
-
         ir = self.ir_texts.get(execution.graph, "")
         if not ir:
             self.call_from_thread(self.notify, "no IR recorded for this graph (capture light)", severity="warning")

@@ -12,6 +12,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from lazyviz.tui.panels import TABS, tab_key
 from lazyviz.tui.theme import FALLBACK_COLOR, HIT_COLOR, MISS_COLOR, MUTED_COLOR, SYNC_COLOR
 
 KEYS = [
@@ -56,8 +57,6 @@ def _pairs(rows: list[tuple[str, str]], key_style: str) -> Table:
 
 
 def help_renderable() -> Group:
-    from lazyviz.tui.panels import TABS, tab_key
-
     colours = Text.assemble(
         "Colours: ", ("miss", f"bold {MISS_COLOR}"), " compiled, ", ("hit", HIT_COLOR), " reused, ",
         ("fallback", f"bold {FALLBACK_COLOR}"), " an op ran on the CPU, ",

@@ -29,6 +29,7 @@ from lazyviz.backends import (
     SyncCause,
     SyncSite,
 )
+from lazyviz.backends._sites import collective_sites, tensor_sync_sites
 
 # The hook's C++ source: hook.cpp includes a header per concern (one translation unit).
 HOOK_FOLDER = Path(__file__).with_name("hook")
@@ -335,7 +336,6 @@ class TorchScriptBackend(LazyBackend):
     def sync_sites(self) -> list[SyncSite]:
         import torch._lazy
 
-        from lazyviz.backends._sites import collective_sites, tensor_sync_sites
 
         return [SyncSite(torch._lazy, "mark_step", "mark_step", "mark_step()"),
                 *tensor_sync_sites(), *collective_sites()]

@@ -25,6 +25,7 @@ from collections import deque
 from pathlib import Path
 
 from lazyviz.backends import BackendError, CompiledGraph, ExecuteTimeHook, ExecutionHook, LazyBackend, SyncSite
+from lazyviz.backends._sites import collective_sites, tensor_sync_sites
 from lazyviz.backends.xla_reports import GraphDumpParser, Report, ReportParser
 
 _NS_PER_MS = 1e6
@@ -229,7 +230,6 @@ class XlaBackend(LazyBackend):
         import torch_xla.core.xla_model as xm
         import torch_xla.torch_xla as torch_xla_module
 
-        from lazyviz.backends._sites import collective_sites, tensor_sync_sites
 
         # Step-ending syncs keep the cause "mark_step", as on torch's own backend.
         # `torch_xla.step()` and the parallel loader call the module's own sync().

@@ -8,7 +8,14 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
+from lazyviz._output import printable
+from lazyviz._output import write_output as write
 from lazyviz.errors import LazyvizError
+from lazyviz.export.report import coloured
+from lazyviz.trace import Trace
+from lazyviz.trace import open as open_trace_file
+from lazyviz.trace import open_ranks as open_rank_traces
+from lazyviz.trace.files import fold_wal
 
 
 class CliError(LazyvizError):
@@ -25,25 +32,19 @@ class Command(Protocol):
     def run(self, options: argparse.Namespace) -> int: ...
 
 
-def open_trace(path: str | Path):  # -> Trace; imported here, not at `lazyviz --help`
-    from lazyviz.trace import open as open_trace_file
-    from lazyviz.trace.files import fold_wal
-
+def open_trace(path: str | Path) -> Trace:
     if Path(path).is_file() and not Path(path).is_symlink():
         fold_wal(Path(path))  # a run whose disk filled left its last part in -wal
     return open_trace_file(path)
 
 
-def open_ranks(folder: str | Path):  # -> dict[int, Trace]
-    from lazyviz.trace import open_ranks as open_rank_traces
-
+def open_ranks(folder: str | Path) -> dict[int, Trace]:
     return open_rank_traces(folder)
 
 
 def write_output(text: str | Iterable[str], options: argparse.Namespace, output: str | None = None,
                  inputs: tuple[str, ...] = (), for_people: bool = True) -> None:
     """To stdout, or to -o without overwriting anything the rules forbid."""
-    from lazyviz._output import write_output as write
 
     write(text, output, force=getattr(options, "force", False), inputs=inputs, for_people=for_people)
 
@@ -51,13 +52,10 @@ def write_output(text: str | Iterable[str], options: argparse.Namespace, output:
 def say(text: str, report: bool = False) -> None:
     """A line for the user on stderr; the terminal may be gone (SIGHUP), which is fine.
     report: a text report, coloured on a terminal (unless NO_COLOR)."""
-    from lazyviz._output import printable
-
     if not text:
         return
     text = printable(text)
     if report:
-        from lazyviz.export.report import coloured
 
         text = coloured(text, sys.stderr)
     try:

@@ -5,7 +5,13 @@ import argparse
 import json
 from pathlib import Path
 
+from lazyviz._output import printable
+from lazyviz.analysis.budget import BASELINE_VERSION, Budget, baseline_of, baseline_problem, check_baseline, check_budget
+from lazyviz.analysis.ranks import find_divergence
+from lazyviz.analysis.recompiles import explain_recompiles
+from lazyviz.analysis.summary import summarize
 from lazyviz.commands.base import CliError, add_force, count, open_ranks, open_trace, regular_file, write_output
+from lazyviz.present import divergence_text
 
 
 class CheckCommand:
@@ -41,10 +47,6 @@ class CheckCommand:
         return self._check(options)
 
     def _check(self, options: argparse.Namespace) -> int:
-        from lazyviz.analysis.budget import Budget, baseline_of, check_baseline, check_budget
-        from lazyviz.analysis.recompiles import explain_recompiles
-        from lazyviz.analysis.summary import summarize
-
         if options.same_graphs_across_ranks:
             raise CliError("--same-graphs-across-ranks needs the folder of rank traces (lazyviz run -o DIR/)")
         trace = open_trace(options.trace)
@@ -83,9 +85,6 @@ class CheckCommand:
 
     @staticmethod
     def _ranks(options: argparse.Namespace) -> int:
-        from lazyviz.analysis.ranks import find_divergence
-        from lazyviz.present import divergence_text
-
         traces = open_ranks(options.trace)
         breaches = []
         if not options.allow_unfinished:
@@ -100,8 +99,6 @@ class CheckCommand:
 
     @staticmethod
     def _verdict(breaches: list[str], ok: str) -> int:
-        from lazyviz._output import printable
-
         for breach in breaches:
             print(printable(f"lazyviz check: {breach}"))
         if not breaches:
@@ -110,8 +107,6 @@ class CheckCommand:
 
     @staticmethod
     def _read_baseline(path: str) -> dict:
-        from lazyviz.analysis.budget import BASELINE_VERSION, baseline_problem
-
         try:
             baseline = json.loads(regular_file(path, "baseline").read_text(encoding="utf-8"))
         except OSError as error:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from lazyviz.analysis.compare import compare_runs, run_diff_text
 from lazyviz.commands.base import open_trace, write_output
 
 
@@ -16,8 +17,6 @@ class DiffCommand:
         parser.add_argument("b", metavar="B")
 
     def run(self, options: argparse.Namespace) -> int:
-        from lazyviz.analysis.compare import compare_runs, run_diff_text
-
         a, b = open_trace(options.a), open_trace(options.b)
         diff = compare_runs(a.run, a.table(), a.ir_texts(), b.run, b.table(), b.ir_texts())
         write_output(run_diff_text(diff, options.a, options.b), options)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from lazyviz._output import check_output_path
 from lazyviz.analysis.run import Run
 from lazyviz.commands.base import add_force, count, execution_index, open_trace, write_output
 from lazyviz.export import EXPORT_FORMATS, RenderOptions, renderer_for
@@ -32,8 +33,6 @@ class ExportCommand:
                             help="collapse larger graphs down to about this many boxes (default 300)")
 
     def run(self, options: argparse.Namespace) -> int:
-        from lazyviz._output import check_output_path
-
         renderer = renderer_for(EXPORT_FORMATS, options.format, options.output, "svg")
         inputs = (options.trace,)
         if options.output:  # refuse a bad -o before the work, not after it

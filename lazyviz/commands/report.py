@@ -7,9 +7,12 @@ import json
 import sys
 from pathlib import Path
 
+from lazyviz._output import printable
+from lazyviz.analysis.ranks import find_divergence
 from lazyviz.analysis.run import Run
 from lazyviz.commands.base import CliError, add_force, open_ranks, open_trace, write_output
 from lazyviz.export import REPORT_FORMATS, RenderOptions, renderer_for
+from lazyviz.export.report import coloured, ranks_json_report, ranks_text_report
 
 
 class ReportCommand:
@@ -32,8 +35,6 @@ class ReportCommand:
             return self._ranks(options, renderer.name)
         run, render = Run(open_trace(options.trace)), RenderOptions(all_findings=options.all_findings)
         if options.output is None and renderer.name == "text":
-            from lazyviz._output import printable
-            from lazyviz.export.report import coloured
 
             text = renderer.render(run, render)
             sys.stdout.write(coloured(printable(text), sys.stdout))  # colour on a terminal, unless NO_COLOR
@@ -44,9 +45,6 @@ class ReportCommand:
 
     @staticmethod
     def _ranks(options: argparse.Namespace, fmt: str) -> int:
-        from lazyviz.analysis.ranks import find_divergence
-        from lazyviz.export.report import ranks_json_report, ranks_text_report
-
         if fmt not in ("text", "json"):
             raise CliError(f"--format {fmt} reports one trace: give one rank's file (e.g. "
                            f"{Path(options.trace) / 'rank0.trace'})")

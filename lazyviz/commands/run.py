@@ -10,8 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lazyviz.backends import BACKENDS
+from lazyviz._source import imported_modules
+from lazyviz._supervisor import Supervised, exit_status_of, record_ending
+from lazyviz.analysis.run import Run
+from lazyviz.backends import BACKENDS, detect_backend, prepare_backend
 from lazyviz.commands.base import CliError, add_force, regular_file, say
+from lazyviz.export.report import text_report
+from lazyviz.trace import TraceError
+from lazyviz.trace import open as open_trace
 from lazyviz.trace.files import claim_trace_path, default_rank_folder, default_trace_path, held_apart, output_path, rank_trace
 
 
@@ -50,9 +56,6 @@ class RunCommand:
         parser.add_argument("args", nargs=argparse.REMAINDER, metavar="[ARGS ...]", help="the script's own arguments")
 
     def run(self, options: argparse.Namespace) -> int:
-        from lazyviz._source import imported_modules
-        from lazyviz.backends import detect_backend, prepare_backend
-
         if options.target is None:
             raise CliError("run: give the script to run (or -m MODULE)")
         if not options.module:
@@ -124,8 +127,7 @@ class RunCommand:
     def _run_with_ui(self, command: list[str], trace_path: Path) -> int:
         """The script runs in its own session with its output going to a file beside the
         trace (shown in the Output tab), so nothing it prints lands over the UI."""
-        from lazyviz._supervisor import Supervised
-        from lazyviz.tui.app import build_app
+        from lazyviz.tui.app import build_app  # Textual loads only for the UI, not for --no-tui or --help
 
         output = output_path(trace_path)
         with open(output, "xb") as output_file:
@@ -168,8 +170,6 @@ class RunCommand:
     def _run_plain(command: list[str], output: object = None) -> int:
         """The script shares our terminal and process group: Ctrl-C reaches it directly.
         Returns its raw return code (negative: killed by that signal)."""
-        from lazyviz._supervisor import Supervised
-
         child = Supervised(command, stdout=output, stderr=output)
         try:
             return child.wait()
@@ -178,8 +178,6 @@ class RunCommand:
 
     @staticmethod
     def _finish(trace_path: Path, returncode: int, quiet: bool = False) -> int:
-        from lazyviz._supervisor import exit_status_of, record_ending
-
         record_ending(trace_path, returncode)
         status = exit_status_of(returncode)
         if not quiet:
@@ -192,11 +190,6 @@ class RunCommand:
 
 def _summary_text(trace_path: Path, status: int) -> str:
     """The end-of-run summary, or one line when there is nothing to summarise."""
-    from lazyviz.analysis.run import Run
-    from lazyviz.export.report import text_report
-    from lazyviz.trace import TraceError
-    from lazyviz.trace import open as open_trace
-
     if not trace_path.exists():
         return ""  # the tracer never started; it said why
     try:
@@ -214,9 +207,6 @@ def _summary_text(trace_path: Path, status: int) -> str:
 
 
 def _script_traceback(trace_path: Path) -> str:
-    from lazyviz.trace import TraceError
-    from lazyviz.trace import open as open_trace
-
     try:
         with open_trace(trace_path) as trace:
             return trace.run.traceback or ""
@@ -225,9 +215,6 @@ def _script_traceback(trace_path: Path) -> str:
 
 
 def _run_finished(trace_path: Path) -> bool:
-    from lazyviz.trace import TraceError
-    from lazyviz.trace import open as open_trace
-
     try:
         with open_trace(trace_path) as trace:
             return trace.run.finished

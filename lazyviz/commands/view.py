@@ -25,7 +25,7 @@ class ViewCommand:
             trace.run, trace.executions(0, 2000), trace.ir_texts()
         finally:
             trace.close()
-        from lazyviz.tui.app import build_app
+        from lazyviz.tui.app import build_app  # Textual loads only for the UI, not for --no-tui or --help
 
         build_app(path, ranks=ranks).run()
         return 0

@@ -15,6 +15,7 @@ from lazyviz.analysis.recompiles import Recompile, explain_execution
 from lazyviz.analysis.run import Run
 from lazyviz.analysis.summary import chart_scale, step_times
 from lazyviz.export import Renderer, RenderOptions
+from lazyviz.export.graphviz import ExportError, execution_dot, render_svg
 from lazyviz.present import (
     ADDED,
     CARRIED,
@@ -111,8 +112,6 @@ def _step_chart(executions: list[Execution]) -> str:
 
 
 def _drawing(graph: Graph, execution: Execution, explained: Recompile | None) -> str:
-    from lazyviz.export.graphviz import ExportError, execution_dot, render_svg
-
     try:
         svg = render_svg(execution_dot(graph.ir_text, execution, explained, max_nodes=PAGE_MAX_NODES), timeout=30)
     except ExportError as error:

@@ -1,0 +1,14 @@
+"""Unit tests of lazyviz.backends: the registry, and which backend a script's imports name."""
+from __future__ import annotations
+
+import pytest
+
+from lazyviz.backends import BackendError, detect_backend
+
+
+def test_backend_detection() -> None:
+    assert detect_backend({"torch", "torch._lazy", "torch._lazy.ts_backend"}) == "ts"
+    assert detect_backend({"torch", "torch_xla.core.xla_model"}) == "xla"
+    assert detect_backend({"torch"}) == "ts" and detect_backend(None) == "ts"
+    with pytest.raises(BackendError, match="pass --backend ts or --backend xla"):
+        detect_backend({"torch._lazy", "torch_xla"})
