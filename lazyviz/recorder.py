@@ -149,6 +149,10 @@ class Recorder:
                                    "or use `lazyviz run`") from None
             raise
         _used.add(name)
+        if writer.journal_note:  # a network filesystem: a note of the run (lazyviz run's summary says it)
+            tracer.notes.append(writer.journal_note)
+            if self._claims:  # from Python, no summary follows: say it now, once
+                print(f"lazyviz: {writer.journal_note}", file=sys.stderr)
         writer.set_run(
             argv=self.argv, module=self.module, source=self.source, backend=backend.name, names=backend.names,
             device=backend.device, capture=self.capture,

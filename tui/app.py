@@ -27,7 +27,7 @@ from lazyviz.analysis.summary import StepTimes
 from lazyviz.export.graphviz import ExportError, execution_dot, render_svg
 from lazyviz.present import divergence_text, finding_headline, why_text
 from lazyviz.trace import Execution, RunInfo, Trace, TraceError
-from lazyviz.trace.files import new_file
+from lazyviz.trace.files import new_file, output_path
 from lazyviz.tui.details import graphs_with
 from lazyviz.tui.panels import AUTO_TABS, EXECUTION_PANELS, TABS, DetailContext, explaining_tab, tab_key
 from lazyviz.tui.screens import HelpScreen
@@ -140,7 +140,7 @@ class LazyvizApp(App[None]):
         rank = order[(order.index(current) + direction) % len(order)]
         self.workers.cancel_group(self, "watch")
         self.trace_path = self.ranks[rank]
-        beside = Path(f"{self.trace_path}.out")
+        beside = output_path(self.trace_path)
         self.watcher = TraceWatcher(self.trace_path, None, beside if beside.exists() else None, self.poll_s)
         self.process = None
         self._reset()

@@ -56,7 +56,6 @@ def say(text: str, report: bool = False) -> None:
         return
     text = printable(text)
     if report:
-
         text = coloured(text, sys.stderr)
     try:
         sys.stderr.write(text + ("" if text.endswith("\n") else "\n"))

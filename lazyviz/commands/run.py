@@ -18,7 +18,14 @@ from lazyviz.commands.base import CliError, add_force, regular_file, say
 from lazyviz.export.report import text_report
 from lazyviz.trace import TraceError
 from lazyviz.trace import open as open_trace
-from lazyviz.trace.files import claim_trace_path, default_rank_folder, default_trace_path, held_apart, output_path, rank_trace
+from lazyviz.trace.files import (
+    claim_trace_path,
+    default_rank_folder,
+    default_trace_path,
+    held_apart,
+    output_path,
+    rank_trace,
+)
 
 
 def under_torchrun() -> bool:

@@ -9,11 +9,14 @@ destroying it. flock and SQLite's own POSIX locks are independent on Linux.
 """
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import itertools
 import os
 import sqlite3
 import stat
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from lazyviz.errors import LazyvizError
@@ -73,6 +76,53 @@ def new_file(stem: Path, suffix: str) -> Path:
         number += 1
         path = Path(f"{stem}-{number}{suffix}")
     return path
+
+
+# Filesystems whose locks and shared memory SQLite's WAL mode cannot trust ("WAL does
+# not work over a network filesystem"): statfs's f_type, from linux/magic.h and the
+# filesystems' own sources.
+NETWORK_FILESYSTEMS = {
+    0x6969: "NFS", 0x517B: "SMB", 0xFF534D42: "CIFS", 0xFE534D42: "SMB2", 0x0BD00BD0: "Lustre",
+    0x47504653: "GPFS", 0x65735546: "FUSE (sshfs, s3fs, ...)", 0x5346414F: "AFS", 0x00C36400: "CephFS",
+    0x01021997: "9P", 0x19830326: "BeeGFS", 0xAAD7AAEA: "PanFS", 0x20030528: "OrangeFS", 0x73757245: "Coda",
+}
+# LAZYVIZ_JOURNAL=rollback: the network-filesystem mode anywhere (a filesystem not known
+# above); =wal: WAL anywhere (a network filesystem you know to be safe, or one host).
+JOURNAL_VARIABLE = "LAZYVIZ_JOURNAL"
+
+
+def filesystem_type(folder: Path) -> int | None:
+    """statfs(2)'s f_type of the filesystem holding folder; None where it cannot be read
+    (not Linux, or the call failed)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    buffer = ctypes.create_string_buffer(256)  # struct statfs: f_type is its first field, a long
+    if libc.statfs(os.fsencode(folder), buffer) != 0:
+        return None
+    return ctypes.c_long.from_buffer(buffer).value & 0xFFFFFFFF
+
+
+def network_filesystem(folder: Path, statfs: Callable[[Path], int | None] = filesystem_type) -> str | None:
+    """The name of the network filesystem holding folder, or None for a local one."""
+    magic = statfs(folder)
+    return None if magic is None else NETWORK_FILESYSTEMS.get(magic)
+
+
+def journal_for(path: Path, statfs: Callable[[Path], int | None] = filesystem_type) -> tuple[str, str | None]:
+    """The journal a new trace at path uses, and why when it is not WAL: WAL (readers
+    never block the writer) on a local disk; a rollback journal on a network filesystem,
+    where WAL's shared memory is not shared between hosts and its locks are not kept."""
+    asked = os.environ.get(JOURNAL_VARIABLE, "").lower()
+    if asked == "wal":
+        return "wal", None
+    if asked == "rollback":
+        return "delete", f"{JOURNAL_VARIABLE}=rollback: the trace uses a rollback journal, not WAL"
+    name = network_filesystem(path.parent, statfs)
+    if name is None:
+        return "wal", None
+    return "delete", (f"{path.parent} is on {name}, a network filesystem: the trace uses a rollback journal, "
+                      "not WAL (which such filesystems do not support); a live view may wait on the writer's commits")
 
 
 class TracePathError(LazyvizError):

@@ -16,6 +16,7 @@ from itertools import chain
 from pathlib import Path
 from typing import NamedTuple
 
+from lazyviz.trace.files import journal_for
 from lazyviz.trace.schema import (
     COMPRESS_FROM,
     FORMAT,
@@ -77,8 +78,11 @@ class TraceWriter:
         _create_empty(self.path)
         # isolation_level=None: we open and commit transactions ourselves.
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        # NORMAL in WAL mode: a commit survives the process being killed, without an fsync.
+        # WAL: readers (the live UI) never block the writer. On a network filesystem a
+        # rollback journal: WAL's shared memory is not shared between hosts there.
+        self.journal, self.journal_note = journal_for(self.path)
+        self._db.execute(f"PRAGMA journal_mode={self.journal}")
+        # NORMAL: a commit survives the process being killed, without an fsync each.
         self._db.execute("PRAGMA synchronous=NORMAL")
         # Fold the WAL into the file every 64 pages (256 KB), not SQLite's 1,000: what is
         # recorded lives in the trace file itself as it grows, so a disk that fills

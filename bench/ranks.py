@@ -1,0 +1,146 @@
+"""A torchrun job of hundreds of ranks: `lazyviz report`, `lazyviz check
+--same-graphs-across-ranks` (the divergence analysis in both) and `lazyviz view` on a
+folder of rank traces, beside the same on one rank, so what the rank count costs shows.
+
+    python bench/ranks.py [--ranks 256] [--executions 1000]
+
+Each rank's trace is written with lazyviz's own writer: 1,000 executions over 10 graphs
+(a training step's forward, backward and optimizer graphs, an item() and a fallback),
+the ranks alike except one whose batch shape changes at step 150 (so the divergence
+analysis has work), and one that died early (no end record). Commands run as a user
+runs them, a fresh process each; wall time and peak memory (RSS) are that process's.
+The UI is driven by Textual's Pilot in this process: the first rows of rank 0, the
+Ranks tab's per-step table, and `]` to the next rank.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from lazyviz.trace.files import rank_trace
+from lazyviz.trace.schema import GraphRecord, split_row
+from lazyviz.trace.synthetic import chain_ir, execution
+from lazyviz.trace.writer import TraceWriter, stored
+
+GRAPHS_PER_STEP = 5  # forward+backward, optimizer, item(), a fallback's two
+
+
+def write_rank(path: Path, rank: int, world: int, executions: int, diverge_at: int | None, died: bool) -> None:
+    writer = TraceWriter(path)
+    writer.set_run(argv=["train.py"], backend="ts", capture="full", device="lazy", versions={"torch": "2.13.0"},
+                   cwd="/repo", rank={"rank": str(rank), "world_size": str(world)})
+    graphs: set[str] = set()
+    repeated: list[tuple] = []
+    stop = executions // 3 if died else executions
+    for index in range(stop):
+        step, slot = divmod(index, GRAPHS_PER_STEP)
+        rows = 24 if diverge_at is not None and step >= diverge_at and slot == 0 else 16
+        graph = f"{slot:02d}{rows:02d}" + "0" * 12
+        cause = ("mark_step", "mark_step", "item", "fallback", "fallback")[slot]
+        record = execution(index, step=step, cause=cause, line=30 + slot, graph=graph, nodes=40,
+                           cache="miss" if graph not in graphs else "hit",
+                           detail="aten::nonzero" if cause == "fallback" else None)
+        if graph not in graphs:
+            graphs.add(graph)
+            writer.add_execution(record, GraphRecord(graph, 40, chain_ir(40, rows), "graph()", index))
+        else:  # as the tracer hands over repeated rows
+            kind, row = split_row(stored(record))
+            repeated.append((row[0], row[1], writer.kind_id(kind), *row[2:]))
+    writer.add_rows(repeated)
+    if not died:
+        writer.set_run(exit_status=0, error=None, traceback=None, steps=stop // GRAPHS_PER_STEP, complete=True,
+                       elapsed_s=1.0)
+    writer.close()
+
+
+def write_job(folder: Path, ranks: int, executions: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank in range(ranks):
+        write_rank(rank_trace(folder, rank), rank, ranks, executions, diverge_at=150 if rank == ranks // 2 else None,
+                   died=ranks > 2 and rank == ranks - 1)
+
+
+def timed(command: list[str]) -> tuple[float, float, int]:
+    """(seconds, peak RSS in MB, exit status) of one `python -m lazyviz` process."""
+    started = time.perf_counter()
+    child = subprocess.Popen([sys.executable, "-m", "lazyviz", *command], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(child.pid, 0)
+    elapsed = time.perf_counter() - started
+    assert child.stderr is not None
+    if "Traceback" in child.stderr.read().decode():
+        raise SystemExit(f"lazyviz {' '.join(command)} printed a traceback")
+    return elapsed, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status)
+
+
+async def view(folder: Path) -> dict[str, float]:
+    from lazyviz.commands.base import open_ranks
+    from lazyviz.tui.app import build_app
+    from lazyviz.tui.widgets.code_view import CodeView
+    from lazyviz.tui.widgets.executions import ExecutionList
+
+    started = time.perf_counter()
+    ranks = {rank: trace.path for rank, trace in open_ranks(folder).items()}  # as `lazyviz view` opens them
+    app = build_app(next(iter(ranks.values())), ranks=ranks, poll_s=0.05)
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = app.query_one(ExecutionList)
+        while not table.rows:
+            await pilot.pause(0.01)
+        first = time.perf_counter() - started
+        ranks_view = app.query_one("#ranks-view", CodeView)
+        while "ranks;" not in ranks_view.text:
+            await pilot.pause(0.01)
+        ranks_tab = time.perf_counter() - started
+        switches = []
+        for _ in range(5):
+            before = app.trace_path
+            started = time.perf_counter()
+            await pilot.press("]")
+            while app.trace_path == before or not table.rows:
+                await pilot.pause(0.005)
+            switches.append(time.perf_counter() - started)
+    return {"view: first rows of rank 0 (s)": first, "view: Ranks tab filled (s)": ranks_tab,
+            "view: ] to the next rank, median (s)": statistics.median(switches)}
+
+
+def measure(folder: Path) -> dict[str, float]:
+    results: dict[str, float] = {}
+    for name, command in (("report", ["report", str(folder)]), ("report --format json",
+                          ["report", "--format", "json", str(folder)]),
+                          ("check --same-graphs-across-ranks", ["check", str(folder), "--same-graphs-across-ranks"])):
+        seconds, rss, _ = timed(command)
+        results[f"{name} (s)"], results[f"{name}, peak RSS (MB)"] = seconds, rss
+    results.update(asyncio.run(view(folder)))
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=256)
+    parser.add_argument("--executions", type=int, default=1000)
+    options = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = {}
+        for count in (1, options.ranks):
+            folder = Path(tmp) / f"ranks{count}"
+            started = time.perf_counter()
+            write_job(folder, count, options.executions)
+            print(f"wrote {count} rank traces of {options.executions} executions in "
+                  f"{time.perf_counter() - started:.1f} s", file=sys.stderr)
+            rows[count] = measure(folder)
+        print(f"{'':44s} {'1 rank':>10s} {f'{options.ranks} ranks':>10s}")
+        for name in rows[1]:
+            print(f"{name:44s} {rows[1][name]:10.2f} {rows[options.ranks][name]:10.2f}")
+
+
+if __name__ == "__main__":
+    main()
