@@ -20,7 +20,7 @@ from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
 from lazyviz.analysis.findings import Finding
-from lazyviz.analysis.ranks import find_divergence, step_graphs
+from lazyviz.analysis.ranks import find_divergence, rank_list, step_graphs
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
 from lazyviz.analysis.run import Run
 from lazyviz.analysis.summary import StepTimes
@@ -151,19 +151,25 @@ class LazyvizApp(App[None]):
 
     @work(thread=True, group="ranks", exit_on_error=False, description="all ranks")
     def load_ranks(self) -> None:
-        executions, ir_texts = {}, {}
+        executions, ir_texts, stopped = {}, {}, []
         for rank, path in self.ranks.items():
-            with Trace(path) as trace:
-                executions[rank], ir_texts[rank] = trace.executions(), trace.ir_texts()
+            with Trace(path) as trace:  # columns: a rank's steps and graphs, no Execution made
+                executions[rank], ir_texts[rank] = trace.table(), trace.ir_texts()
+                if not trace.run.ended_cleanly:
+                    stopped.append(rank)
         per_rank = {rank: step_graphs(found) for rank, found in executions.items()}
-        divergence = find_divergence(executions, ir_texts)
+        divergence = find_divergence(executions, ir_texts, stopped)
         lines = [f"# {len(self.ranks)} ranks; [ and ] show another rank's executions",
                  f"# {divergence_text(divergence) if divergence else 'every rank ran the same graphs at every step'}",
                  ""]
         for step in sorted(set().union(*(steps.keys() for steps in per_rank.values()))):
-            sequences = {rank: steps.get(step, ()) for rank, steps in per_rank.items()}
-            mark = "!" if len(set(sequences.values())) > 1 else " "
-            cells = "  ".join(f"rank {rank}: {' '.join(g[:8] for g in seq) or '-'}" for rank, seq in sequences.items())
+            # The ranks that ran the same graphs, together: 256 ranks stay one short line.
+            groups: dict[tuple[str, ...], list[int]] = {}
+            for rank, steps in per_rank.items():
+                groups.setdefault(steps.get(step, ()), []).append(rank)
+            mark = "!" if len(groups) > 1 else " "
+            cells = "  |  ".join(f"{'rank' if len(ranks) == 1 else 'ranks'} {rank_list(ranks)}: "
+                                 f"{' '.join(g[:8] for g in seq) or '-'}" for seq, ranks in groups.items())
             lines.append(f"{mark} step {step:4d}  {cells}")
         self.call_from_thread(self._show_texts, {"ranks-view": "\n".join(lines)})
 

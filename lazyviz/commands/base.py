@@ -38,8 +38,8 @@ def open_trace(path: str | Path) -> Trace:
     return open_trace_file(path)
 
 
-def open_ranks(folder: str | Path) -> dict[int, Trace]:
-    return open_rank_traces(folder)
+def open_ranks(folder: str | Path, problems: dict[int, str] | None = None) -> dict[int, Trace]:
+    return open_rank_traces(folder, problems)
 
 
 def write_output(text: str | Iterable[str], options: argparse.Namespace, output: str | None = None,

@@ -85,14 +85,16 @@ class CheckCommand:
 
     @staticmethod
     def _ranks(options: argparse.Namespace) -> int:
-        traces = open_ranks(options.trace)
-        breaches = []
+        problems: dict[int, str] = {}
+        traces = open_ranks(options.trace, problems)
+        breaches = [f"rank {rank}: {problem}" for rank, problem in problems.items()]
         if not options.allow_unfinished:
-            breaches += [f"rank {rank}: the trace is unfinished: {trace.run.state}"
+            breaches += [f"rank {rank}: {trace.run.state}"
                          for rank, trace in traces.items() if not trace.run.complete]
         if options.same_graphs_across_ranks:
-            divergence = find_divergence({r: t.executions() for r, t in traces.items()},
-                                         {r: t.ir_texts() for r, t in traces.items()})
+            divergence = find_divergence({r: t.table() for r, t in traces.items()},
+                                         {r: t.ir_texts() for r, t in traces.items()},
+                                         stopped=[r for r, t in traces.items() if not t.run.ended_cleanly])
             if divergence is not None:
                 breaches.append(divergence_text(divergence))
         return CheckCommand._verdict(breaches, f"{len(traces)} ranks ran the same graphs")

@@ -3,8 +3,8 @@ in any of the report renderers (lazyviz.export.REPORT_FORMATS)."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from lazyviz._output import printable
@@ -48,13 +48,15 @@ class ReportCommand:
         if fmt not in ("text", "json"):
             raise CliError(f"--format {fmt} reports one trace: give one rank's file (e.g. "
                            f"{Path(options.trace) / 'rank0.trace'})")
-        ranks = {rank: Run(trace) for rank, trace in open_ranks(options.trace).items()}
-        divergence = find_divergence({r: d.executions for r, d in ranks.items()},
-                                     {r: d.ir_texts for r, d in ranks.items()})
+        problems: dict[int, str] = {}  # ranks whose trace cannot be read: said, the others reported
+        ranks = {rank: Run(trace) for rank, trace in open_ranks(options.trace, problems).items()}
+        divergence = find_divergence({r: run.executions for r, run in ranks.items()},
+                                     {r: run.ir_texts for r, run in ranks.items()},
+                                     stopped=[r for r, run in ranks.items() if not run.info.ended_cleanly])
         inputs = tuple(str(d.path) for d in ranks.values())
         if fmt == "json":
-            text = json.dumps(ranks_json_report(ranks, divergence), indent=1) + "\n"
+            text: str | Iterator[str] = ranks_json_report(ranks, divergence, problems)
         else:
-            text = ranks_text_report(options.trace, ranks, divergence)
+            text = ranks_text_report(options.trace, ranks, divergence, problems)
         write_output(text, options, options.output, inputs, for_people=fmt == "text")
         return 0

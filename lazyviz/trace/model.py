@@ -127,6 +127,11 @@ class RunInfo:
         return "a notebook" if self.source == "notebook" else "lazyviz.trace() in Python"
 
     @property
+    def ended_cleanly(self) -> bool:
+        """Ran to its end: finished, exit status 0, nothing raised or killed it."""
+        return self.finished and not self.ended_by and not self.error and self.exit_status in (0, None)
+
+    @property
     def state(self) -> str:
         """How the run ended, in one phrase; the one wording every reader uses."""
         if not self.finished:

@@ -660,20 +660,31 @@ def open(path: str | os.PathLike[str]) -> Trace:
     return Trace(path)
 
 
-def open_ranks(folder: str | os.PathLike[str]) -> dict[int, Trace]:
+def open_ranks(folder: str | os.PathLike[str], problems: dict[int, str] | None = None) -> dict[int, Trace]:
     """The traces of a multi-process run (one per rank, as `lazyviz run -o DIR` writes
-    them under torchrun), by rank."""
+    them under torchrun), by rank. problems: where to put each rank whose trace cannot be
+    opened (rank -> why), instead of raising on it: a job where a rank died while writing
+    is still read for the others."""
     folder = Path(folder)
     if not os.access(folder, os.R_OK | os.X_OK):
         raise TraceError(f"{folder}: permission denied")
     traces: dict[int, Trace] = {}
     for path in sorted(folder.glob("rank*.trace")):
-        trace = Trace(path)
-        rank = trace.run.rank.get("rank")
-        number = rank if rank is not None and rank.isdigit() else path.stem.removeprefix("rank")
+        named = path.stem.removeprefix("rank")
+        try:
+            trace = Trace(path)
+            rank = trace.run.rank.get("rank")
+        except TraceError as error:
+            if problems is None or not named.isdigit():
+                raise
+            problems[int(named)] = str(error)
+            continue
+        number = rank if rank is not None and rank.isdigit() else named
         if not str(number).isdigit():
             continue
         traces[int(number)] = trace
     if not traces:
+        if problems:
+            raise TraceError(next(iter(problems.values())))
         raise TraceError(f"{folder}: no rank*.trace files in this folder")
     return dict(sorted(traces.items()))

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from pathlib import Path
 
-from lazyviz.trace.schema import ExecutionRecord, GraphRecord, StackRecord
-from lazyviz.trace.writer import TraceWriter
+from lazyviz.trace.files import rank_trace
+from lazyviz.trace.schema import ExecutionRecord, GraphRecord, StackRecord, split_row
+from lazyviz.trace.writer import TraceWriter, stored
 
 
 def execution(idx: int, **fields: object) -> ExecutionRecord:
@@ -46,3 +48,48 @@ def write_trace(path: str | os.PathLike[str], executions: Iterable[ExecutionReco
     if finished:
         writer.set_run(exit_status=0, error=None, traceback=None, steps=steps, complete=True, elapsed_s=1.0)
     writer.close()
+
+
+GRAPHS_PER_STEP = 5  # a training step: forward+backward, optimizer, an item(), a fallback's two
+
+
+def write_rank(path: Path, rank: int, world: int, executions: int, diverge_at: int | None = None,
+               died: bool = False) -> None:
+    """One rank of a data-parallel job: GRAPHS_PER_STEP graphs a step, written as the
+    tracer writes them (a graph's first execution with it, later ones as repeated rows).
+    diverge_at: from this step on, the first graph's batch is 24 rows, not 16. died: the
+    rank stops a third of the way in, without an end record."""
+    writer = TraceWriter(path)
+    writer.set_run(argv=["train.py"], backend="ts", capture="full", device="lazy", versions={"torch": "2.13.0"},
+                   cwd="/repo", rank={"rank": str(rank), "world_size": str(world)})
+    graphs: set[str] = set()
+    repeated: list[tuple] = []
+    stop = executions // 3 if died else executions
+    for index in range(stop):
+        step, slot = divmod(index, GRAPHS_PER_STEP)
+        rows = 24 if diverge_at is not None and step >= diverge_at and slot == 0 else 16
+        graph = f"{slot:02d}{rows:02d}" + "0" * 12
+        cause = ("mark_step", "mark_step", "item", "fallback", "fallback")[slot]
+        record = execution(index, step=step, cause=cause, line=30 + slot, graph=graph, nodes=40,
+                           cache="hit" if graph in graphs else "miss",
+                           detail="aten::nonzero" if cause == "fallback" else None)
+        if graph not in graphs:
+            graphs.add(graph)
+            writer.add_execution(record, GraphRecord(graph, 40, chain_ir(40, rows), "graph()", index))
+        else:
+            kind, row = split_row(stored(record))
+            repeated.append((row[0], row[1], writer.kind_id(kind), *row[2:]))
+    writer.add_rows(repeated)
+    if not died:
+        writer.set_run(exit_status=0, error=None, traceback=None, steps=stop // GRAPHS_PER_STEP, complete=True,
+                       elapsed_s=1.0)
+    writer.close()
+
+
+def write_rank_job(folder: Path, ranks: int, executions: int, diverge_at: int | None = None) -> None:
+    """A torchrun job's folder of rank traces: rank ranks // 2 diverges at diverge_at,
+    and (of three or more) the last rank died early."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank in range(ranks):
+        write_rank(rank_trace(folder, rank), rank, ranks, executions,
+                   diverge_at=diverge_at if rank == ranks // 2 else None, died=ranks > 2 and rank == ranks - 1)
