@@ -178,8 +178,11 @@ class LazyvizApp(App[None]):
 
     @on(ExecutionList.LayoutChanged)
     def _update_columns(self) -> None:
-        table = self.query_one(ExecutionList)
-        self.query_one("#columns", Static).update(table.header(self.size.width))
+        try:
+            table, columns = self.query_one(ExecutionList), self.query_one("#columns", Static)
+        except NoMatches:  # a resize that arrives while the app closes
+            return
+        columns.update(table.header(self.size.width))
 
     # -- feeding -------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="watch", exit_on_error=False, description="watch the trace")
