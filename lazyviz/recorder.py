@@ -114,10 +114,6 @@ class Recorder:
         """Started and stopped: the trace is complete and can be read."""
         return self._ended
 
-    @property
-    def tracer(self) -> Tracer | None:
-        return self._tracer
-
     def start(self) -> Recorder:
         """Start recording. Raises LazyvizError (one line, nothing changed) when the
         backend cannot start, the path is taken, or another trace is recording."""
