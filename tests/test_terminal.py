@@ -35,7 +35,9 @@ class Terminal:
 
     def screen(self, scrollback: int = 0) -> str:
         """The visible screen, with up to `scrollback` lines that scrolled off above it."""
-        result = subprocess.run([*self.tmux, "capture-pane", "-p", "-t", "t", "-S", str(-scrollback)],
+        # -J with scrollback: lines the terminal wrapped (the shell's, not the UI's) come back whole.
+        join = ["-J"] if scrollback else []
+        result = subprocess.run([*self.tmux, "capture-pane", "-p", *join, "-t", "t", "-S", str(-scrollback)],
                                 capture_output=True, text=True)
         return result.stdout
 
@@ -80,6 +82,7 @@ def test_the_first_screen_at_80x24_names_the_problem(tmp_path: Path) -> None:
         # The summary may be longer than the screen (long paths wrap at 80 columns).
         after = terminal.wait_for(lambda s: re.search(r"^EXIT=\d+$", s, re.MULTILINE) is not None, scrollback=200)
         assert "findings:" in after and re.search(r"^EXIT=0$", after, re.MULTILINE)
+        assert f"the script's output: {trace}.out" in after
     finally:
         terminal.close()
 

@@ -466,12 +466,13 @@ class LazyvizApp(App[None]):
         self.call_from_thread(self.notify, f"saved {path}")
 
 
-def build_app(trace_path: Path, process: subprocess.Popen | None = None, output_path: Path | None = None,
+def build_app(trace_path: Path, process: subprocess.Popen | None = None, output: Path | None = None,
               poll_s: float = 0.25, ranks: dict[int, Path] | None = None,
               close_when: Callable[[], bool] = lambda: False) -> LazyvizApp:
-    """The one factory for the CLI and the tests. ranks: the traces of a multi-process
-    run, by rank (trace_path is the one shown first)."""
-    if output_path is None:
-        beside = Path(f"{trace_path}.out")
-        output_path = beside if beside.exists() else None
-    return LazyvizApp(TraceWatcher(Path(trace_path), process, output_path, poll_s), ranks, close_when)
+    """The one factory for the CLI and the tests. output: the script's output (default:
+    the one beside the trace, if any). ranks: the traces of a multi-process run, by rank
+    (trace_path is the one shown first)."""
+    if output is None:
+        beside = output_path(Path(trace_path))
+        output = beside if beside.exists() else None
+    return LazyvizApp(TraceWatcher(Path(trace_path), process, output, poll_s), ranks, close_when)

@@ -153,13 +153,17 @@ class RunCommand:
             if stopped:
                 child.stop()
             returncode = child.wait()
+        # Our handlers stay until the ending is recorded: the terminal's SIGHUP may come
+        # after the UI saw it close, and would otherwise kill us before we record it.
+        try:
+            say(_script_traceback(trace_path))  # its stderr went to the Output tab
+            status = self._finish(trace_path, returncode)  # the same summary as --no-tui
+        finally:
             child.restore()
-        say(_script_traceback(trace_path))  # its stderr went to the Output tab
-        status = self._finish(trace_path, returncode)  # the same summary as --no-tui
         if stopped:
             say(f"lazyviz: stopped the script when the UI quit (status {status}); "
                  f"the trace keeps what it recorded: {trace_path}")
-        say(f"  the script's output: {output_path}")
+        say(f"  the script's output: {output}")
         return status
 
     @staticmethod
