@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import builtins
 import importlib.machinery
+import itertools
 import os
 import runpy
 import signal
@@ -18,7 +19,7 @@ from lazyviz._source import top_level_imports
 from lazyviz.backends import framework_packages
 from lazyviz.errors import LazyvizError
 from lazyviz.recorder import Recorder
-from lazyviz.tracer import RUNNER_FILES
+from lazyviz.tracer import LAZYVIZ_DIR, RUNNER_FILES
 
 
 def exit_status(exit: SystemExit) -> int:
@@ -34,14 +35,36 @@ def exit_status(exit: SystemExit) -> int:
 
 
 def _print_user_traceback(error: BaseException) -> tuple[str, list[tuple[str, int, str]]]:
-    """Print the traceback as `python script.py` would: without our runner's frames.
-    Returns its text and its frames (file, line, function), outermost first."""
+    """Print the traceback as `python script.py` would: without our runner's frames, and
+    without the frames of lazyviz's wrappers around sync sites (PyTorch/XLA's are Python
+    functions), in this exception and those chained to it. Returns its text and its
+    frames (file, line, function), outermost first."""
+    seen: set[int] = set()
+    chained: BaseException | None = error
+    while chained is not None and id(chained) not in seen:
+        seen.add(id(chained))
+        chained.__traceback__ = _without_lazyviz_frames(chained.__traceback__)
+        chained = chained.__cause__ or chained.__context__
     tb = error.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename in RUNNER_FILES:
-        tb = tb.tb_next
     text = "".join(traceback.format_exception(type(error), error, tb))
     sys.stderr.write(text)
     return text, [(frame.filename, frame.lineno or 0, frame.name) for frame in traceback.extract_tb(tb)]
+
+
+def _without_lazyviz_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """The traceback chain without the runner's frames and lazyviz's own (tb_next is
+    writable: the frames left are linked past the ones dropped)."""
+    kept: list[types.TracebackType] = []
+    while tb is not None:
+        file = tb.tb_frame.f_code.co_filename
+        if file not in RUNNER_FILES and not file.startswith(LAZYVIZ_DIR + os.sep):
+            kept.append(tb)
+        tb = tb.tb_next
+    for this, following in itertools.pairwise(kept):
+        this.tb_next = following
+    if kept:
+        kept[-1].tb_next = None
+    return kept[0] if kept else None
 
 
 def _imports_torch(target: str, module: bool) -> bool:

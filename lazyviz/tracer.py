@@ -31,7 +31,7 @@ from lazyviz.trace.writer import stored as _stored
 # Counters that name the sync itself rather than an op without a lowering.
 _SYNC_OPS = frozenset({"aten::_local_scalar_dense"})
 
-_LAZYVIZ_DIR = str(Path(__file__).parent)
+LAZYVIZ_DIR = str(Path(__file__).parent)
 
 # What a frame is to the stack walk.
 _USER, _FRAMEWORK, _SKIP, _STOP = "user", "framework", "skip", "stop"
@@ -112,7 +112,7 @@ class Tracer:
         self._frame_entries: dict[tuple[int, int], tuple] = {}
         self._started = time.perf_counter() if started is None else started
         self._last_end: float | None = None  # None until the first execution: start-up is apart
-        self._not_user = [_LAZYVIZ_DIR, *self._stdlib_paths()]  # + the backend's, once initialised
+        self._not_user = [LAZYVIZ_DIR, *self._stdlib_paths()]  # + the backend's, once initialised
         self._outer_files = RUNNER_FILES | outer_files
         self._file_label = file_label
         self._wrapped: list[tuple[object, str, Callable, Callable]] = []  # owner, name, original, wrapper
@@ -395,7 +395,7 @@ class Tracer:
             file = frame[0]
             if file in self._outer_files:
                 break
-            if not file.startswith(_LAZYVIZ_DIR):
+            if not file.startswith(LAZYVIZ_DIR):
                 stack.append(frame)
         return stack
 
@@ -449,7 +449,7 @@ class Tracer:
             return None
         named = [code for code in reversed(inner)  # outermost first
                  if not code.co_name.startswith(("_", "<")) and code.co_name not in _WRAPPER_NAMES
-                 and "<locals>" not in code.co_qualname and not code.co_filename.startswith(_LAZYVIZ_DIR)]
+                 and "<locals>" not in code.co_qualname and not code.co_filename.startswith(LAZYVIZ_DIR)]
         forwards = [code for code in named if code.co_name == "forward"]
         if forwards:
             return forwards[-1].co_qualname
@@ -484,4 +484,4 @@ def _test_running() -> str | None:
 
 
 # Frames of lazyviz's runner and of runpy below the script: the stack walk stops there.
-RUNNER_FILES = frozenset({str(Path(_LAZYVIZ_DIR) / "_child.py"), runpy.__file__, "<frozen runpy>"})
+RUNNER_FILES = frozenset({str(Path(LAZYVIZ_DIR) / "_child.py"), runpy.__file__, "<frozen runpy>"})

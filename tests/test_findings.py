@@ -142,6 +142,27 @@ def test_saving_a_lazy_model_is_explained() -> None:
     assert "no storage on the host" in finding.message and "state_dict" in finding.fix
 
 
+def test_an_allocation_the_device_refused_names_the_tensor_and_its_line() -> None:
+    # TorchScript's IR; CPU's allocator message. 268,435,456 floats are the 1 GiB asked for;
+    # the bigger sum's input is not it.
+    ir = """IR {
+  %0 = [Float[268435456]] lazy_tensors::device_data(), location=step@big.py:11, device=CPU0, NodeType=D
+  %1 = [Float[536870912]] aten::repeat(%0), location=step@big.py:12, NodeType=N
+  %2 = [Float[]] aten::sum(%1), location=step@big.py:13, NodeType=N, ROOT=0
+}"""
+    frames = [Frame("/w/big.py", 14, "<module>")]
+    error = "RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate 1073741824 bytes."
+    run = run_info(steps=1, argv=["big.py"], exit_status=1, error_frames=frames, error=error)
+    [finding] = [f for f in analyze(run, [ex(0, graph="big")], {"big": ir}).findings if f.kind == "crash"]
+    assert finding.details["bytes"] == 2**30 and finding.details["built_at"] == "big.py:11"
+    assert "1.0 GiB (Float[268435456], lazy_tensors::device_data, built at big.py:11)" in finding.message
+    assert finding.executions == (0,) and "smaller" in finding.fix
+    # Without a size in the message: the largest tensor of the graph.
+    run = run_info(steps=1, argv=["big.py"], exit_status=1, error_frames=frames, error="RuntimeError: out of memory")
+    [finding] = [f for f in analyze(run, [ex(0, graph="big")], {"big": ir}).findings if f.kind == "crash"]
+    assert finding.details["built_at"] == "big.py:12" and "2.0 GiB" in finding.message
+
+
 # -- from the run's rows and IR: extra syncs, fallbacks, loops and recompiles ----------
 def test_clean_run_has_no_findings() -> None:
     assert analyze(run_info(steps=6), clean(), {"g0": IR16}).findings == []

@@ -84,7 +84,7 @@ def check_budget(run: RunInfo, executions: Sequence[Execution], recompiles: list
     for finding in failure_findings(run.failures, executions, ir_texts or {}):
         where = f" at {finding.frame.site}" if finding.frame else ""
         breaches.append(f"failed execution{where}: {finding.message}")
-    breaches += [f"the script raised: {finding.message}" for finding in crash_findings(run, executions)]
+    breaches += [f"the script raised: {finding.message}" for finding in crash_findings(run, executions, ir_texts or {})]
     # The report's missing-mark_step warnings (both forms) fail the check too: the two must agree.
     for finding in missing_mark_step_findings(executions, ir_texts or {}, run.names):
         where = f" at {finding.frame.site}" if finding.frame else ""

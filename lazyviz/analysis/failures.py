@@ -3,6 +3,7 @@ and the user's line behind it. Pure functions of trace data."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from lazyviz.analysis.ir import IRGraph, Node, parsed
 from lazyviz.trace.model import Failure, Frame, RunInfo
@@ -96,7 +97,8 @@ def _is_library(file: str) -> bool:
     return any(part in file for part in _LIBRARY)
 
 
-def crash(run: RunInfo, table: ExecutionTable) -> tuple[str, str, dict, Frame | None] | None:
+def crash(run: RunInfo, table: ExecutionTable,
+          ir_texts: Mapping[str, str] | None = None) -> tuple[str, str, dict, Frame | None] | None:
     """(what happened, what to do, details, the user's line) when the script raised;
     None when it did not, or the user stopped it (Ctrl-C)."""
     if not run.error or run.error.startswith("KeyboardInterrupt"):
@@ -113,6 +115,17 @@ def crash(run: RunInfo, table: ExecutionTable) -> tuple[str, str, dict, Frame | 
         return (f"{what}: a lazy tensor has no storage on the host to read"), (
             "move it to the CPU first: torch.save({name: value.cpu() for name, value in model.state_dict().items()}, "
             "path), tensor.cpu().numpy()"), details, user or raised_at
+    memory = _OUT_OF_MEMORY.search(run.error)
+    if memory is not None and len(table):
+        found = _too_big(table, ir_texts or {}, int(memory.group(1) or memory.group(2) or 0) or None)
+        if found is not None:
+            node, size, execution = found
+            built = f", built at {node.source_line}" if node.location else ""
+            details.update(execution=execution, bytes=size, tensor=node.type_text, built_at=node.source_line or None)
+            return (f"{what}: the graph of execution {execution} holds a tensor of {_size(size)} ({node.type_text}, "
+                    f"{node.op}{built}), more memory than the device has"), (
+                "make that tensor smaller (a smaller batch, sequence or layer), or build and use it in parts with "
+                "a mark_step() between them"), details, user or raised_at
     if not _NOT_LAZY.search(run.error):
         return what, "", details, user or raised_at
     op, call, execution = _last_fallback(run, table)
@@ -134,6 +147,48 @@ def crash(run: RunInfo, table: ExecutionTable) -> tuple[str, str, dict, Frame | 
     return (f"{what}: a tensor that is not lazy reached a lazy op; the last op to fall back before it was {op}"
             f"{in_call} ({when}), whose result may have stayed on the CPU"), (
         "keep that op's result on the lazy device (.to('lazy')) or replace it with ops that lower"), details, user or raised_at
+
+
+# XLA: "Out of memory allocating 549755813888 bytes"; CPU: "you tried to allocate N bytes";
+# CUDA says it in GiB.
+_OUT_OF_MEMORY = re.compile(r"[Oo]ut of memory allocating (\d+) bytes|tried to allocate (\d+) bytes|"
+                            r"RESOURCE_EXHAUSTED|out of memory")
+# Bytes per element, by the names TorchScript's IR and XLA's give a dtype.
+_ELEMENT_BYTES = {"Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
+                  "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16, "f64": 8, "f32": 4, "f16": 2,
+                  "bf16": 2, "s64": 8, "s32": 4, "s16": 2, "s8": 1, "u64": 8, "u32": 4, "u16": 2, "u8": 1,
+                  "pred": 1, "c64": 8, "c128": 16}
+
+
+def _bytes(node: Node) -> int:
+    total = 0
+    for tensor in node.outputs:
+        count = _ELEMENT_BYTES.get(tensor.dtype, 0)
+        for size in tensor.shape:
+            count = count * int(size) if size.isdigit() else 0
+        total += count
+    return total
+
+
+def _too_big(table: ExecutionTable, ir_texts: Mapping[str, str], wanted: int | None) -> tuple[Node, int, int] | None:
+    """In the last execution's graph (the one the device could not hold), the node whose
+    output is the allocation that failed (`wanted` bytes), else the largest: with its
+    size and the execution's index."""
+    position = len(table) - 1
+    graph = parsed(ir_texts.get(table.kind_at(position).graph, ""))
+    if graph is None or not graph.nodes:
+        return None
+    sized = [(node, _bytes(node)) for node in graph.nodes]
+    exact = [pair for pair in sized if wanted is not None and pair[1] == wanted]
+    node, size = exact[0] if exact else max(sized, key=lambda pair: pair[1])
+    return (node, size, table.index[position]) if size else None
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} bytes"
 
 
 def _last_fallback(run: RunInfo, table: ExecutionTable) -> tuple[str | None, str | None, int | None]:

@@ -88,7 +88,7 @@ class RunFacts:
 # The finders, one line each: a new kind of finding is a function and a line here.
 FINDERS: tuple[Callable[[RunFacts], list[Finding]], ...] = (
     lambda facts: failure_findings(facts.run.failures if facts.run else (), facts.executions, facts.ir_texts),
-    lambda facts: crash_findings(facts.run, facts.executions) if facts.run else [],
+    lambda facts: crash_findings(facts.run, facts.executions, facts.ir_texts) if facts.run else [],
     lambda facts: recompile_findings(facts.recompiles, facts.steps),
     lambda facts: extra_sync_findings(facts.executions, facts.steps, facts.names),
     lambda facts: fallback_findings(facts.executions, facts.steps,
@@ -120,22 +120,20 @@ def failure_findings(failures: Sequence[Failure], executions: Sequence[Execution
     return findings
 
 
-def crash_findings(run: RunInfo, executions: Sequence[Execution]) -> list[Finding]:
+def crash_findings(run: RunInfo, executions: Sequence[Execution], ir_texts: Mapping[str, str] | None = None) -> list[Finding]:
     """The script raised: where, and what led to it where lazyviz can tell (a tensor
     that is not lazy reached a lazy op: the fallback that made it). A failed execution
     already explains its own error."""
     table = ExecutionTable.of(executions)
-    found = crash(run, table)
+    found = crash(run, table, ir_texts or {})
     if found is None or any(failure.error.strip() and headline(failure.error) in run.error for failure in run.failures):
         return []
     what, fix, details, frame = found
-    if "op" in details:
-        position = table.position_of(details["execution"]) if details["execution"] is not None else None
-        positions = [position] if position is not None else []
-        fallback_fix = FALLBACK_FIXES.get(details["op"])
-        fix = fix + (f"; {fallback_fix}" if fallback_fix else "")
-    else:
-        positions = []
+    # The execution it points at: the fallback's, or the graph the device could not hold.
+    position = table.position_of(details["execution"]) if details.get("execution") is not None else None
+    positions = [position] if position is not None else []
+    fallback_fix = FALLBACK_FIXES.get(details["op"]) if "op" in details else None
+    fix = fix + (f"; {fallback_fix}" if fallback_fix else "")
     return [Finding("crash", "error", what, frame, table.indices(positions), fix, details,
                     short=details["error"])]
 

@@ -192,3 +192,23 @@ def test_a_clean_adamw_loop_has_no_finding_and_passes_check(tmp_path: Path) -> N
     assert (caches.count("miss"), len(caches)) == (truth["CompileTime"], truth["ExecuteTime"]), (caches, truth)
     check = cli("check", trace)
     assert check.status == 0, check.stdout
+
+
+def test_a_device_out_of_memory_is_traced_as_untraced_and_explained_at_the_line_that_built_it(tmp_path: Path) -> None:
+    """PyTorch/XLA's execution error: the script's traceback is the one it prints
+    untraced (no lazyviz frame in it), and the first finding names the tensor too big
+    for the device and the line that built it, found in the graph's IR."""
+    script = Path(__file__).parent / "scripts" / "device_oom.py"
+    untraced = python(script)
+    assert untraced.status == 1 and "Out of memory allocating 549755813888 bytes" in untraced.stderr
+    trace = tmp_path / "oom.trace"
+    traced = cli("run", "--no-tui", "-o", trace, script)
+    assert traced.status == 1
+    traceback_text = traced.stderr[:traced.stderr.index("lazyviz: ")]
+    assert traceback_text == untraced.stderr and "lazyviz" not in traceback_text
+    [first, *_] = report(trace)["findings"]
+    assert first["kind"] == "crash" and first["site"]["line"] == line_of(script, "print(total.item())")
+    assert first["details"]["built_at"] == f"device_oom.py:{line_of(script, 'scratch = torch.zeros')}"
+    assert first["details"]["bytes"] == 2**39 and "512.0 GiB" in first["message"]
+    check = cli("check", trace)
+    assert check.status == 1 and "512.0 GiB" in check.stdout
