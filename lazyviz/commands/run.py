@@ -86,9 +86,9 @@ class RunCommand:
             if under_torchrun() and os.environ["RANK"] != "0":
                 # Under torchrun, rank 0 talks to the terminal; the others write beside their traces.
                 with open(output_path(trace_path), "xb") as output:
-                    return self._finish(trace_path, self._run_plain(command, output), quiet=True)
+                    return self._finish(trace_path, self._run_plain(command, trace_path, output), quiet=True)
             if options.no_tui or not (sys.stdout.isatty() and sys.stdin.isatty()):
-                return self._finish(trace_path, self._run_plain(command))
+                return self._finish(trace_path, self._run_plain(command, trace_path))
             return self._run_with_ui(command, trace_path)
         finally:
             if not started:
@@ -153,13 +153,15 @@ class RunCommand:
             if stopped:
                 child.stop()
             returncode = child.wait()
-        # Our handlers stay until the ending is recorded: the terminal's SIGHUP may come
-        # after the UI saw it close, and would otherwise kill us before we record it.
-        try:
-            say(_script_traceback(trace_path))  # its stderr went to the Output tab
-            status = self._finish(trace_path, returncode)  # the same summary as --no-tui
-        finally:
-            child.restore()
+            # Our handlers stay until the ending is recorded: the terminal's SIGHUP may come
+            # after the UI saw it close, and would otherwise kill us before we record it.
+            # Then they go, so Ctrl-C during the summary is the user's again.
+            try:
+                record_ending(trace_path, returncode)
+            finally:
+                child.restore()
+        say(_script_traceback(trace_path))  # its stderr went to the Output tab
+        status = self._finish(trace_path, returncode)  # the same summary as --no-tui
         if stopped:
             say(f"lazyviz: stopped the script when the UI quit (status {status}); "
                  f"the trace keeps what it recorded: {trace_path}")
@@ -178,18 +180,21 @@ class RunCommand:
             raise CliError(f"can't read {script!r}: {error}") from None
 
     @staticmethod
-    def _run_plain(command: list[str], output: object = None) -> int:
+    def _run_plain(command: list[str], trace_path: Path, output: object = None) -> int:
         """The script shares our terminal and process group: Ctrl-C reaches it directly.
-        Returns its raw return code (negative: killed by that signal)."""
+        Records how it ended (before our handlers go, as with the UI) and returns its raw
+        return code (negative: killed by that signal)."""
         child = Supervised(command, stdout=output, stderr=output)
         try:
-            return child.wait()
+            returncode = child.wait()
+            record_ending(trace_path, returncode)
+            return returncode
         finally:
             child.restore()
 
     @staticmethod
     def _finish(trace_path: Path, returncode: int, quiet: bool = False) -> int:
-        record_ending(trace_path, returncode)
+        """The summary of a run whose ending is recorded; its exit status."""
         status = exit_status_of(returncode)
         if not quiet:
             text = _summary_text(trace_path, status)
