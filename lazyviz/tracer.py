@@ -186,6 +186,10 @@ class Tracer:
                 if ends_step and (empty_sync_ends_step or counts[0] > executions_before):
                     counts[1] += 1
                 return result
+            except Exception as error:
+                if poll is not None:  # a polling backend learns of a failed graph only here
+                    tracer._sync_raised(error)
+                raise
             finally:
                 sync.cause = None
 
@@ -248,14 +252,36 @@ class Tracer:
         SystemExit (a signal handler may raise them here) go on to the script."""
         try:
             recorded = self._record(key, graph, execute_ms, counters, backend_stack, site, ends, follows)
-            if error is not None and len(self._failures) < MAX_ERRORS:
-                self._failures.append({"execution": recorded.index, "error": error[:MAX_FAILURE_TEXT]})
-                self.writer.set_run(failures=self._failures)
+            if error is not None:
+                self._add_failure(recorded.index, error)
             return recorded
         except Exception as failure:
             if len(self.errors) < MAX_ERRORS:
                 self.errors.append(f"{type(failure).__name__}: {failure}")
             return Recorded(-1)
+
+    def _add_failure(self, index: int, error: str) -> None:
+        if len(self._failures) < MAX_ERRORS and all(f["execution"] != index for f in self._failures):
+            self._failures.append({"execution": index, "error": error[:MAX_FAILURE_TEXT]})
+            self.writer.set_run(failures=self._failures)
+
+    def _sync_raised(self, error: Exception) -> None:
+        """A sync site raised. When the error came from inside the backend (not from
+        Python code it ran, as a step closure), the executions the backend says failed
+        are kept as failures with the message the script got."""
+        try:
+            traceback = error.__traceback__
+            while traceback is not None and traceback.tb_next is not None:
+                traceback = traceback.tb_next
+            if traceback is not None and self._is_user_file(traceback.tb_frame.f_code.co_filename):
+                return  # the user's own code raised inside the sync (a step closure)
+            message = f"{type(error).__name__}: {error}"
+            for index in self.backend.failed_executions():
+                if index >= 0:
+                    self._add_failure(index, message)
+        except Exception as failure:
+            if len(self.errors) < MAX_ERRORS:
+                self.errors.append(f"{type(failure).__name__}: {failure}")
 
     def _record(
         self, key: int, graph: CompiledGraph | None, execute_ms: float, counters: dict[str, int],

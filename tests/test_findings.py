@@ -163,6 +163,26 @@ def test_an_allocation_the_device_refused_names_the_tensor_and_its_line() -> Non
     assert finding.details["built_at"] == "big.py:12" and "2.0 GiB" in finding.message
 
 
+def test_a_failed_graph_names_the_op_the_backends_message_names() -> None:
+    # PyTorch/XLA's compile error for a custom call no one registered: "custom call" is
+    # the op xla::custom_call; XLA records a library wrapper's line, so its first use
+    # gives the user's.
+    ir = """IR {
+  %0 = f32[4]{0} xla::device_data(), location=<module>@kernel.py:8, xla_shape=f32[4]{0}
+  %1 = (f32[4]{0}) xla::custom_call(%0), location=stablehlo_custom_call@stablehlo_custom_call.py:16
+  %2 = f32[4]{0} aten::add(%1, %0), location=<module>@kernel.py:11, xla_shape=f32[4]{0}, ROOT=0
+}"""
+    error = "ValueError: No registered implementation for untyped custom call to my_kernel for Host"
+    executions = [ex(0, graph="ok", cache="miss"), ex(1, graph="bad", cache="miss")]
+    [finding, *_] = analyze(run_info(steps=1, failures=[Failure(1, error)]), executions, {"bad": ir}).findings
+    assert finding.kind == "failed_execution" and finding.details["op"] == "xla::custom_call"
+    assert finding.details["used_at"] == "kernel.py:11" and "custom call to my_kernel" in finding.message
+    # A message that names no op of the graph: no op is blamed.
+    [finding, *_] = analyze(run_info(steps=1, failures=[Failure(1, "RuntimeError: the device was lost")]),
+                            executions, {"bad": ir}).findings
+    assert "op" not in finding.details and "IR tab" in finding.fix
+
+
 # -- from the run's rows and IR: extra syncs, fallbacks, loops and recompiles ----------
 def test_clean_run_has_no_findings() -> None:
     assert analyze(run_info(steps=6), clean(), {"g0": IR16}).findings == []

@@ -2,6 +2,7 @@
 and the user's line behind it. Pure functions of trace data."""
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Mapping
 
@@ -58,30 +59,74 @@ def first_same_dtype_use(graph: IRGraph, start: Node) -> Node | None:
 
 
 def explain(failure: Failure, ir_text: str) -> tuple[str, str, dict]:
-    """(what went wrong, what to do, details) for one failed execution."""
-    what = headline(failure.error)
-    graph = parsed(ir_text)
+    """(what went wrong, what to do, details) for one failed execution: the device's
+    memory, a dtype the IR hides, or the op the message names, in that order."""
+    what = headline(failure.error).rstrip(".")
     details: dict = {"error": what}
-    if graph is None or ("dtype" not in what and "scalar type" not in what):
-        return what, ("the backend could not run this graph: the IR tab shows what it was given; run the step "
-                      "on the CPU to see whether the same code fails eagerly"), details
+    graph = parsed(ir_text)
+    if graph is not None:
+        for explainer in (_out_of_memory, _hidden_double, _named_op):
+            found = explainer(graph, failure.error, what, details)
+            if found is not None:
+                return found
+    if "dtype" in what or "scalar type" in what:
+        return what, ("an op got inputs of different dtypes: cast where the tensor is made, so every op sees "
+                      "one dtype"), details
+    return what, ("the backend could not run this graph: the IR tab shows what it was given; run the step "
+                  "on the CPU to see whether the same code fails eagerly"), details
+
+
+Explained = tuple[str, str, dict]
+
+
+def _out_of_memory(graph: IRGraph, error: str, what: str, details: dict) -> Explained | None:
+    memory = _OUT_OF_MEMORY.search(error)
+    found = too_big(graph, int(memory.group(1) or memory.group(2) or 0) or None) if memory else None
+    if found is None:
+        return None
+    node, size = found
+    details.update(bytes=size, tensor=node.type_text, node=node.id, built_at=node.source_line or None)
+    return (f"{what}: the graph holds a tensor of {_size(size)} ({node.type_text}, {node.op} {node.id}"
+            f"{_built(node)}), more memory than the device has"), OUT_OF_MEMORY_FIX, details
+
+
+def _hidden_double(graph: IRGraph, error: str, what: str, details: dict) -> Explained | None:
+    if "dtype" not in what and "scalar type" not in what:
+        return None
     for suspect in promoted_scalars(graph):
         use = first_same_dtype_use(graph, suspect)
         if use is None:
             continue
         types = " x ".join(str(graph.by_id[o].outputs[0]) for o in suspect.operand_ids)
-        built = f", built at {suspect.source_line}" if suspect.location else ""
         use_built = f" at {use.source_line}" if use.location else ""
         details.update(node=suspect.id, op=suspect.op, reaches=use.id, reaches_op=use.op,
                        built_at=suspect.source_line or None)
-        return (f"{what}: {suspect.op} {suspect.id} ({types}{built}) computes in Double here, though the IR "
-                f"says {suspect.outputs[0]}: both its inputs are 0-dim, so the Python number (a Double on the "
+        return (f"{what}: {suspect.op} {suspect.id} ({types}{_built(suspect)}) computes in Double here, though the "
+                f"IR says {suspect.outputs[0]}: both its inputs are 0-dim, so the Python number (a Double on the "
                 f"device) decides the result's dtype; the Double reaches {use.op} {use.id}{use_built}"), (
             "multiply the Python number into a tensor that is not 0-dim (torch.sum(-0.5 * (...)) rather than "
             "-0.5 * torch.sum(...)), or make it a tensor of the right dtype on the device "
             "(torch.tensor(-0.5, dtype=torch.float32, device=...))"), details
-    return what, ("an op got inputs of different dtypes: cast where the tensor is made, so every op sees "
-                  "one dtype"), details
+    return None
+
+
+def _named_op(graph: IRGraph, error: str, what: str, details: dict) -> Explained | None:
+    node = named_node(graph, error)
+    if node is None:
+        return None
+    # XLA records the innermost frame: a library wrapper's line; the first use says where the user is.
+    use = next((graph.by_id[user] for user in graph.users().get(node.id, ())), None)
+    used = f", used by {use.op} {use.id} at {use.source_line}" if use is not None and use.location and \
+        use.source_line != node.source_line else ""
+    details.update(node=node.id, op=node.op, built_at=node.source_line or None,
+                   used_at=use.source_line if used and use is not None else None)
+    return f"{what}: the op it names is {node.op} {node.id} ({node.type_text}{_built(node)}{used})", (
+        f"the backend cannot compile or run {node.op} as it was given: change or remove the call that "
+        "built it, or run that part on the CPU"), details
+
+
+def _built(node: Node) -> str:
+    return f", built at {node.source_line}" if node.location else ""
 
 
 # The lazy core's words when a CPU tensor reaches a lazy op (TorchScript backend, XLA).
@@ -117,15 +162,17 @@ def crash(run: RunInfo, table: ExecutionTable,
             "path), tensor.cpu().numpy()"), details, user or raised_at
     memory = _OUT_OF_MEMORY.search(run.error)
     if memory is not None and len(table):
-        found = _too_big(table, ir_texts or {}, int(memory.group(1) or memory.group(2) or 0) or None)
+        # The last execution's graph is the one the device could not hold.
+        position = len(table) - 1
+        graph = parsed((ir_texts or {}).get(table.kind_at(position).graph, ""))
+        found = too_big(graph, int(memory.group(1) or memory.group(2) or 0) or None) if graph else None
         if found is not None:
-            node, size, execution = found
+            node, size = found
+            execution = table.index[position]
             built = f", built at {node.source_line}" if node.location else ""
             details.update(execution=execution, bytes=size, tensor=node.type_text, built_at=node.source_line or None)
             return (f"{what}: the graph of execution {execution} holds a tensor of {_size(size)} ({node.type_text}, "
-                    f"{node.op}{built}), more memory than the device has"), (
-                "make that tensor smaller (a smaller batch, sequence or layer), or build and use it in parts with "
-                "a mark_step() between them"), details, user or raised_at
+                    f"{node.op}{built}), more memory than the device has"), OUT_OF_MEMORY_FIX, details, user or raised_at
     if not _NOT_LAZY.search(run.error):
         return what, "", details, user or raised_at
     op, call, execution = _last_fallback(run, table)
@@ -170,18 +217,42 @@ def _bytes(node: Node) -> int:
     return total
 
 
-def _too_big(table: ExecutionTable, ir_texts: Mapping[str, str], wanted: int | None) -> tuple[Node, int, int] | None:
-    """In the last execution's graph (the one the device could not hold), the node whose
-    output is the allocation that failed (`wanted` bytes), else the largest: with its
-    size and the execution's index."""
-    position = len(table) - 1
-    graph = parsed(ir_texts.get(table.kind_at(position).graph, ""))
-    if graph is None or not graph.nodes:
-        return None
+OUT_OF_MEMORY_FIX = ("make that tensor smaller (a smaller batch, sequence or layer), or build and use it in parts "
+                     "with a mark_step() between them")
+
+
+def too_big(graph: IRGraph, wanted: int | None) -> tuple[Node, int] | None:
+    """In a graph the device could not hold, the node whose output is the allocation
+    that failed (`wanted` bytes), else the largest, with its size."""
     sized = [(node, _bytes(node)) for node in graph.nodes]
+    if not sized:
+        return None
     exact = [pair for pair in sized if wanted is not None and pair[1] == wanted]
     node, size = exact[0] if exact else max(sized, key=lambda pair: pair[1])
-    return (node, size, table.index[position]) if size else None
+    return (node, size) if size else None
+
+
+# Names in a backend's message that can be an op's or an attribute's: "my_kernel", "aten::foo".
+_NAME = re.compile(r"[A-Za-z_][\w]*(?:(?:::|\.)[A-Za-z_]\w*)*")
+
+
+def named_node(graph: IRGraph, error: str) -> Node | None:
+    """The first node that a name in the backend's message names: its op (XLA: "custom
+    call to my_kernel" names the xla::custom_call whose target is my_kernel) or one
+    of its attribute values. Only names a person would not write as a word (with an
+    underscore or ::), so "the", "graph" and "Host" never match; two words in a row
+    name an op too ("custom call": xla::custom_call)."""
+    words = _NAME.findall(headline(error))
+    names = {name for name in words if "_" in name or "::" in name}
+    names.update(f"{first}_{second}".lower() for first, second in itertools.pairwise(words))
+    if not names:
+        return None
+    for node in graph.nodes:
+        if node.is_input:
+            continue
+        if node.op in names or node.op.rpartition("::")[2] in names or names.intersection(node.attrs.values()):
+            return node
+    return None
 
 
 def _size(count: int) -> str:

@@ -145,6 +145,12 @@ class LazyBackend(ABC):
         """Report executions seen since the last poll; final: the script has ended,
         wait for the device and report everything."""
 
+    def failed_executions(self) -> list[int]:
+        """After a sync site raised from inside the backend: the executions (indices the
+        execution hook answered) that failed to compile or run. Backends whose hook
+        passes the error with the execution itself (TorchScript) leave this empty."""
+        return []
+
     def sync_state(self) -> SyncCause:
         """Where this thread's running sync site is read (`.cause`, `.detail`): the one
         the backend's own wrappers (wrap_sync_site) keep, or one for Python wrappers."""

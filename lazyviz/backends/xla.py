@@ -83,6 +83,8 @@ class XlaBackend(LazyBackend):
         self._execute_samples = 0
         self._awaiting_execute: deque[int] = deque()  # executions without an execute time yet
         self._counters: dict[str, int] = {}
+        self._last_index: int | None = None  # the last execution handed on
+        self._last_compile: Report | None = None  # the last compile report, until an execution follows it
 
     # -- set-up -------------------------------------------------------------------
     def init(self) -> None:
@@ -151,7 +153,19 @@ class XlaBackend(LazyBackend):
             self._hand_on(self._pending.popleft(), moved)
             moved = {}
 
-    def _hand_on(self, report: Report, counters: dict[str, int]) -> None:
+    def failed_executions(self) -> list[int]:
+        """A graph that failed to compile left a Compilation Analysis and no execution: it
+        is handed on now, as an execution that never ran. A graph that failed to run was
+        handed on at its sync; the error surfaces at the next read of its results, so it
+        is the last execution."""
+        self.poll()
+        if self._last_compile is not None:
+            report, self._last_compile = self._last_compile, None
+            self._take_compile_times()  # XLA times a compile that failed too
+            return [self._hand_on(report, {}, ran=False)]
+        return [self._last_index] if self._last_index is not None else []
+
+    def _hand_on(self, report: Report, counters: dict[str, int], ran: bool = True) -> int:
         graph_hash = report.graph_hash
         graph = None
         if any(c.graph_hash == graph_hash for c in self._compiles):
@@ -170,14 +184,19 @@ class XlaBackend(LazyBackend):
         assert self._on_execution is not None
         # The execute time comes with XLA's ExecuteTime sample, usually by the next poll.
         index = self._on_execution(int(graph_hash[:16] or "0", 16), graph, 0.0, counters, report.frames).index
-        self._awaiting_execute.append(index)
+        if ran:  # a graph that never ran gets no ExecuteTime sample
+            self._awaiting_execute.append(index)
+            self._last_index = index
+        return index
 
     def _read_reports(self) -> None:
         for report in self._report_parser.feed(self._reports.read()):
             if report.kind == "Execution":
                 self._pending.append(report)
+                self._last_compile = None
             elif report.kind == "Compilation":
                 self._compiles.append(report)
+                self._last_compile = report
             elif report.kind == "Post Compilation" and self._compiles:
                 self._compiles[-1].lines += ["", *report.lines]
 

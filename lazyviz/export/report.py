@@ -165,6 +165,8 @@ def json_report(recorded: Run, lines: bool = False) -> dict:
             "finished": run.finished,
             "exit_status": run.exit_status,
             "error": run.error,
+            # Executions the backend failed to compile or run, with the message the script got.
+            "failures": [{"execution": f.execution, "error": f.error} for f in run.failures],
             "rank": run.rank,
         },
         "steps": summary.steps,

@@ -196,8 +196,9 @@ def test_a_clean_adamw_loop_has_no_finding_and_passes_check(tmp_path: Path) -> N
 
 def test_a_device_out_of_memory_is_traced_as_untraced_and_explained_at_the_line_that_built_it(tmp_path: Path) -> None:
     """PyTorch/XLA's execution error: the script's traceback is the one it prints
-    untraced (no lazyviz frame in it), and the first finding names the tensor too big
-    for the device and the line that built it, found in the graph's IR."""
+    untraced (no lazyviz frame in it); the execution XLA failed to run is in the trace,
+    marked failed, and the first finding names the tensor too big for the device and
+    the line that built it, found in the graph's IR."""
     script = Path(__file__).parent / "scripts" / "device_oom.py"
     untraced = python(script)
     assert untraced.status == 1 and "Out of memory allocating 549755813888 bytes" in untraced.stderr
@@ -206,9 +207,35 @@ def test_a_device_out_of_memory_is_traced_as_untraced_and_explained_at_the_line_
     assert traced.status == 1
     traceback_text = traced.stderr[:traced.stderr.index("lazyviz: ")]
     assert traceback_text == untraced.stderr and "lazyviz" not in traceback_text
-    [first, *_] = report(trace)["findings"]
-    assert first["kind"] == "crash" and first["site"]["line"] == line_of(script, "print(total.item())")
+    data = report(trace)
+    assert [f["execution"] for f in data["run"]["failures"]] == [0]
+    assert "Out of memory" in data["run"]["failures"][0]["error"]
+    [first, *_] = data["findings"]
+    assert first["kind"] == "failed_execution" and first["site"]["line"] == line_of(script, "torch_xla.sync()")
     assert first["details"]["built_at"] == f"device_oom.py:{line_of(script, 'scratch = torch.zeros')}"
     assert first["details"]["bytes"] == 2**39 and "512.0 GiB" in first["message"]
     check = cli("check", trace)
     assert check.status == 1 and "512.0 GiB" in check.stdout
+
+
+def test_a_graph_xla_cannot_compile_is_in_the_trace_with_the_op_the_error_names(tmp_path: Path) -> None:
+    """A compile error leaves XLA's Compilation Analysis and no execution: lazyviz
+    records the execution that never ran, as failed, and names the op in the error
+    (custom call -> xla::custom_call) with the user's line that used it."""
+    script = Path(__file__).parent / "scripts" / "missing_kernel.py"
+    untraced = python(script)
+    assert untraced.status == 1 and "my_missing_kernel" in untraced.stderr
+    trace = tmp_path / "compile.trace"
+    traced = cli("run", "--no-tui", "-o", trace, script)
+    assert traced.status == 1
+    assert traced.stderr[:traced.stderr.index("lazyviz: ")] == untraced.stderr
+    data = report(trace)
+    syncs = [n for n, line in enumerate(script.read_text().splitlines(), start=1) if line == "torch_xla.sync()"]
+    assert [e["frame"]["line"] for e in data["executions"]] == syncs
+    assert [f["execution"] for f in data["run"]["failures"]] == [1]
+    failed = data["executions"][1]
+    assert failed["cache"] == "miss" and failed["execute_ms"] == 0
+    [first, *_] = data["findings"]
+    assert first["kind"] == "failed_execution" and first["details"]["op"] == "xla::custom_call"
+    assert first["details"]["used_at"] == f"missing_kernel.py:{line_of(script, 'total = scaled + 1')}"
+    assert cli("check", trace).status == 1
