@@ -22,6 +22,7 @@ from lazyviz.backends import (
     LazyBackend,
     Recorded,
     SyncCause,
+    SyncSite,
 )
 from lazyviz.errors import LazyvizError
 from lazyviz.trace.schema import ExecutionRecord, GraphRecord, StackRecord, split_row
@@ -147,18 +148,23 @@ class Tracer:
                 original = getattr(site.owner, site.attribute, None)
                 if original is not None:
                     ends_step = site.cause == "mark_step"
-                    wrapper = self.backend.wrap_sync_site(original, site.cause, site.label, self._counts, ends_step) \
-                        or self._wrap_sync_site(original, site.cause, site.label, ends_step, isinstance(site.owner, type))
+                    if site.runs_closures:
+                        wrapper = self._wrap_closure_runner(original)
+                    else:
+                        wrapper = self.backend.wrap_sync_site(original, site.cause, site.label, self._counts,
+                                                              ends_step) \
+                            or self._wrap_sync_site(original, site, ends_step, isinstance(site.owner, type))
                     setattr(site.owner, site.attribute, wrapper)
                     self._wrapped.append((site.owner, site.attribute, original, wrapper))
         except BaseException:
             self.stop()  # half installed is not installed: unwrap, turn the hook off, free the process
             raise
 
-    def _wrap_sync_site(self, original: Callable, cause: str, detail: str, ends_step: bool,
+    def _wrap_sync_site(self, original: Callable, site: SyncSite, ends_step: bool,
                         is_method: bool = False) -> Callable:
         """The sync-site wrapper in Python, for backends without their own (wrap_sync_site)."""
         tracer = self
+        cause, detail, mid_step = site.cause, site.label, site.mid_step
         poll = self.backend.poll if self.backend.polls else None
         device = self.backend.device
 
@@ -177,13 +183,23 @@ class Tracer:
                 return original(*args, **kwargs)
             if poll is not None:  # executions from before this call are not its own
                 poll()
-            sync.cause, sync.detail = cause, detail
+            ends = ends_step
+            if sync.in_closure:  # a step closure's read: not the step's sync
+                sync.cause, sync.detail, ends = cause, f"{detail} in a step closure", False
+            elif mid_step and (caller := sys._getframe(1).f_code.co_name) in mid_step:
+                sync.cause, sync.detail, ends = "other", mid_step[caller], False
+            else:
+                sync.cause, sync.detail = cause, detail
             executions_before = counts[0]
+            if not sync.in_closure:
+                sync.closures_from = None
             try:
                 result = original(*args, **kwargs)
                 if poll is not None:
                     poll()
-                if ends_step and (empty_sync_ends_step or counts[0] > executions_before):
+                # Only the step's own graph ends it, not one its closures ran.
+                ran = (counts[0] if sync.closures_from is None else sync.closures_from) > executions_before
+                if ends and (empty_sync_ends_step or ran):
                     counts[1] += 1
                 return result
             except Exception as error:
@@ -194,6 +210,31 @@ class Tracer:
                 sync.cause = None
 
         return sync_site
+
+    def _wrap_closure_runner(self, original: Callable) -> Callable:
+        """The step's closures run after its sync, inside the step-ending call: the step's
+        executions are handed on first, then each sync inside a closure is its own."""
+        tracer = self
+        poll = self.backend.poll if self.backend.polls else None
+        sync = self._sync
+
+        @functools.wraps(original)
+        def run_closures(*args: object, **kwargs: object) -> object:
+            if _Process.current is not tracer or sync.in_closure:
+                return original(*args, **kwargs)
+            if poll is not None:
+                poll()
+            outer = sync.cause, sync.detail
+            sync.closures_from = tracer._counts[0]
+            sync.cause, sync.detail, sync.in_closure = None, None, True
+            try:
+                return original(*args, **kwargs)
+            finally:
+                if poll is not None:
+                    poll()
+                (sync.cause, sync.detail), sync.in_closure = outer, False
+
+        return run_closures
 
     def stop(self) -> None:
         """Report what is pending, turn the hook off and put the sync sites back."""

@@ -206,9 +206,19 @@ def test_extra_sync_in_one_step_of_many_is_info() -> None:
 
 
 def test_collective_sync_gets_bucket_advice() -> None:
-    executions = [ex(i, step=i, cause="other", detail="distributed.all_reduce()") for i in range(4)]
-    [finding] = extra_sync_findings(executions + clean(4), 4)
+    executions = [e for i in range(4) for e in (ex(2 * i, step=i, cause="other", detail="distributed.all_reduce()"),
+                                                 ex(2 * i + 1, step=i, cache="miss" if i == 0 else "hit"))]
+    [finding] = extra_sync_findings(executions, 4)
     assert "one collective per step" in finding.fix
+
+
+def test_a_sync_before_the_first_step_is_set_up_not_an_extra_sync() -> None:
+    # xm.broadcast_master_param() before the loop: its execution is in step 0, before its graph.
+    broadcast = ex(0, step=0, cause="other", detail="xm.broadcast_master_param()")
+    steps = [ex(i + 1, step=i, cache="miss" if i == 0 else "hit") for i in range(4)]
+    assert extra_sync_findings([broadcast, *steps], 4) == []
+    late = ex(2, step=1, cause="other", detail="xm.broadcast_master_param()")
+    assert len(extra_sync_findings([*steps[:2], late, *steps[2:]], 4)) == 1
 
 
 def test_fallback_finding_counts_calls_and_forced_executions() -> None:

@@ -383,19 +383,26 @@ def extra_sync_findings(executions: Sequence[Execution], steps: int,
     groups = table.kinds_by(lambda kind: None if kind.cause in ("mark_step", "fallback")
                             else (kind.context, kind.cause, kind.site))
     findings = []
+    step_ends = table.where(lambda kind: kind.cause == "mark_step")
+    first_step_end = step_ends[0] if step_ends else len(table)
     for (context, cause, _), numbers in groups.items():
         # After the last mark_step() no step runs (an evaluation loop, the final print):
         # its reads are the script's results, not extra syncs in a step.
         positions = [p for p in table.merged(numbers) if table.step[p] < steps]
-        if not positions:
-            continue
+        if not positions or positions[-1] < first_step_end:
+            continue  # only before the first step's graph: set-up (xm.broadcast_master_param)
         steps_with = len(set(map(table.step.__getitem__, positions)))
         per_step = len(positions) / steps_with
         ms_per_step = table.sum(table.sync_ms, positions) / max(steps, 1)
         first = table.kinds[numbers[0]]
         what = first.detail or cause
         fix = SYNC_FIXES.get(cause, "").format(**names)
-        if what.startswith("distributed."):
+        if what.endswith(" in a step closure"):
+            # A closure reads what the step computed for free: an execution there ran new ops.
+            fix = ("the step closure computes something new on the device before it reads it (torch.isnan(loss)"
+                   ".item()): compute it in the step, so the closure only reads a result, or read the value first "
+                   "and compute on the host (math.isnan(loss.item()))")
+        elif what.startswith("distributed."):
             fix = ("a collective on a lazy tensor runs the pending graph first, once per call: flatten the "
                    f"gradients into one bucket (one collective per step) or reduce after {names['mark_step']}")
         findings.append(Finding(

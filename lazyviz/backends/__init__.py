@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from lazyviz.errors import LazyvizError
@@ -37,6 +37,12 @@ class SyncSite:
     attribute: str
     cause: str
     label: str  # how a user names the call: "Tensor.item()", "mark_step()"
+    # Library functions that call this step-ending site in the middle of a step, by name,
+    # with how a user names what synced there: that sync is cause "other" and ends no step.
+    mid_step: Mapping[str, str] = field(default_factory=dict)
+    # It runs the step closures after a step's sync: a sync inside a closure is the
+    # closure's own (cause item for its .item()), not the step's.
+    runs_closures: bool = False
 
 
 class SyncCause(threading.local):
@@ -45,6 +51,8 @@ class SyncCause(threading.local):
 
     cause: str | None = None
     detail: str | None = None
+    in_closure: bool = False  # step closures are running: their syncs are their own
+    closures_from: int | None = None  # the execution count when the running sync's closures began
 
 
 # A Python frame as (file, line, function).

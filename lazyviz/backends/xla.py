@@ -247,17 +247,25 @@ class XlaBackend(LazyBackend):
     def sync_sites(self) -> list[SyncSite]:
         import torch_xla
         import torch_xla.core.xla_model as xm
-        import torch_xla.torch_xla as torch_xla_module
 
-
-        # Step-ending syncs keep the cause "mark_step", as on torch's own backend.
-        # `torch_xla.step()` and the parallel loader call the module's own sync().
+        # `import torch_xla.torch_xla as m` binds the package (it has an attribute of that name).
+        module = sys.modules["torch_xla.torch_xla"]
+        # A step ends at the step-ending call the user makes or a library makes for them:
+        # torch_xla.sync(), xm.optimizer_step(barrier=True), torch_xla.step()'s exit, the
+        # parallel loader's per-batch sync, the end of a torch_xla.compile'd function; all
+        # but the first call the module's own sync(). Not where compile() runs the ops
+        # pending before the compiled function.
+        pending = {"_clear_pending_ops_before_compile": "torch_xla.compile() (ops pending before it)"}
         return [
             SyncSite(xm, "optimizer_step", "mark_step", "xm.optimizer_step()"),
             SyncSite(xm, "mark_step", "mark_step", "xm.mark_step()"),
             SyncSite(torch_xla, "sync", "mark_step", "torch_xla.sync()"),
-            SyncSite(torch_xla_module, "sync", "mark_step", "torch_xla.sync()"),
+            SyncSite(module, "sync", "mark_step", "torch_xla.sync()", mid_step=pending),
             SyncSite(torch_xla._XLAC, "_xla_step_marker", "mark_step", "mark_step()"),
+            SyncSite(xm, "_run_step_closures", "mark_step", "step closures", runs_closures=True),
+            # Library calls that sync in the middle of a step, each a sync of its own.
+            SyncSite(xm, "broadcast_master_param", "other", "xm.broadcast_master_param()"),
+            SyncSite(xm, "mesh_reduce", "other", "xm.mesh_reduce()"),
             # Not Tensor.to: it builds device_data nodes, and XLA_IR_DEBUG records the
             # innermost Python frame as their location, which would be our wrapper.
             *(site for site in tensor_sync_sites() if site.attribute != "to"),

@@ -194,6 +194,35 @@ def test_a_clean_adamw_loop_has_no_finding_and_passes_check(tmp_path: Path) -> N
     assert check.status == 0, check.stdout
 
 
+def test_steps_are_the_step_ending_calls_not_every_library_sync(tmp_path: Path) -> None:
+    """pytorch/xla's example style: a compiled step, the parallel loader's sync per batch,
+    a step closure that runs a new op every 5 steps, the parameters broadcast first.
+    Every execution torch_xla counts is in the trace; the steps are the batches; the
+    closure's read is its own (item, in a closure), the broadcast is set-up, and the
+    optimizer's second-step recompile is warm-up: check passes."""
+    program = Path(__file__).resolve().parents[1] / "programs" / "xla_compiled_steps.py"
+    trace, counts = tmp_path / "steps.trace", tmp_path / "counts.json"
+    result = subprocess.run([sys.executable, "-m", "lazyviz", "run", "--no-tui", "-o", str(trace), str(program), "8"],
+                            capture_output=True, text=True, env={**os.environ, "COUNTERS_FILE": str(counts)},
+                            timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "step 5 loss" in result.stdout
+    data = report(trace)
+    truth = json.loads(counts.read_text())
+    executions = data["executions"]
+    caches = [e["cache"] for e in executions]
+    assert (caches.count("miss"), len(caches)) == (truth["CompileTime"], truth["ExecuteTime"]), (caches, truth)
+    assert data["steps"] == 8
+    closure = [e for e in executions if e["cause"] == "item"]
+    assert [e["detail"] for e in closure] == ["Tensor.item() in a step closure"] * 2
+    assert {e["frame"]["line"] for e in closure} == {line_of(program, "torch.isnan(loss).item()")}
+    assert [e["detail"] for e in executions if e["cause"] == "other"] == ["xm.broadcast_master_param()"]
+    assert [r["step"] for r in data["recompiles"] if not r["warmup"]] == []
+    assert {f["severity"] for f in data["findings"]} <= {"info"}, data["findings"]
+    check = cli("check", trace)
+    assert check.status == 0, check.stdout
+
+
 def test_a_device_out_of_memory_is_traced_as_untraced_and_explained_at_the_line_that_built_it(tmp_path: Path) -> None:
     """PyTorch/XLA's execution error: the script's traceback is the one it prints
     untraced (no lazyviz frame in it); the execution XLA failed to run is in the trace,
