@@ -148,7 +148,9 @@ class Tracer:
                 original = getattr(site.owner, site.attribute, None)
                 if original is not None:
                     ends_step = site.cause == "mark_step"
-                    if site.runs_closures:
+                    if site.polls_around:
+                        wrapper = self._wrap_poll_point(original)
+                    elif site.runs_closures:
                         wrapper = self._wrap_closure_runner(original)
                     else:
                         wrapper = self.backend.wrap_sync_site(original, site.cause, site.label, self._counts,
@@ -210,6 +212,24 @@ class Tracer:
                 sync.cause = None
 
         return sync_site
+
+    def _wrap_poll_point(self, original: Callable) -> Callable:
+        """Poll before and after a call that may run graphs without a Python frame: what
+        ran during it is reported while its caller's frame is on the stack."""
+        tracer = self
+        poll = self.backend.poll
+
+        @functools.wraps(original)
+        def poll_point(*args: object, **kwargs: object) -> object:
+            if _Process.current is not tracer or not tracer.backend.polls:
+                return original(*args, **kwargs)
+            poll()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                poll()
+
+        return poll_point
 
     def _wrap_closure_runner(self, original: Callable) -> Callable:
         """The step's closures run after its sync, inside the step-ending call: the step's

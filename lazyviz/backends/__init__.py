@@ -43,6 +43,9 @@ class SyncSite:
     # It runs the step closures after a step's sync: a sync inside a closure is the
     # closure's own (cause item for its .item()), not the step's.
     runs_closures: bool = False
+    # Not a sync: a call during which the backend may run graphs it reports without a
+    # frame (autograd's thread in backward); polled around, they get this call's line.
+    polls_around: bool = False
 
 
 class SyncCause(threading.local):

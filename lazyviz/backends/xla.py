@@ -21,6 +21,7 @@ import os
 import shutil
 import sys
 import tempfile
+import zlib
 from collections import deque
 from pathlib import Path
 
@@ -84,6 +85,14 @@ class XlaBackend(LazyBackend):
         self._awaiting_execute: deque[int] = deque()  # executions without an execute time yet
         self._counters: dict[str, int] = {}
         self._last_index: int | None = None  # the last execution handed on
+        # Executions and compiles as XLA counts them (CachedCompile + UncachedCompile, one
+        # per execution; UncachedCompile): more than its reports say are frameless ones.
+        self._executed = 0
+        self._compiled = 0
+        self._compile_reports = 0  # Compilation Analyses read, and those handed on
+        self._compile_reports_seen = 0
+        self._frameless_seen = 0
+        self._frameless_graphs: dict[tuple, str] = {}  # light capture: Python stack -> graph last compiled there
         self._last_compile: Report | None = None  # the last compile report, until an execution follows it
 
     # -- set-up -------------------------------------------------------------------
@@ -113,6 +122,7 @@ class XlaBackend(LazyBackend):
         self._counters = self.counters()
         self._compile_samples = self._metric("CompileTime")[0]
         self._execute_samples = self._metric("ExecuteTime")[0]
+        self._executed, self._compiled = self._xla_counts()
         self._enabled = True
 
     def set_hook_enabled(self, enabled: bool) -> None:
@@ -137,32 +147,92 @@ class XlaBackend(LazyBackend):
         self._read_reports()
         if self.capture_ir:
             self._read_graphs()
-        if self._pending:
+        executed, compiled = self._xla_counts()
+        frameless = executed - self._executed - len(self._pending)
+        if self._pending or frameless > 0:
             self._take_compile_times()
-            self._hand_on_pending()
+            self._hand_on_pending(max(frameless, 0), compiled - self._compiled)
+        self._executed, self._compiled = executed, compiled
         if self._awaiting_execute:
             self._take_execute_times()
 
-    def _hand_on_pending(self) -> None:
+    def _xla_counts(self) -> tuple[int, int]:
+        """(executions, compiles) as XLA counts them: every execution looks its graph up."""
+        import torch_xla.debug.metrics as metrics
+
+        uncached = metrics.counter_value("UncachedCompile") or 0
+        return (metrics.counter_value("CachedCompile") or 0) + uncached, uncached
+
+    def _hand_on_pending(self, frameless: int, compiles: int) -> None:
+        """The executions XLA reported since the last poll, then those it ran without a
+        Python frame (no report: autograd's thread), which come after them as far as
+        lazyviz can tell."""
         counters = self.counters()
         moved = {name: value - self._counters.get(name, 0) for name, value in counters.items()
                  if value != self._counters.get(name, 0)}
         self._counters = counters
+        # Backward ops that fell back ran on autograd's thread: the frameless executions'.
+        backward = {name: n for name, n in moved.items() if frameless and name.endswith("_backward")}
+        moved = {name: n for name, n in moved.items() if name not in backward}
+        reported_compiles = self._compile_reports - self._compile_reports_seen
+        self._compile_reports_seen = self._compile_reports
         # The counters that moved go with the first execution of the batch.
         while self._pending:
             self._hand_on(self._pending.popleft(), moved)
             moved = {}
+        frameless_compiles = max(compiles - reported_compiles, 0)
+        for number in range(frameless):
+            self._hand_on_frameless({**moved, **backward} if number == 0 else {}, number < frameless_compiles)
+
+    def _hand_on_frameless(self, counters: dict[str, int], compiled: bool) -> None:
+        """An execution XLA counted without a report: its graph is known from the tensors
+        dump (full capture); in light capture, a cache hit is taken to be the graph last
+        compiled without a frame from the same Python stack."""
+        # The Python stack now: the backward() call a poll point reports it from (else the
+        # sync that found it), so it gets a user's line.
+        stack, frame = [], sys._getframe(1)
+        while frame is not None:
+            stack.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+            frame = frame.f_back
+        frameless = self._graph_parser.frameless
+        graph_hash = frameless.popleft() if frameless else ""
+        self._frameless_seen += 1
+        where = tuple(stack)
+        if graph_hash:
+            graph_id = graph_hash[:16]
+        elif compiled:
+            graph_id = self._frameless_graphs[where] = f"frameless-{self._frameless_seen}"
+        else:
+            graph_id = self._frameless_graphs.get(where, f"frameless-{self._frameless_seen}")
+        graph = None
+        if compiled:
+            ir_text = self._ir.get(graph_hash, "")
+            graph = CompiledGraph(
+                graph_id=graph_id, nodes=ir_text.count("\n  %"), ir_text=ir_text,
+                backend_text="(XLA wrote no analysis: this graph ran on a thread without Python frames, "
+                             "such as autograd's in backward)",
+                compile_ms=self._compile_ms.popleft() if self._compile_ms else 0.0,
+            )
+        key = int(graph_id, 16) if graph_hash else (1 << 62) | zlib.crc32(graph_id.encode())
+        assert self._on_execution is not None
+        index = self._on_execution(key, graph, 0.0, counters, stack).index
+        self._awaiting_execute.append(index)
+        self._last_index = index
 
     def failed_executions(self) -> list[int]:
         """A graph that failed to compile left a Compilation Analysis and no execution: it
         is handed on now, as an execution that never ran. A graph that failed to run was
         handed on at its sync; the error surfaces at the next read of its results, so it
         is the last execution."""
-        self.poll()
+        self._read_reports()
         if self._last_compile is not None:
             report, self._last_compile = self._last_compile, None
+            # XLA counted its cache lookup as an execution: not a frameless one.
+            self._executed += 1
+            self.poll()  # the executions reported before it
             self._take_compile_times()  # XLA times a compile that failed too
             return [self._hand_on(report, {}, ran=False)]
+        self.poll()
         return [self._last_index] if self._last_index is not None else []
 
     def _hand_on(self, report: Report, counters: dict[str, int], ran: bool = True) -> int:
@@ -197,6 +267,7 @@ class XlaBackend(LazyBackend):
             elif report.kind == "Compilation":
                 self._compiles.append(report)
                 self._last_compile = report
+                self._compile_reports += 1
             elif report.kind == "Post Compilation" and self._compiles:
                 self._compiles[-1].lines += ["", *report.lines]
 
@@ -245,6 +316,7 @@ class XlaBackend(LazyBackend):
         return {name: metrics.counter_value(name) or 0 for name in metrics.counter_names()}
 
     def sync_sites(self) -> list[SyncSite]:
+        import torch
         import torch_xla
         import torch_xla.core.xla_model as xm
 
@@ -263,6 +335,8 @@ class XlaBackend(LazyBackend):
             SyncSite(module, "sync", "mark_step", "torch_xla.sync()", mid_step=pending),
             SyncSite(torch_xla._XLAC, "_xla_step_marker", "mark_step", "mark_step()"),
             SyncSite(xm, "_run_step_closures", "mark_step", "step closures", runs_closures=True),
+            # Autograd's thread runs backward's fallbacks without a Python frame.
+            SyncSite(torch.autograd, "backward", "other", "backward()", polls_around=True),
             # Library calls that sync in the middle of a step, each a sync of its own.
             SyncSite(xm, "broadcast_master_param", "other", "xm.broadcast_master_param()"),
             SyncSite(xm, "mesh_reduce", "other", "xm.mesh_reduce()"),

@@ -14,6 +14,7 @@ reports out; the adapter (xla.py) feeds them what the files gained since its las
 from __future__ import annotations
 
 import re
+from collections import deque
 
 Frame = tuple[str, int, str]  # (file, line, function), as lazyviz.backends.Frame
 
@@ -73,11 +74,14 @@ class ReportParser:
 
 class GraphDumpParser:
     """Feed it the tensors dump as it grows; it returns {graph hash: IR text} for the
-    graphs completed, each hash once (a graph is dumped at every sync)."""
+    graphs completed, each hash once (a graph is dumped at every sync). It also keeps,
+    in order, the hashes of the syncs dumped without a Python frame (`frameless`): XLA
+    writes no analysis for those (autograd's thread running a fallback in backward)."""
 
     def __init__(self) -> None:
         self._buffer = ""
         self._seen: set[str] = set()
+        self.frameless: deque[str] = deque()
 
     def feed(self, text: str) -> dict[str, str]:
         self._buffer += text
@@ -89,7 +93,12 @@ class GraphDumpParser:
             if start < 0 or hash_at < 0:
                 continue
             words = entry[hash_at + len("Graph Hash: "):].split()
-            if not words or words[0] in self._seen:
+            if not words:
+                continue
+            info = entry[entry.find("TensorsGraphInfo:") + len("TensorsGraphInfo:"):entry.find("Root Hashes:")]
+            if "TensorsGraphInfo:" in entry and not info.strip():
+                self.frameless.append(words[0])
+            if words[0] in self._seen:
                 continue
             self._seen.add(words[0])
             found[words[0]] = entry[start + len("## BEGIN_GRAPH\n"):hash_at].strip() + "\n"

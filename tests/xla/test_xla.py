@@ -223,6 +223,42 @@ def test_steps_are_the_step_ending_calls_not_every_library_sync(tmp_path: Path) 
     assert check.status == 0, check.stdout
 
 
+def test_executions_without_a_python_frame_are_in_the_trace_with_their_own_timing(tmp_path: Path) -> None:
+    """grid_sample's backward falls back on autograd's thread, where XLA writes no
+    analysis: every execution torch_xla counts is in the trace all the same, each
+    fallback op with its own executions, the backward one at the user's backward() line,
+    and each compile with its own CompileTime sample."""
+    program = Path(__file__).resolve().parents[1] / "programs" / "xla_fallbacks.py"
+    trace, counts = tmp_path / "fallbacks.trace", tmp_path / "counts.json"
+    result = subprocess.run([sys.executable, "-m", "lazyviz", "run", "--no-tui", "-o", str(trace), str(program)],
+                            capture_output=True, text=True, env={**os.environ, "COUNTERS_FILE": str(counts)},
+                            timeout=600)
+    assert result.returncode == 0, result.stderr
+    data = report(trace)
+    truth = json.loads(counts.read_text())
+    executions = data["executions"]
+    caches = [e["cache"] for e in executions]
+    assert (caches.count("miss"), len(caches)) == (truth["CompileTime"], truth["ExecuteTime"]), (caches, truth)
+    assert data["steps"] == 5
+    assert all(e["frame"] is not None for e in executions)
+    forced = {(e["detail"], e["frame"]["line"]) for e in executions if e["cause"] == "fallback"}
+    assert forced == {("aten::grid_sampler_2d", line_of(program, "F.grid_sample(")),
+                      ("aten::grid_sampler_2d_backward", line_of(program, "loss.backward()"))}
+    calls = {op: 0 for op in ("aten::grid_sampler_2d", "aten::grid_sampler_2d_backward", "aten::median")}
+    for execution in executions:
+        for op, count in execution["fallback_ops"].items():
+            calls[op] = calls.get(op, 0) + count
+    assert calls == {op: truth[op] for op in calls} == {op: 5 for op in calls}
+    compile_ms = sum(e["compile_ms"] for e in executions)
+    assert abs(compile_ms - truth["compile_ms"]) < 0.01 * truth["compile_ms"] + 1
+    assert all(e["compile_ms"] > 0 for e in executions if e["cache"] == "miss")
+    # Light capture has no tensors dump to name a frameless graph: a hit from the same
+    # stack is the graph compiled there, so the graphs are still XLA's compiles.
+    light = tmp_path / "light.trace"
+    assert cli("run", "--no-tui", "--capture", "light", "-o", light, program).status == 0
+    assert report(light)["summary"]["graphs"] == truth["CompileTime"]
+
+
 def test_a_device_out_of_memory_is_traced_as_untraced_and_explained_at_the_line_that_built_it(tmp_path: Path) -> None:
     """PyTorch/XLA's execution error: the script's traceback is the one it prints
     untraced (no lazyviz frame in it); the execution XLA failed to run is in the trace,
