@@ -15,7 +15,7 @@ device = torch_xla.device()
 torch.manual_seed(0)
 conv = torch.nn.Conv2d(1, 2, 3, padding=1).to(device)
 optimizer = torch.optim.SGD(conv.parameters(), lr=0.1)
-for step in range(5):
+for _ in range(5):
     images = torch.randn(2, 1, 8, 8).to(device)
     grid = (torch.rand(2, 8, 8, 2) * 2 - 1).to(device)
     warped = F.grid_sample(conv(images), grid, align_corners=False)

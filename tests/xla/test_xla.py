@@ -48,6 +48,20 @@ def report(path: Path) -> dict:
     return json.loads(result.stdout)
 
 
+PROGRAMS = Path(__file__).resolve().parents[1] / "programs"
+
+
+def traced_with_truth(program: Path, tmp_path: Path, *args: str) -> tuple[dict, dict, str]:
+    """(the JSON report, torch_xla's own counts the program wrote, its stdout) of one
+    traced run of a program that writes its counts to $COUNTERS_FILE."""
+    trace, counts = tmp_path / f"{program.stem}.trace", tmp_path / "counts.json"
+    result = subprocess.run([sys.executable, "-m", "lazyviz", "run", "--no-tui", "-o", str(trace), str(program),
+                             *args], capture_output=True, text=True,
+                            env={**os.environ, "COUNTERS_FILE": str(counts)}, timeout=600)
+    assert result.returncode == 0, result.stderr
+    return report(trace), json.loads(counts.read_text()), result.stdout
+
+
 def test_recompile_is_explained_at_the_lines_that_built_the_changed_inputs(xla_trace) -> None:
     script = XLA_SAMPLES / "batch_size_change.py"
     path = xla_trace("batch_size_change", "--steps", "6", "--change-at", "3")
@@ -179,18 +193,12 @@ except lazyviz.LazyvizError as error:
 def test_a_clean_adamw_loop_has_no_finding_and_passes_check(tmp_path: Path) -> None:
     # AdamW's per-parameter updates repeat one block of ops in the graph, side by side:
     # not a loop without mark_step() (it was the first finding, and check failed).
-    program = Path(__file__).resolve().parents[1] / "programs" / "xla_adamw.py"
-    trace, counts = tmp_path / "adamw.trace", tmp_path / "counts.json"
-    result = subprocess.run([sys.executable, "-m", "lazyviz", "run", "--no-tui", "-o", str(trace), str(program)],
-                            capture_output=True, text=True, env={**os.environ, "COUNTERS_FILE": str(counts)},
-                            timeout=600)
-    assert result.returncode == 0, result.stderr
-    data = report(trace)
+    program = PROGRAMS / "xla_adamw.py"
+    data, truth, _ = traced_with_truth(program, tmp_path)
     assert data["findings"] == [], data["findings"]
-    truth = json.loads(counts.read_text())
     caches = [e["cache"] for e in data["executions"]]
     assert (caches.count("miss"), len(caches)) == (truth["CompileTime"], truth["ExecuteTime"]), (caches, truth)
-    check = cli("check", trace)
+    check = cli("check", tmp_path / f"{program.stem}.trace")
     assert check.status == 0, check.stdout
 
 
@@ -200,15 +208,9 @@ def test_steps_are_the_step_ending_calls_not_every_library_sync(tmp_path: Path) 
     Every execution torch_xla counts is in the trace; the steps are the batches; the
     closure's read is its own (item, in a closure), the broadcast is set-up, and the
     optimizer's second-step recompile is warm-up: check passes."""
-    program = Path(__file__).resolve().parents[1] / "programs" / "xla_compiled_steps.py"
-    trace, counts = tmp_path / "steps.trace", tmp_path / "counts.json"
-    result = subprocess.run([sys.executable, "-m", "lazyviz", "run", "--no-tui", "-o", str(trace), str(program), "8"],
-                            capture_output=True, text=True, env={**os.environ, "COUNTERS_FILE": str(counts)},
-                            timeout=600)
-    assert result.returncode == 0, result.stderr
-    assert "step 5 loss" in result.stdout
-    data = report(trace)
-    truth = json.loads(counts.read_text())
+    program = PROGRAMS / "xla_compiled_steps.py"
+    data, truth, stdout = traced_with_truth(program, tmp_path, "8")
+    assert "step 5 loss" in stdout
     executions = data["executions"]
     caches = [e["cache"] for e in executions]
     assert (caches.count("miss"), len(caches)) == (truth["CompileTime"], truth["ExecuteTime"]), (caches, truth)
@@ -219,7 +221,7 @@ def test_steps_are_the_step_ending_calls_not_every_library_sync(tmp_path: Path) 
     assert [e["detail"] for e in executions if e["cause"] == "other"] == ["xm.broadcast_master_param()"]
     assert [r["step"] for r in data["recompiles"] if not r["warmup"]] == []
     assert {f["severity"] for f in data["findings"]} <= {"info"}, data["findings"]
-    check = cli("check", trace)
+    check = cli("check", tmp_path / f"{program.stem}.trace")
     assert check.status == 0, check.stdout
 
 
@@ -228,14 +230,8 @@ def test_executions_without_a_python_frame_are_in_the_trace_with_their_own_timin
     analysis: every execution torch_xla counts is in the trace all the same, each
     fallback op with its own executions, the backward one at the user's backward() line,
     and each compile with its own CompileTime sample."""
-    program = Path(__file__).resolve().parents[1] / "programs" / "xla_fallbacks.py"
-    trace, counts = tmp_path / "fallbacks.trace", tmp_path / "counts.json"
-    result = subprocess.run([sys.executable, "-m", "lazyviz", "run", "--no-tui", "-o", str(trace), str(program)],
-                            capture_output=True, text=True, env={**os.environ, "COUNTERS_FILE": str(counts)},
-                            timeout=600)
-    assert result.returncode == 0, result.stderr
-    data = report(trace)
-    truth = json.loads(counts.read_text())
+    program = PROGRAMS / "xla_fallbacks.py"
+    data, truth, _ = traced_with_truth(program, tmp_path)
     executions = data["executions"]
     caches = [e["cache"] for e in executions]
     assert (caches.count("miss"), len(caches)) == (truth["CompileTime"], truth["ExecuteTime"]), (caches, truth)
