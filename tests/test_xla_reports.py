@@ -40,3 +40,20 @@ def test_graph_dump_gives_each_graph_once_with_locations() -> None:
     graph = parse_ir(found["d3f0148b7de5c665cdb2a523e7ecc940"])
     assert len(graph) > 10 and any(node.location.endswith("batch_size_change.py:28") for node in graph.nodes)
     assert parser.feed("") == {}
+
+
+def test_what_xla_would_print_on_stderr_at_the_users_level() -> None:
+    from lazyviz.backends.xla import _LAZYVIZ_DIR, echoed
+
+    text = (FIXTURES / "analysis.txt").read_text()
+    wrapper = f"Execution Analysis:   sync_site ({_LAZYVIZ_DIR}/tracer.py:182)\n"
+    first_frame = "Execution Analysis:   sync (/venv/site-packages/torch_xla/torch_xla.py:87)\n"
+    assert first_frame in text
+    text = text.replace(first_frame, first_frame + wrapper, 1)
+    assert echoed(text, 0) == ""  # nothing untraced, and no unexpected execution here
+    level1 = echoed(text, 1)
+    assert "Compilation Analysis: " in level1 and "Execution Analysis: " not in level1.replace("Compilation", "")
+    level2 = echoed(text, 2)
+    assert level2.count("Execution Analysis: Execution Cause") == 4 and "lazyviz" not in level2
+    unexpected = "\nUnexpected Execution Analysis: ====\nUnexpected Execution Analysis:   f (/w/t.py:7)\n"
+    assert echoed(text + unexpected, 0) == unexpected

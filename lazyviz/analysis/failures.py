@@ -63,6 +63,12 @@ def explain(failure: Failure, ir_text: str) -> tuple[str, str, dict]:
     memory, a dtype the IR hides, or the op the message names, in that order."""
     what = headline(failure.error).rstrip(".")
     details: dict = {"error": what}
+    if _UNEXPECTED in failure.error:
+        return (f"{what}: this sync ran inside a function compiled with torch_xla.compile(full_graph=True), "
+                "which must trace the whole step into one graph without running it"), (
+            "keep the function free of reads (.item(), print, bool(tensor), if on a tensor): return the tensor "
+            "and read it after the call, use torch.where for a data-dependent choice, or compile with "
+            "full_graph=False"), details
     graph = parsed(ir_text)
     if graph is not None:
         for explainer in (_out_of_memory, _hidden_double, _named_op):
@@ -77,6 +83,8 @@ def explain(failure: Failure, ir_text: str) -> tuple[str, str, dict]:
 
 
 Explained = tuple[str, str, dict]
+# PyTorch/XLA's refusal of a sync inside torch_xla.compile(full_graph=True).
+_UNEXPECTED = "Unexpected execution happens inside the compiled function"
 
 
 def _out_of_memory(graph: IRGraph, error: str, what: str, details: dict) -> Explained | None:

@@ -18,6 +18,7 @@ All of it must be set before torch_xla is imported, which `init()` does.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -30,15 +31,25 @@ from lazyviz.backends._sites import collective_sites, tensor_sync_sites
 from lazyviz.backends.xla_reports import GraphDumpParser, Report, ReportParser
 
 _NS_PER_MS = 1e6
+_FRAME_LINE = re.compile(r"^[\w ]+Analysis:\s+\S.*? \((.+):\d+\)$")  # "...Analysis:   fn (file:line)"
 
 
 class _Tail:
-    """Reads what a file gained since the last read; the file may not exist yet."""
+    """Reads what a file gained since the last read; the file may not exist yet. A
+    user's file XLA appends to is read from where it ended when tracing began."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, start: int = 0) -> None:
         self.path = path
         self._file = None
         self._partial = ""
+        self._start = start
+
+    @classmethod
+    def from_end(cls, path: Path) -> _Tail:
+        try:
+            return cls(path, path.stat().st_size)
+        except OSError:
+            return cls(path)
 
     def read(self) -> str:
         if self._file is None:
@@ -47,6 +58,7 @@ class _Tail:
                 self._file = open(self.path, encoding="utf-8", errors="replace")  # noqa: SIM115
             except FileNotFoundError:
                 return ""
+            self._file.seek(self._start)
         text = self._partial + self._file.read()
         # Keep an unfinished last line for the next read.
         cut = text.rfind("\n") + 1
@@ -56,6 +68,53 @@ class _Tail:
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
+
+
+def _debug_level(env: os._Environ[str]) -> int:
+    """PT_XLA_DEBUG_LEVEL as XLA reads it: PT_XLA_DEBUG=1 alone means every level."""
+    try:
+        level = int(env.get("PT_XLA_DEBUG_LEVEL", "-1"))
+    except ValueError:
+        level = -1
+    if level == -1:
+        return 100 if env.get("PT_XLA_DEBUG", "").lower() in ("1", "true", "yes") else 0
+    return level
+
+
+_LAZYVIZ_DIR = str(Path(__file__).resolve().parents[1])
+
+
+def echoed(text: str, level: int) -> str:
+    """Of what XLA wrote to lazyviz's analysis file, what it would have printed on
+    stderr at the user's level: an unexpected execution inside a compiled function
+    always, everything but the execution analyses from 1, all from 2; without the
+    frames of lazyviz's sync-site wrappers and runner, which untraced are not there."""
+    lines = []
+    dropped = False  # frames of ours in this block: XLA's "too many frames" mark is ours too
+    blank = ""  # a blank line goes with the block after it
+    for line in text.splitlines(keepends=True):
+        if not line.strip():
+            blank = line
+            continue
+        if level < 1 and not line.startswith("Unexpected Execution Analysis: "):
+            blank = ""
+            continue
+        if level < 2 and line.startswith("Execution Analysis: "):
+            blank = ""
+            continue
+        lines.append(blank)
+        blank = ""
+        frame = _FRAME_LINE.match(line)
+        if frame and (frame.group(1).startswith(_LAZYVIZ_DIR) or frame.group(1) == "<frozen runpy>"):
+            dropped = True
+            continue
+        if line.rstrip().endswith(" .........."):
+            if dropped:
+                continue
+        elif not frame:
+            dropped = False
+        lines.append(line)
+    return "".join(lines)
 
 
 class XlaBackend(LazyBackend):
@@ -74,6 +133,11 @@ class XlaBackend(LazyBackend):
         self._enabled = False
         self._reports = _Tail(self._folder / "analysis.txt")
         self._graphs: _Tail | None = None
+        self._dump: Path | None = None  # the tensors dump lazyviz reads (full capture)
+        self._echo: int | None = None  # the user's debug level, when lazyviz prints XLA's analyses on stderr
+        self._notes: list[str] = []  # how the user's own XLA debug output differs from untraced
+        self._user_ir_debug = False
+        self._dump_sizes: dict[Path, int] = {}
         self._report_parser = ReportParser()
         self._graph_parser = GraphDumpParser()
         self._pending: deque[Report] = deque()  # execution reports not yet handed on
@@ -94,18 +158,15 @@ class XlaBackend(LazyBackend):
         self._frameless_seen = 0
         self._frameless_graphs: dict[tuple, str] = {}  # light capture: Python stack -> graph last compiled there
         self._last_compile: Report | None = None  # the last compile report, until an execution follows it
+        self._unexpected: Report | None = None  # a sync inside torch_xla.compile(full_graph=True)
 
     # -- set-up -------------------------------------------------------------------
     def init(self) -> None:
+        self._user_ir_debug = "XLA_IR_DEBUG" in os.environ
         if "torch_xla" in sys.modules:
             shutil.rmtree(self._folder, ignore_errors=True)
             raise BackendError("torch_xla was imported before lazyviz could set XLA's debug reports up")
-        os.environ["PT_XLA_DEBUG_LEVEL"] = "2"
-        os.environ["PT_XLA_DEBUG_FILE"] = str(self._folder / "analysis.txt")
-        if self.capture_ir:
-            os.environ["XLA_IR_DEBUG"] = "1"
-            os.environ["XLA_SAVE_TENSORS_FILE"] = str(self._folder / "graphs.txt")
-            os.environ["XLA_SAVE_TENSORS_FMT"] = "text"
+        self._set_up_reports(os.environ)
         try:
             import torch_xla
             import torch_xla.debug.metrics  # noqa: F401
@@ -115,6 +176,51 @@ class XlaBackend(LazyBackend):
                 f"cannot import torch_xla ({error}); install torch and torch-xla of the same "
                 "version, e.g. pip install torch==2.9.0 torch-xla==2.9.0"
             ) from None
+
+    def _set_up_reports(self, env: os._Environ[str]) -> None:
+        """Turn on the reports lazyviz reads, keeping what the user asked XLA for: their
+        analysis file and tensors dump are read where they are (and stay theirs); the
+        analyses their level would print on stderr are passed on to stderr."""
+        user_level = _debug_level(env)
+        user_file = env.get("PT_XLA_DEBUG_FILE", "")
+        if user_file:
+            self._reports = _Tail.from_end(Path(user_file))
+            if user_level < 2:
+                self._notes.append(f"PT_XLA_DEBUG_FILE ({user_file}) also holds XLA's execution analyses, which "
+                                   "lazyviz reads (PT_XLA_DEBUG_LEVEL=2); run untraced for the file as you set it")
+        else:
+            env["PT_XLA_DEBUG_FILE"] = str(self._folder / "analysis.txt")
+            # What XLA would have printed on stderr at the user's level, lazyviz prints there.
+            self._echo = user_level
+            if user_level >= 1:
+                self._notes.append("XLA's analyses on stderr (PT_XLA_DEBUG_LEVEL) pass through lazyviz: printed at "
+                                   "the next sync site, their cause lines may name a read where untraced they "
+                                   "name the sync (XLA sees lazyviz's wrapper frames); run untraced for its words")
+        if user_level < 2:
+            env["PT_XLA_DEBUG_LEVEL"] = "2"
+        if not self.capture_ir:
+            return
+        if "XLA_IR_DEBUG" not in env:
+            env["XLA_IR_DEBUG"] = "1"
+        user_dump = env.get("XLA_SAVE_TENSORS_FILE", "")
+        if not user_dump:
+            env["XLA_SAVE_TENSORS_FILE"] = str(self._folder / "graphs.txt")
+            env["XLA_SAVE_TENSORS_FMT"] = "text"
+            self._dump = self._folder / "graphs.txt"
+        elif env.get("XLA_SAVE_TENSORS_FMT", "text") == "text":
+            self._dump = Path(user_dump)
+            # XLA appends to a dump that is there: read only what this run adds.
+            self._dump_sizes = {path: path.stat().st_size for path in self._dump.parent.glob(self._dump.name + "*")}
+            self._notes.append(f"your XLA_SAVE_TENSORS_FILE ({user_dump}) is read for the IR and kept"
+                               + (" ; its nodes carry locations (XLA_IR_DEBUG=1)" if env["XLA_IR_DEBUG"] == "1"
+                                  and not self._user_ir_debug else ""))
+        else:
+            self._dump = None
+            self._notes.append(f"no IR recorded: your XLA_SAVE_TENSORS_FILE ({user_dump}) is kept in the format you "
+                               f"set ({env['XLA_SAVE_TENSORS_FMT']}), and lazyviz reads only text")
+
+    def differences(self) -> list[str]:
+        return list(self._notes)
 
     def install_hook(self, on_execution: ExecutionHook, on_execute_time: ExecuteTimeHook) -> None:
         self._on_execution, self._on_execute_time = on_execution, on_execute_time
@@ -225,6 +331,12 @@ class XlaBackend(LazyBackend):
         handed on at its sync; the error surfaces at the next read of its results, so it
         is the last execution."""
         self._read_reports()
+        if self._unexpected is not None:
+            # A sync inside a compiled function that forbids them: XLA refused to run it.
+            report, self._unexpected = self._unexpected, None
+            self._executed += 1  # XLA counted its cache lookup: not a frameless execution
+            self.poll()
+            return [self._hand_on(report, {}, ran=False)]
         if self._last_compile is not None:
             report, self._last_compile = self._last_compile, None
             # XLA counted its cache lookup as an execution: not a frameless one.
@@ -260,7 +372,13 @@ class XlaBackend(LazyBackend):
         return index
 
     def _read_reports(self) -> None:
-        for report in self._report_parser.feed(self._reports.read()):
+        text = self._reports.read()
+        if self._echo is not None and text:
+            shown = echoed(text, self._echo)
+            if shown:
+                sys.stderr.write(shown)
+                sys.stderr.flush()
+        for report in self._report_parser.feed(text):
             if report.kind == "Execution":
                 self._pending.append(report)
                 self._last_compile = None
@@ -268,16 +386,20 @@ class XlaBackend(LazyBackend):
                 self._compiles.append(report)
                 self._last_compile = report
                 self._compile_reports += 1
+            elif report.kind == "Unexpected Execution":  # XLA raises at once: it never ran
+                self._unexpected = report
             elif report.kind == "Post Compilation" and self._compiles:
                 self._compiles[-1].lines += ["", *report.lines]
 
     def _read_graphs(self) -> None:
         if self._graphs is None:
+            if self._dump is None:
+                return
             # XLA appends the device ordinal to the name it was given.
-            found = sorted(self._folder.glob("graphs.txt*"))
+            found = sorted(self._dump.parent.glob(self._dump.name + "*"))
             if not found:
                 return
-            self._graphs = _Tail(found[0])
+            self._graphs = _Tail(found[0], self._dump_sizes.get(found[0], 0))
         self._ir.update(self._graph_parser.feed(self._graphs.read()))
 
     def _metric(self, name: str) -> tuple[int, list[float]]:

@@ -19,7 +19,7 @@ from collections import deque
 Frame = tuple[str, int, str]  # (file, line, function), as lazyviz.backends.Frame
 
 _FRAME = re.compile(r"^\s+(\S.*?) \((.+):(\d+)\)$")
-KINDS = ("Execution", "Compilation", "Post Compilation")
+KINDS = ("Execution", "Compilation", "Post Compilation", "Unexpected Execution")
 
 
 class Report:

@@ -255,6 +255,59 @@ def test_executions_without_a_python_frame_are_in_the_trace_with_their_own_timin
     assert report(light)["summary"]["graphs"] == truth["CompileTime"]
 
 
+def _analyses(stderr: str) -> list[str]:
+    """XLA's analysis lines on stderr, without the cause lines: XLA words those from the
+    Python frames it sees, and under lazyviz its sync-site wrappers are among them."""
+    lines = [line for line in stderr.splitlines() if " Analysis: " in line]
+    return [line for before, line in zip(["", *lines], lines) if not before.endswith(" Cause")]
+
+
+def test_the_users_own_xla_debug_output_is_kept(tmp_path: Path) -> None:
+    """A user's PT_XLA_DEBUG_LEVEL=1 prints compilation analyses on stderr, and their
+    PT_XLA_DEBUG_FILE and XLA_SAVE_TENSORS_FILE get written: traced, the same happens,
+    and lazyviz records the run all the same."""
+    script = XLA_SAMPLES / "clean_mlp.py"
+    on_stderr = {**os.environ, "PT_XLA_DEBUG_LEVEL": "1"}
+    untraced = python(script, "--steps", "4", env=on_stderr)
+    traced = cli("run", "--no-tui", "--capture", "light", "-o", tmp_path / "a.trace", script, "--steps", "4",
+                 env=on_stderr)
+    assert traced.status == 0, traced.stderr
+    assert "Compilation Analysis: " in untraced.stderr and "Execution Analysis: " not in untraced.stderr
+    assert _analyses(traced.stderr) == _analyses(untraced.stderr)
+    assert len(report(tmp_path / "a.trace")["executions"]) == 4
+
+    files = {"PT_XLA_DEBUG_FILE": tmp_path / "analysis.txt", "XLA_SAVE_TENSORS_FILE": tmp_path / "dump.txt"}
+    to_files = {**os.environ, "PT_XLA_DEBUG_LEVEL": "2", **{name: str(path) for name, path in files.items()}}
+    traced = cli("run", "--no-tui", "-o", tmp_path / "b.trace", script, "--steps", "4", env=to_files)
+    assert traced.status == 0, traced.stderr
+    assert files["PT_XLA_DEBUG_FILE"].read_text().count("Execution Analysis: Execution Cause") == 4
+    assert "## BEGIN_GRAPH" in next(tmp_path.glob("dump.txt*")).read_text()  # XLA adds the device's ordinal
+    data = report(tmp_path / "b.trace")
+    assert len(data["executions"]) == 4 and data["findings"] == []
+    with open_trace(tmp_path / "b.trace") as trace:
+        assert all("xla::device_data" in text for text in trace.ir_texts().values())
+        assert any("XLA_SAVE_TENSORS_FILE" in note for note in trace.run.notes)
+
+
+def test_a_sync_inside_a_full_graph_compiled_function_is_explained(tmp_path: Path) -> None:
+    """XLA refuses a sync inside torch_xla.compile(full_graph=True): its Unexpected
+    Execution Analysis reaches stderr as untraced, the refused sync is a failed
+    execution at the user's line, and the first finding says what to do instead."""
+    script = Path(__file__).parent / "scripts" / "sync_in_compiled.py"
+    untraced = python(script)
+    assert untraced.status == 1 and "Unexpected Execution Analysis: " in untraced.stderr
+    trace = tmp_path / "compiled.trace"
+    traced = cli("run", "--no-tui", "--capture", "light", "-o", trace, script)
+    assert traced.status == 1
+    assert traced.stderr[:traced.stderr.index("lazyviz: ")] == untraced.stderr
+    data = report(trace)
+    [first, *_] = data["findings"]
+    assert first["kind"] == "failed_execution" and first["site"]["line"] == line_of(script, "loss.item()")
+    assert "full_graph" in first["fix"]
+    assert [e["cause"] for e in data["executions"] if e["index"] in {f["execution"] for f in data["run"]["failures"]}] \
+        == ["item"]
+
+
 def test_a_device_out_of_memory_is_traced_as_untraced_and_explained_at_the_line_that_built_it(tmp_path: Path) -> None:
     """PyTorch/XLA's execution error: the script's traceback is the one it prints
     untraced (no lazyviz frame in it); the execution XLA failed to run is in the trace,
