@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,3 +94,25 @@ def test_diff_of_two_runs_of_the_clean_sample(tmp_path: Path) -> None:
     result = cli("diff", a, b)
     assert result.status == 0 and "graphs: the same set in both runs" in result.stdout
     assert "only in" not in result.stdout
+
+
+def test_an_svg_export_on_a_terminal_goes_to_a_new_file_it_names(sample_trace, tmp_path: Path) -> None:
+    """SVG XML in a terminal is no use: on a terminal, export writes a new file beside the
+    trace (never over one) and names it; piped, it writes to standard output as before."""
+    trace = tmp_path / "run.trace"
+    trace.write_bytes(sample_trace("clean_mlp").read_bytes())
+    taken = tmp_path / "run.trace.execution-1.svg"
+    taken.write_text("mine")
+    leader, follower = pty.openpty()
+    try:
+        result = subprocess.run([sys.executable, "-m", "lazyviz", "export", str(trace), "--execution", "1"],
+                                stdin=follower, stdout=follower, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert result.returncode == 0, result.stderr
+    written = tmp_path / "run.trace.execution-1-2.svg"
+    assert f"wrote {written}" in result.stderr and written.read_text().startswith("<?xml")
+    assert taken.read_text() == "mine"
+    piped = cli("export", trace, "--execution", "1")
+    assert piped.status == 0 and piped.stdout.startswith("<?xml")

@@ -3,6 +3,7 @@ findings fit one screen, every one with --all, colour only on a terminal."""
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,12 @@ def test_colour_only_on_a_terminal(suite_trace: Path, monkeypatch: pytest.Monkey
 
     text = cli("report", suite_trace).stdout
     assert "\x1b[" not in text  # piped: plain
-    assert "\x1b[" in coloured(text, Terminal())
+    shown = coloured(text, Terminal())
+    assert "\x1b[" in shown
+    # The terminal's own colours (30-37), which its theme keeps readable on white, never
+    # the bright ones (90-97) that vanish there.
+    codes = {int(code) for code in re.findall(r"\x1b\[(?:\d;)?(\d+)m", shown)}
+    assert codes & set(range(30, 38)) and not codes & set(range(90, 98)), codes
     monkeypatch.setenv("NO_COLOR", "1")
     assert coloured(text, Terminal()) == text
 
@@ -68,3 +74,14 @@ def test_colour_only_on_a_terminal(suite_trace: Path, monkeypatch: pytest.Monkey
 def test_no_step_run_reads_as_such(sample_trace) -> None:
     text = cli("report", sample_trace("missing_mark_step")).stdout
     assert "1 execution and no mark_step() (no steps)" in text and "per step)" not in text
+
+
+def test_a_summary_on_a_terminal_wraps_between_words_with_a_hanging_indent() -> None:
+    from lazyviz.export.report import wrapped
+
+    line = ("    warning: Tensor.item() forces 1 extra execution per step in 8 of 8 steps (2.93 ms per step), "
+            "sync 69.5 ms at Float[24,1] [samples/item_in_loop.py:33]")
+    lines = wrapped(f"  findings:\n{line}", 80).split("\n")
+    assert lines[0] == "  findings:" and len(lines) > 2 and all(len(part) <= 80 for part in lines)
+    assert lines[1].startswith("    warning:") and all(part.startswith("        ") for part in lines[2:])
+    assert " ".join(part.strip() for part in lines[1:]).split() == line.split()  # no word cut in two

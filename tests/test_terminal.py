@@ -115,6 +115,9 @@ def test_quitting_stops_the_script_and_keeps_the_trace(tmp_path: Path, key: str)
     try:
         terminal.wait_for(lambda s: s.count("slow_steps.py:13") >= 3 and "running" in s)
         terminal.keys(key)  # Ctrl-C in the UI stops the script as it would untraced
+        if key == "q":  # q asks first: the script is still running
+            terminal.wait_for(lambda s: "The script is still running" in s)
+            terminal.keys("y")
         after = terminal.wait_for(lambda s: re.search(r"^EXIT=\d+$", s, re.MULTILINE) is not None)
         assert "stopped the script" in after and re.search(r"^EXIT=130$", after, re.MULTILINE)
         import lazyviz
@@ -122,6 +125,28 @@ def test_quitting_stops_the_script_and_keeps_the_trace(tmp_path: Path, key: str)
         with lazyviz.open(trace) as opened:
             assert opened.count() >= 3 and opened.run.finished
             assert opened.run.error.startswith("KeyboardInterrupt")
+    finally:
+        terminal.close()
+
+
+def test_leaving_the_ui_lets_the_script_finish_traced(tmp_path: Path) -> None:
+    """q, then d: the UI goes, the script runs on to its end, traced, and the summary
+    comes when it ends."""
+    trace = tmp_path / "detached.trace"
+    terminal = run_slow_steps(trace, 12, 0.3)
+    try:
+        terminal.wait_for(lambda s: "slow_steps.py:13" in s and "running" in s)
+        terminal.keys("q")
+        terminal.wait_for(lambda s: "The script is still running" in s)
+        terminal.keys("d")
+        terminal.wait_for(lambda s: "the script goes on, traced" in s)
+        after = terminal.wait_for(lambda s: re.search(r"^EXIT=\d+$", s, re.MULTILINE) is not None, scrollback=200)
+        assert re.search(r"^EXIT=0$", after, re.MULTILINE) and "stopped the script" not in after
+        assert re.search(r"12 executions in\s+12 steps", after)  # the summary may wrap
+        import lazyviz
+
+        with lazyviz.open(trace) as opened:
+            assert opened.count() == 12 and opened.run.exit_status == 0
     finally:
         terminal.close()
 

@@ -16,7 +16,7 @@ from conftest import ROOT, SCRIPTS
 from lazyviz.tui.app import build_app
 from lazyviz.tui.widgets.code_view import CodeView
 from lazyviz.tui.widgets.executions import ExecutionList
-from lazyviz.tui.widgets.header import RunHeader
+from lazyviz.tui.widgets.header import RunHeader, ending
 
 SIZE = (100, 32)
 
@@ -128,6 +128,20 @@ async def test_a_killed_run_shows_how_long_it_ran_not_how_long_ago_it_started(tm
         assert "killed by SIGTERM" in header and " 4.5s " in header  # the last execution's end
 
 
+def test_the_header_says_the_script_raised_and_where_not_lazyviz() -> None:
+    from builders import run_info
+
+    from lazyviz.trace.model import Frame
+
+    # pytorch/examples' word_language_model ends in torch.save(model) on the lazy device.
+    frames = [Frame("/w/main.py", 238, "<module>"), Frame("/venv/site-packages/torch/serialization.py", 1224, "save")]
+    run = run_info(argv=["main.py"], exit_status=1, error_frames=frames,
+                   error="RuntimeError: Attempted to access the data pointer on an invalid python storage.")
+    assert ending(run) == "main.py raised RuntimeError at main.py:238"
+    assert ending(run_info(exit_status=130, error="KeyboardInterrupt")) == "stopped by you (Ctrl-C or q)"
+    assert ending(run_info(exit_status=0)) == "exited 0"
+
+
 def test_a_big_trace_shows_all_its_rows_before_it_is_analysed(tmp_path: Path, monkeypatch) -> None:
     import lazyviz.tui.watcher
     from lazyviz.trace.synthetic import execution, write_trace
@@ -185,8 +199,8 @@ async def test_selecting_a_row_shows_ir_and_backend(sample_trace) -> None:
         assert "graph(" in view(app, "backend-view")
         assert "mark_step" in view(app, "stack-view") and "> main" in view(app, "stack-view")
         assert not table.follow  # moving away from the tail stops following
-        await pilot.press("f")
-        assert table.follow and table.cursor == 5
+        await pilot.press("f")  # a finished run: to its last execution, with nothing more to follow
+        assert not table.follow and table.cursor == 5
 
 
 async def test_diff_of_the_recompile_shows_the_changed_shapes(sample_trace) -> None:

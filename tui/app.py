@@ -30,7 +30,7 @@ from lazyviz.trace import Execution, RunInfo, Trace, TraceError
 from lazyviz.trace.files import new_file, output_path
 from lazyviz.tui.details import graphs_with
 from lazyviz.tui.panels import AUTO_TABS, EXECUTION_PANELS, TABS, DetailContext, explaining_tab, tab_key
-from lazyviz.tui.screens import HelpScreen
+from lazyviz.tui.screens import HelpScreen, QuitScreen
 from lazyviz.tui.watcher import TraceUpdate, TraceWatcher
 from lazyviz.tui.widgets.code_view import CodeView
 from lazyviz.tui.widgets.executions import SORTS, ExecutionList
@@ -50,13 +50,13 @@ class TraceUpdated(Message):
         self.watcher = watcher  # updates from a watcher replaced since (another rank) are dropped
 
 
-class LazyvizApp(App[None]):
+class LazyvizApp(App[str | None]):
     CSS_PATH = "lazyviz.tcss"
     TITLE = "lazyviz"
     # The footer shows the first few; check_action hides those that do not apply now.
     BINDINGS = [
-        Binding("q", "quit", "Quit"),
-        # As untraced: Ctrl-C interrupts the script (quitting sends it Ctrl-C).
+        Binding("q", "ask_quit", "Quit"),
+        # As untraced: Ctrl-C interrupts the script at once (quitting sends it Ctrl-C).
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
         Binding("question_mark", "help", "Help"),
         Binding("f1", "help", "Help", show=False),
@@ -229,6 +229,9 @@ class LazyvizApp(App[None]):
             # analysis has seen every row: an earlier one may not know it yet).
             self._opened = True
             self._open_on_worst(self.latest.findings)
+        if self._ended() and isinstance(self.screen, QuitScreen):
+            self.screen.dismiss(None)  # the question is moot: the script ended while it was asked
+            self.notify("the script has ended: q quits")
         if update.error and not self.count:
             self.query_one("#ir-view", CodeView).set_text(f"cannot read {self.trace_path}: {update.error}")
         elif update.error:
@@ -380,8 +383,28 @@ class LazyvizApp(App[None]):
         if not self.query_one(ExecutionList).next_miss(direction):
             self.notify("no more cache misses that way")
 
+    def action_ask_quit(self) -> None:
+        """Quit; while the script still runs, ask first: stop it, let it finish, or stay."""
+        running = self.process is not None and self.process.poll() is None and not self._ended()
+        if not running:
+            self.exit()
+            return
+
+        def answered(answer: str | None) -> None:
+            if answer == "stop":
+                self.exit()
+            elif answer == "detach":
+                self.exit("detach")
+
+        self.push_screen(QuitScreen(), answered)
+
     def action_toggle_follow(self) -> None:
         table = self.query_one(ExecutionList)
+        if self._ended() and not table.follow:
+            # Nothing more will come: go to the last execution, follow nothing.
+            table.go_to_newest()
+            self.notify("the run has ended: at its last execution (f follows new rows while a script runs)")
+            return
         table.set_follow(not table.follow)
 
     def action_next_finding(self) -> None:

@@ -1,4 +1,5 @@
-"""The help screen: keys, columns and tabs, sized to the terminal and scrollable."""
+"""The help screen (keys, columns and tabs, sized to the terminal and scrollable) and
+the question `q` asks while the script still runs."""
 from __future__ import annotations
 
 import io
@@ -30,7 +31,8 @@ KEYS = [
     ("[ / ]", "a multi-process run (lazyviz view traces/): previous / next rank"),
     ("ctrl+p", "the command palette: every action above, by name"),
     ("? or F1", "this help; escape, q or ? closes it"),
-    ("q", "quit (a running script is stopped with Ctrl-C; the trace is kept)"),
+    ("q", "quit; while the script runs, asks: stop it (y), leave it running and traced (d), or stay (n)"),
+    ("ctrl+c", "quit at once; a running script gets Ctrl-C, as untraced (the trace is kept)"),
 ]
 
 COLUMNS = [
@@ -88,3 +90,23 @@ class HelpScreen(ModalScreen[None]):
 
     def on_mount(self) -> None:
         self.query_one("#help").focus()  # so pgup/pgdn scroll it
+
+
+class QuitScreen(ModalScreen[str | None]):
+    """`q` while the script runs: stopping a training job is not what a quit key should
+    do unasked. Answers "stop", "detach" (leave the UI, trace to the end) or None."""
+
+    BINDINGS = [
+        Binding("y", "dismiss('stop')", "Stop it"),
+        Binding("d", "dismiss('detach')", "Let it finish"),
+        Binding("n,escape,q", "dismiss(None)", "Cancel"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        text = Text.assemble(
+            ("The script is still running.\n\n", "bold"),
+            ("  y ", "bold"), "stop it (it gets Ctrl-C; the trace keeps what it recorded)\n",
+            ("  d ", "bold"), "leave the UI and let it finish, traced: the summary prints when it ends\n",
+            ("  n ", "bold"), "cancel",
+        )
+        yield Static(text, id="quit-question")

@@ -150,6 +150,12 @@ def _is_library(file: str) -> bool:
     return any(part in file for part in _LIBRARY)
 
 
+def raising_line(frames: list[Frame]) -> Frame | None:
+    """Of the frames where the script raised (outermost first), the user's own line
+    nearest the raise, else the line that raised."""
+    return next((f for f in reversed(frames) if not _is_library(f.file)), frames[-1] if frames else None)
+
+
 def crash(run: RunInfo, table: ExecutionTable,
           ir_texts: Mapping[str, str] | None = None) -> tuple[str, str, dict, Frame | None] | None:
     """(what happened, what to do, details, the user's line) when the script raised;

@@ -145,7 +145,10 @@ class RunCommand:
         # call into Textual: it may be in the middle of the very call it would re-enter.
         try:
             app = build_app(trace_path, child.process, output, close_when=lambda: child.received is not None)
-            app.run()
+            if app.run() == "detach" and child.poll() is None:  # `q`, then "let it finish"
+                say(f"lazyviz: the script goes on, traced; its output goes to {output}. The summary comes "
+                    "when it ends; Ctrl-C stops it.")
+                child.wait()
         finally:
             if child.poll() is None and (_run_finished(trace_path) or child.received is not None):
                 _wait_quietly(child)  # done, or told to end: let it tear down by itself

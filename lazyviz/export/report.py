@@ -6,6 +6,7 @@ import itertools
 import json
 import os
 import re
+import textwrap
 from collections.abc import Iterator, Sequence
 from typing import TextIO
 
@@ -284,22 +285,47 @@ def text_report(recorded: Run, all_findings: bool = False) -> str:
 
 
 # Colour for a terminal: the same text, its parts styled by what they are.
+# The terminal's own eight colours (as pytest uses them): its theme makes them readable
+# on a dark or a light background, where fixed bright shades vanish on white.
 _STYLES = [
     (r"^lazyviz: .*", "bold"),
-    (r"^ *error:", "bold #ff5f5f"),
-    (r"^ *warning:", "bold #ffd75f"),
-    (r"^ *info:", "#5fafd7"),
-    (r"^ *fix: ", "bold #5fd787"),
-    (r"^ *also: ", "#8a8a8a"),
+    (r"^ *error:", "bold red"),
+    (r"^ *warning:", "bold yellow"),
+    (r"^ *info:", "blue"),
+    (r"^ *fix: ", "bold green"),
+    (r"^ *also: ", "dim"),
     (r"\[[^\]\n]+:\d+\]$", "cyan"),
     (r"^ *(trace|findings|causes|fallbacks):", "bold"),
 ]
 
 
+def wrapped(text: str, width: int) -> str:
+    """Each line cut at the terminal's width between words, its continuation indented
+    under its first word (as pytest and rich do), so no word splits at the edge."""
+    lines = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            lines.append(line)
+            continue
+        body = line.lstrip(" ")
+        indent = " " * (len(line) - len(body))
+        lines.append(textwrap.fill(body, width, initial_indent=indent, subsequent_indent=indent + "    ",
+                                   break_long_words=False, break_on_hyphens=False))
+    return "\n".join(lines)
+
+
 def coloured(text: str, stream: TextIO) -> str:
-    """The report with ANSI colour when it goes to a terminal and NO_COLOR is unset
-    (https://no-color.org); plain when piped, redirected or asked."""
-    if os.environ.get("NO_COLOR") or not getattr(stream, "isatty", lambda: False)():
+    """The report for a terminal: wrapped to its width, with ANSI colour unless NO_COLOR
+    is set (https://no-color.org); as it is when piped or redirected."""
+    if not getattr(stream, "isatty", lambda: False)():
+        return text
+    try:
+        width = os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, io.UnsupportedOperation):
+        width = 0
+    if width >= 40:
+        text = wrapped(text, width)
+    if os.environ.get("NO_COLOR"):
         return text
     from rich.console import Console
     from rich.text import Text

@@ -197,6 +197,10 @@ class ExecutionList(ScrollView, can_focus=True):
         self._check_layout()
         self.refresh()
 
+    def go_to_newest(self) -> None:
+        if self.count:
+            self.cursor = self._newest()
+
     def set_follow(self, follow: bool) -> None:
         self.follow = follow
         if follow and self.count:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from rich.text import Text
 from textual.widgets import Static
 
+from lazyviz.analysis.failures import raising_line
 from lazyviz.present import short_path
 from lazyviz.trace.model import RunInfo
 from lazyviz.trace.table import ExecutionTable
@@ -22,10 +23,22 @@ def run_state(run: RunInfo | None, process_status: int | None) -> tuple[str, str
         return ("starting…", SYNC_COLOR) if process_status is None else (f"exited {process_status}", MISS_COLOR)
     if run.finished:
         ok = run.complete and run.exit_status == 0 and not run.error
-        return run.state, HIT_COLOR if ok else f"bold {MISS_COLOR}"
+        return ending(run), HIT_COLOR if ok else f"bold {MISS_COLOR}"
     if process_status is not None:
         return f"killed (status {process_status})", f"bold {MISS_COLOR}"
     return "running", f"bold {SYNC_COLOR}"
+
+
+def ending(run: RunInfo) -> str:
+    """How a finished run ended, in the header's few words: the script raised, not
+    lazyviz ("train.py raised RuntimeError at train.py:238"); an interrupt is the user's."""
+    if run.ended_by or not run.error or not run.complete:
+        return run.state
+    if run.error.startswith("KeyboardInterrupt"):
+        return "stopped by you (Ctrl-C or q)"
+    where = raising_line(run.error_frames)
+    at = f" at {where.file.rpartition('/')[2]}:{where.line}" if where else ""
+    return f"{run.script.rpartition('/')[2]} raised {run.error.partition(':')[0]}{at}"
 
 
 @dataclass
@@ -67,8 +80,8 @@ class RunHeader(Static):
     def show(self, run: RunInfo | None, counts: Counts, elapsed_s: float, follow: bool,
              process_status: int | None = None, source: str = "", rank: str = "", sort: str = "") -> None:
         state, state_style = run_state(run, process_status)
-        if len(state) > 40:  # "raised RuntimeError: <a long message>": the summary has it whole
-            state = state[:39] + "…"
+        if len(state) > 60:  # a long ending: the summary has it whole
+            state = state[:59] + "…"
         # The state and clock first: the command is what gets cut on a narrow terminal.
         first = Text.assemble(("lazyviz ", "bold"), (rank, f"bold {FALLBACK_COLOR}"), (state, state_style),
                               f" · {elapsed_s:.1f}s · ", no_wrap=True, overflow="ellipsis", end="")
