@@ -128,6 +128,23 @@ async def test_a_killed_run_shows_how_long_it_ran_not_how_long_ago_it_started(tm
         assert "killed by SIGTERM" in header and " 4.5s " in header  # the last execution's end
 
 
+async def test_the_column_heading_follows_a_resize(sample_trace) -> None:
+    # Wider, the rows gain the graph and trace ms columns: the heading must gain them too.
+    app = build_app(sample_trace("batch_size_change"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.query_one(ExecutionList)
+        await wait_for(pilot, lambda: len(table.rows) == 8)
+
+        def heading() -> str:
+            return str(app.query_one("#columns").render())
+
+        assert "graph" not in heading()
+        for size, wide in (((200, 50), True), ((60, 20), False), ((120, 40), True)):
+            await pilot.resize_terminal(*size)
+            await wait_for(pilot, lambda wide=wide: ("trace ms" in heading()) == wide)
+            assert ("graph" in heading()) == wide
+
+
 def test_the_header_says_the_script_raised_and_where_not_lazyviz() -> None:
     from builders import run_info
 

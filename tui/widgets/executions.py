@@ -361,6 +361,8 @@ class ExecutionList(ScrollView, can_focus=True):
         self.virtual_size = Size(self.size.width, self.count)
         # The strip above grew or the terminal shrank: the selected row stays on screen.
         self.call_after_refresh(self._scroll_to_cursor)
+        # The columns shown depend on the width: the heading is laid out again with the rows.
+        self._check_layout(force=True)
 
     def on_focus(self) -> None:
         self.refresh()
