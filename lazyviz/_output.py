@@ -43,8 +43,8 @@ def check_output_path(output: str | os.PathLike[str], force: bool, inputs: Itera
         if is_lazyviz_trace(path.resolve()):  # a link to a trace is the trace
             link = f" (a link to {path.resolve()})" if path.is_symlink() else ""
             raise OutputRefused(f"{path} is a lazyviz trace{link}: lazyviz never writes over a trace")
-        if not force:
-            raise OutputRefused(f"{path} exists ({what}); use --force to replace it")
+        if not force:  # a plain file: its name says what it is
+            raise OutputRefused(f"{path} exists; use --force to replace it")
     if not path.parent.is_dir():
         raise OutputRefused(f"cannot write {path}: no such directory {path.parent}")
     return path

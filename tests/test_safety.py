@@ -119,6 +119,10 @@ def test_report_export_and_baseline_never_write_over_inputs_or_files(sample_trac
     one_line_error(cli("report", trace, "-o", trace, "--force"), "trace being read")
     one_line_error(cli("check", trace, "--write-baseline", trace), "trace")
     one_line_error(cli("export", trace, "--execution", "0", "-o", script, "--format", "ir"), "exists", "--force")
+    drawing = tmp_path / "graph.svg"
+    drawing.write_text("<svg/>")
+    refused = cli("export", trace, "--execution", "0", "-o", drawing)
+    assert refused.stderr == f"lazyviz: {drawing} exists; use --force to replace it\n"  # not "not a lazyviz trace"
     one_line_error(cli("report", trace, "-o", sample_trace("item_in_loop"), "--force"), "lazyviz trace")
     assert trace.read_bytes() == before and script.read_text() == "print('mine')\n"
     report = tmp_path / "r.txt"

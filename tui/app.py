@@ -122,6 +122,7 @@ class LazyvizApp(App[str | None]):
     def on_mount(self) -> None:
         table = self.query_one(ExecutionList)
         table.why = self._why
+        table.expected_miss = self._expected_miss
         table.focus()
         self.refresh_header()
         self.set_interval(1.0, self.refresh_header)  # the elapsed clock; no data polling here
@@ -299,6 +300,13 @@ class LazyvizApp(App[str | None]):
 
     def _recompile_at(self, index: int) -> Recompile | PendingRecompile | None:
         return self.latest.recompile_at(index) if self.latest else None
+
+    def _expected_miss(self, execution: Execution) -> bool:
+        """A site's first graph, or a recompile in the warm-up steps (once analysed)."""
+        if execution.index >= self.analysed:
+            return False
+        recompile = self._recompile_at(execution.index)
+        return recompile is None or recompile.warmup
 
     def _why(self, execution: Execution) -> str:
         return why_text(execution, self._recompile_at(execution.index), execution.index < self.analysed)

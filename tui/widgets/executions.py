@@ -155,6 +155,8 @@ class ExecutionList(ScrollView, can_focus=True):
         self.follow = True
         self.cwd = ""  # the run's folder: sites show relative to it
         self.why: Callable[[Execution], str] = lambda execution: ""
+        # A miss that is expected: a site's first graph, or a recompile in the warm-up steps.
+        self.expected_miss: Callable[[Execution], bool] = lambda execution: False
         self._layout_key: tuple[int, int, int] = (0, 0, 0)
 
     # -- data ----------------------------------------------------------------------
@@ -340,15 +342,17 @@ class ExecutionList(ScrollView, can_focus=True):
         offset = 0
         cause_style = MUTED if execution.cause == "mark_step" else (
             FALLBACK if execution.cause == "fallback" else OTHER_CAUSE)
+        # Expected misses are dimmed, so the red ones are the recompiles to look at.
+        miss_style = (MUTED if self.expected_miss(execution) else MISS) if execution.is_miss else HIT
         for column, cell_width in zip(layout.columns, layout.widths):
             chunk = line[offset:offset + cell_width + 1]
             style = None
             if column.title == "cause":
                 style = cause_style
             elif column.title == "cache":
-                style = MISS if execution.is_miss else HIT
+                style = miss_style
             elif column.title == "why" and chunk.strip():
-                style = FALLBACK if execution.cause == "fallback" else MISS if execution.is_miss else OTHER_CAUSE
+                style = FALLBACK if execution.cause == "fallback" else miss_style if execution.is_miss else OTHER_CAUSE
             segments.append(Segment(chunk, style))
             offset += cell_width + 1
         strip = Strip(segments).crop(0, width).extend_cell_length(width)
