@@ -24,6 +24,7 @@ import sys
 import tempfile
 import zlib
 from collections import deque
+from collections.abc import MutableMapping
 from pathlib import Path
 
 from lazyviz.backends import BackendError, CompiledGraph, ExecuteTimeHook, ExecutionHook, LazyBackend, SyncSite
@@ -70,7 +71,7 @@ class _Tail:
             self._file.close()
 
 
-def _debug_level(env: os._Environ[str]) -> int:
+def _debug_level(env: MutableMapping[str, str]) -> int:
     """PT_XLA_DEBUG_LEVEL as XLA reads it: PT_XLA_DEBUG=1 alone means every level."""
     try:
         level = int(env.get("PT_XLA_DEBUG_LEVEL", "-1"))
@@ -177,7 +178,7 @@ class XlaBackend(LazyBackend):
                 "version, e.g. pip install torch==2.9.0 torch-xla==2.9.0"
             ) from None
 
-    def _set_up_reports(self, env: os._Environ[str]) -> None:
+    def _set_up_reports(self, env: MutableMapping[str, str]) -> None:
         """Turn on the reports lazyviz reads, keeping what the user asked XLA for: their
         analysis file and tensors dump are read where they are (and stay theirs); the
         analyses their level would print on stderr are passed on to stderr."""
@@ -212,7 +213,7 @@ class XlaBackend(LazyBackend):
             # XLA appends to a dump that is there: read only what this run adds.
             self._dump_sizes = {path: path.stat().st_size for path in self._dump.parent.glob(self._dump.name + "*")}
             self._notes.append(f"your XLA_SAVE_TENSORS_FILE ({user_dump}) is read for the IR and kept"
-                               + (" ; its nodes carry locations (XLA_IR_DEBUG=1)" if env["XLA_IR_DEBUG"] == "1"
+                               + ("; its nodes carry locations (XLA_IR_DEBUG=1)" if env["XLA_IR_DEBUG"] == "1"
                                   and not self._user_ir_debug else ""))
         else:
             self._dump = None

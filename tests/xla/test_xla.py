@@ -48,6 +48,17 @@ def report(path: Path) -> dict:
     return json.loads(result.stdout)
 
 
+def crashed_as_untraced(script: Path, trace: Path, *run_args: str) -> str:
+    """Run a script that raises, untraced then traced: both exit 1 and the traced
+    stderr, up to lazyviz's summary, is the untraced one. Returns that stderr."""
+    untraced = python(script)
+    assert untraced.status == 1, untraced.stderr
+    traced = cli("run", "--no-tui", *run_args, "-o", trace, script)
+    assert traced.status == 1
+    assert traced.stderr[:traced.stderr.index("lazyviz: ")] == untraced.stderr
+    return untraced.stderr
+
+
 PROGRAMS = Path(__file__).resolve().parents[1] / "programs"
 
 
@@ -294,12 +305,8 @@ def test_a_sync_inside_a_full_graph_compiled_function_is_explained(tmp_path: Pat
     Execution Analysis reaches stderr as untraced, the refused sync is a failed
     execution at the user's line, and the first finding says what to do instead."""
     script = Path(__file__).parent / "scripts" / "sync_in_compiled.py"
-    untraced = python(script)
-    assert untraced.status == 1 and "Unexpected Execution Analysis: " in untraced.stderr
     trace = tmp_path / "compiled.trace"
-    traced = cli("run", "--no-tui", "--capture", "light", "-o", trace, script)
-    assert traced.status == 1
-    assert traced.stderr[:traced.stderr.index("lazyviz: ")] == untraced.stderr
+    assert "Unexpected Execution Analysis: " in crashed_as_untraced(script, trace, "--capture", "light")
     data = report(trace)
     [first, *_] = data["findings"]
     assert first["kind"] == "failed_execution" and first["site"]["line"] == line_of(script, "loss.item()")
@@ -314,13 +321,9 @@ def test_a_device_out_of_memory_is_traced_as_untraced_and_explained_at_the_line_
     marked failed, and the first finding names the tensor too big for the device and
     the line that built it, found in the graph's IR."""
     script = Path(__file__).parent / "scripts" / "device_oom.py"
-    untraced = python(script)
-    assert untraced.status == 1 and "Out of memory allocating 549755813888 bytes" in untraced.stderr
     trace = tmp_path / "oom.trace"
-    traced = cli("run", "--no-tui", "-o", trace, script)
-    assert traced.status == 1
-    traceback_text = traced.stderr[:traced.stderr.index("lazyviz: ")]
-    assert traceback_text == untraced.stderr and "lazyviz" not in traceback_text
+    traceback_text = crashed_as_untraced(script, trace)
+    assert "Out of memory allocating 549755813888 bytes" in traceback_text and "lazyviz" not in traceback_text
     data = report(trace)
     assert [f["execution"] for f in data["run"]["failures"]] == [0]
     assert "Out of memory" in data["run"]["failures"][0]["error"]
@@ -337,12 +340,8 @@ def test_a_graph_xla_cannot_compile_is_in_the_trace_with_the_op_the_error_names(
     records the execution that never ran, as failed, and names the op in the error
     (custom call -> xla::custom_call) with the user's line that used it."""
     script = Path(__file__).parent / "scripts" / "missing_kernel.py"
-    untraced = python(script)
-    assert untraced.status == 1 and "my_missing_kernel" in untraced.stderr
     trace = tmp_path / "compile.trace"
-    traced = cli("run", "--no-tui", "-o", trace, script)
-    assert traced.status == 1
-    assert traced.stderr[:traced.stderr.index("lazyviz: ")] == untraced.stderr
+    assert "my_missing_kernel" in crashed_as_untraced(script, trace)
     data = report(trace)
     syncs = [n for n, line in enumerate(script.read_text().splitlines(), start=1) if line == "torch_xla.sync()"]
     assert [e["frame"]["line"] for e in data["executions"]] == syncs
