@@ -96,6 +96,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--backend", required=True)
     parser.add_argument("--module", action="store_true")
     parser.add_argument("--no-source-lines", dest="source_lines", action="store_false")
+    parser.add_argument("--steps", type=int)
     parser.add_argument("target")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     options = parser.parse_args(argv)
@@ -104,7 +105,7 @@ def main(argv: list[str]) -> int:
     # The same recorder the API hands out; the path was claimed by `lazyviz run`.
     recorder = Recorder.for_runner(options.trace, capture=options.capture, backend=options.backend,
                                    source_lines=options.source_lines, argv=[options.target, *options.args],
-                                   module=options.module, started=started)
+                                   module=options.module, started=started, step_limit=options.steps)
     try:
         # Importing torch here may warn (e.g. "Failed to initialize NumPy"). Untraced,
         # the script sees that only if it imports torch itself: hold the warnings back

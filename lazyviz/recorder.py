@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import datetime
 import functools
+import hashlib
 import os
 import platform
 import sqlite3
@@ -94,14 +95,19 @@ class Recorder:
         self._ended = False
         self._run: Run | None = None
         self._calls = 0  # as a decorator: calls traced so far
+        self.step_limit: int | None = None  # end the script after this many steps (lazyviz run --steps)
+        self._script: list[str] = []  # the script lazyviz run started, as an absolute path
 
     @classmethod
     def for_runner(cls, path: str, *, capture: str, backend: str, source_lines: bool, argv: list[str],
-                   module: bool, started: float) -> Recorder:
+                   module: bool, started: float, step_limit: int | None = None) -> Recorder:
         """The recorder of `lazyviz run`'s child: the path is claimed by the parent, which
         holds it for the run; the clock starts when the process did."""
         recorder = cls(path, capture=capture, backend=backend, source="script", source_lines=source_lines)
         recorder.argv, recorder.module, recorder._claims, recorder._started = argv, module, False, started
+        recorder.step_limit = step_limit
+        # Absolute now: the script may change directory.
+        recorder._script = [] if module or not argv else [os.path.abspath(argv[0])]
         return recorder
 
     # -- recording --------------------------------------------------------------------
@@ -134,7 +140,8 @@ class Recorder:
         outer_files, file_label = _notebook_frames() if self._in_notebook else (frozenset(), None)
         # keep_graphs: a later trace in this process finds the graphs the backend has cached.
         tracer = Tracer(backend, writer, self.capture, started=started, outer_files=outer_files,
-                        file_label=file_label, keep_graphs=self._claims, source_lines=self.source_lines)
+                        file_label=file_label, keep_graphs=self._claims, source_lines=self.source_lines,
+                        step_limit=self.step_limit)
         try:
             tracer.install()
         except BaseException as error:
@@ -194,7 +201,8 @@ class Recorder:
             writer.set_run(
                 exit_status=exit_status, error=error, traceback=traceback_text, complete=True, steps=tracer.steps(),
                 elapsed_s=round(time.perf_counter() - (self._started or 0.0), 3), tracer_errors=tracer.errors,
-                notes=tracer.notes, error_frames=error_frames or [],
+                notes=tracer.notes, error_frames=error_frames or [], stopped_after_steps=tracer.stopped_at_step,
+                sources=source_hashes([*self._script, *tracer.user_files()]),
             )
             writer.close()
             if self._claim is not None:
@@ -260,6 +268,23 @@ class Recorder:
     def __repr__(self) -> str:
         state = "recording" if self._tracer else "recorded" if self._ended else "not started"
         return f"<lazyviz trace {str(self.path)!r} {state}, capture={self.capture}>"
+
+
+MAX_HASHED = 200  # user files hashed at the end of a run (`lazyviz fix --write` checks them)
+
+
+def source_hashes(files: list[str]) -> dict[str, str]:
+    """{absolute path: sha256} of the user's source files, as they were when the run
+    ended: `lazyviz fix --write` edits only a file that still has its hash."""
+    hashes: dict[str, str] = {}
+    for file in files[:MAX_HASHED]:
+        path = os.path.abspath(file)
+        try:
+            with open(path, "rb") as source:
+                hashes[path] = hashlib.sha256(source.read()).hexdigest()
+        except OSError:
+            continue  # gone, or not a file: nothing to check it against
+    return hashes
 
 
 # -- notebooks -------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import os
 import runpy
 import sys
 import sysconfig
+import threading
 import time
 from array import array
 from collections.abc import Callable
@@ -49,6 +50,14 @@ class TracerBusy(LazyvizError):
     """A second trace asked for while one records in this process."""
 
 
+class StepLimitReached(SystemExit):
+    """How `lazyviz run --steps N` ends a script: a clean exit (status 0) after step N."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__(0)
+        self.steps = steps
+
+
 class _Process:
     """What is installed once per process and kept: the fork handler, and which tracer
     records now. Tracers come and go (lazyviz.trace runs several one after another);
@@ -79,14 +88,16 @@ class Tracer:
     def __init__(self, backend: LazyBackend, writer: TraceWriter, capture: str = "full",
                  started: float | None = None, outer_files: frozenset[str] = frozenset(),
                  file_label: Callable[[str], str] | None = None, keep_graphs: bool = False,
-                 source_lines: bool = True) -> None:
+                 source_lines: bool = True, step_limit: int | None = None) -> None:
         """outer_files: files whose frames are below the traced code (a runner, a
         notebook's shell): stack walks stop there. file_label: how to name a code
         object's file in the trace (a notebook cell as "In [3]"). keep_graphs: keep every
         compiled graph for later tracers in this process (costs their texts' memory).
         source_lines: with capture full, tag every IR node with the user's line that
-        built it (about 0.5-1 us per node)."""
+        built it (about 0.5-1 us per node). step_limit: end the script (SystemExit 0)
+        when this many steps have ended (`lazyviz run --steps N`)."""
         self.source_lines = source_lines
+        self.step_limit = step_limit
         self.backend = backend
         self.writer = writer
         self.capture = capture
@@ -117,6 +128,8 @@ class Tracer:
         self._outer_files = RUNNER_FILES | outer_files
         self._file_label = file_label
         self._wrapped: list[tuple[object, str, Callable, Callable]] = []  # owner, name, original, wrapper
+        self._step_call_depth = [0]  # step-ending calls in progress (xm.optimizer_step calls sync)
+        self.stopped_at_step: int | None = None  # the step after which step_limit ended the script
 
     @property
     def execution_count(self) -> int:
@@ -156,6 +169,8 @@ class Tracer:
                         wrapper = self.backend.wrap_sync_site(original, site.cause, site.label, self._counts,
                                                               ends_step) \
                             or self._wrap_sync_site(original, site, ends_step, isinstance(site.owner, type))
+                    if ends_step and self.step_limit is not None:
+                        wrapper = self._wrap_step_limit(wrapper, self.step_limit)
                     setattr(site.owner, site.attribute, wrapper)
                     self._wrapped.append((site.owner, site.attribute, original, wrapper))
         except BaseException:
@@ -212,6 +227,28 @@ class Tracer:
                 sync.cause = None
 
         return sync_site
+
+    def _wrap_step_limit(self, wrapper: Callable, limit: int) -> Callable:
+        """End the script once `limit` steps have ended: SystemExit(0) from the outermost
+        step-ending call of the main thread, after its step is recorded, so the script's
+        own `finally` blocks and atexit handlers run as at any exit."""
+        tracer, counts, depth = self, self._counts, self._step_call_depth
+
+        @functools.wraps(wrapper)
+        def step_limit(*args: object, **kwargs: object) -> object:
+            depth[0] += 1
+            try:
+                result = wrapper(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+            if (counts[1] >= limit and not depth[0] and _Process.current is tracer
+                    and threading.current_thread() is threading.main_thread()):
+                if tracer.stopped_at_step is None:
+                    tracer.stopped_at_step = counts[1]
+                raise StepLimitReached(limit)
+            return result
+
+        return step_limit
 
     def _wrap_poll_point(self, original: Callable) -> Callable:
         """Poll before and after a call that may run graphs without a Python frame: what
@@ -561,6 +598,10 @@ class Tracer:
 
     def steps(self) -> int:
         return self._counts[1]
+
+    def user_files(self) -> list[str]:
+        """The user's files whose code ran while recording (real files, not "<string>")."""
+        return [file for file, is_user in self._user_file.items() if is_user and os.path.isabs(file)]
 
 
 def _test_running() -> str | None:

@@ -12,13 +12,17 @@ from conftest import ROOT
 # beside it: the UI and the commands are two front ends).
 STAGES = {
     "lazyviz.trace": ("lazyviz.tracer", "lazyviz.backends", "lazyviz.recorder", "lazyviz.analysis",
-                      "lazyviz.present", "lazyviz.export", "lazyviz.tui", "lazyviz.commands"),
+                      "lazyviz.present", "lazyviz.export", "lazyviz.tui", "lazyviz.commands", "lazyviz.fix"),
     "lazyviz.backends": ("lazyviz.recorder", "lazyviz.analysis", "lazyviz.present", "lazyviz.export",
                          "lazyviz.tui", "lazyviz.commands"),
     "lazyviz.tracer": ("lazyviz.recorder", "lazyviz.analysis", "lazyviz.present", "lazyviz.export",
                        "lazyviz.tui", "lazyviz.commands"),
     "lazyviz.analysis": ("lazyviz.tracer", "lazyviz.backends", "lazyviz.recorder", "lazyviz.present",
-                         "lazyviz.export", "lazyviz.tui", "lazyviz.commands"),
+                         "lazyviz.export", "lazyviz.tui", "lazyviz.commands", "lazyviz.fix"),
+    # Edits from findings and the user's source; their trial re-runs `lazyviz run` as a
+    # process, never the tracer in this one.
+    "lazyviz.fix": ("lazyviz.tracer", "lazyviz.backends", "lazyviz.recorder", "lazyviz.tui", "lazyviz.commands",
+                    "lazyviz.export"),
     "lazyviz.present": ("lazyviz.tracer", "lazyviz.backends", "lazyviz.recorder", "lazyviz.export",
                         "lazyviz.tui", "lazyviz.commands"),
     "lazyviz.export": ("lazyviz.tracer", "lazyviz.backends", "lazyviz.recorder", "lazyviz.tui",

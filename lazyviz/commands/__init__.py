@@ -14,6 +14,7 @@ from lazyviz.commands.base import Command, say
 from lazyviz.commands.check import CheckCommand
 from lazyviz.commands.diff import DiffCommand
 from lazyviz.commands.export import ExportCommand
+from lazyviz.commands.fix import FixCommand
 from lazyviz.commands.report import ReportCommand
 from lazyviz.commands.run import RunCommand
 from lazyviz.commands.view import ViewCommand
@@ -28,7 +29,8 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-COMMANDS: list[Command] = [RunCommand(), ViewCommand(), ReportCommand(), ExportCommand(), CheckCommand(), DiffCommand()]
+COMMANDS: list[Command] = [RunCommand(), ViewCommand(), ReportCommand(), ExportCommand(), CheckCommand(), DiffCommand(),
+                           FixCommand()]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -82,6 +82,14 @@ execution_index = _whole_number("an execution index", 2**63)
 count = _whole_number("a count", 2**31)
 
 
+def step_count(text: str) -> int:
+    """--steps N: at least one step."""
+    number = count(text)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"--steps needs at least 1 step, not {text}")
+    return number
+
+
 def regular_file(path: str, what: str) -> Path:
     """A file lazyviz is to read, checked to be a regular file first: reading a FIFO
     would wait forever, a folder or a device is never one."""

@@ -14,7 +14,7 @@ from lazyviz._source import imported_modules
 from lazyviz._supervisor import Supervised, exit_status_of, record_ending
 from lazyviz.analysis.run import Run
 from lazyviz.backends import BACKENDS, detect_backend, prepare_backend
-from lazyviz.commands.base import CliError, add_force, regular_file, say
+from lazyviz.commands.base import CliError, add_force, regular_file, say, step_count
 from lazyviz.export.report import text_report
 from lazyviz.trace import TraceError
 from lazyviz.trace import open as open_trace
@@ -39,7 +39,7 @@ class RunCommand:
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.usage = ("%(prog)s [-h] [-o TRACE] [-f] [--no-tui] [--backend {ts,xla}] [--capture {full,light}]\n"
-                        "       [--no-source-lines] [-m] SCRIPT | MODULE [ARGS ...]")
+                        "       [--no-source-lines] [--steps N] [-m] SCRIPT | MODULE [ARGS ...]")
         parser.add_argument("-o", "--output", metavar="TRACE",
                             help="trace file to write (default: lazyviz-<script>.<pid>.trace; "
                                  "under torchrun a folder of rank<R>.trace)")
@@ -57,6 +57,9 @@ class RunCommand:
         parser.add_argument("--no-source-lines", dest="source_lines", action="store_false",
                             help="with --capture full, do not tag IR nodes with the line of the script that "
                                  "built them (saves about 0.5-1 us per node)")
+        parser.add_argument("--steps", type=step_count, metavar="N",
+                            help="end the script cleanly (exit status 0) once N steps have ended: trace the "
+                                 "first N steps of a long job")
         parser.add_argument("-m", dest="module", action="store_true", help="run a module, as python -m does")
         parser.add_argument("target", metavar="SCRIPT | MODULE", nargs="?",
                             help="the script (or, with -m, the module) to run")
@@ -81,6 +84,8 @@ class RunCommand:
                 command.append("--module")
             if not options.source_lines:
                 command.append("--no-source-lines")
+            if options.steps is not None:
+                command += ["--steps", str(options.steps)]
             command += ["--", options.target, *options.args]
             started = True
             if under_torchrun() and os.environ["RANK"] != "0":

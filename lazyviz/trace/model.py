@@ -114,6 +114,8 @@ class RunInfo:
     # Fallback ops run after the last execution (none carries them): op -> calls.
     fallbacks_after_last_execution: dict[str, int] = field(default_factory=dict)
     device_used: bool = False  # the lazy core's counters moved though no graph ran
+    stopped_after_steps: int | None = None  # `lazyviz run --steps N` ended the script after this step
+    sources: dict[str, str] = field(default_factory=dict)  # the user's files when the run ended: path -> sha256
 
     @property
     def script(self) -> str:
@@ -138,6 +140,8 @@ class RunInfo:
             return "unfinished (still running, or stopped before lazyviz could record how it ended)"
         if self.ended_by:
             ending = self.ended_by
+        elif self.stopped_after_steps is not None:
+            ending = f"stopped after {self.stopped_after_steps} steps, as asked (--steps)"
         elif self.error:
             ending = f"raised {self.error}"
         elif self.source != "script":

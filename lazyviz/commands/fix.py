@@ -1,0 +1,134 @@
+"""`lazyviz fix`: the edits that fix a trace's findings, as a unified diff on stdout
+(what each does, and the findings to change by hand, on stderr); `--try` measures the
+patch on a copy, `--write` applies it to the user's files when they are unchanged."""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+from lazyviz.analysis.run import Run
+from lazyviz.commands.base import CliError, open_trace, regular_file, say, step_count
+from lazyviz.fix.proposals import Change, Proposal, apply_changes, propose, unified_diff
+from lazyviz.fix.trial import DEFAULT_STEPS, try_patch
+
+
+def _hash(path: str) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+class FixCommand:
+    """Propose the edits that fix the findings (a unified diff); --try measures them on a copy."""
+
+    name = "fix"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("trace", help="a trace file recorded by lazyviz run")
+        parser.add_argument("--try", dest="trial", action="store_true",
+                            help="apply the edits to a copy of the script's folder (never your files), run the "
+                                 "original and the patched copy traced, and compare them")
+        parser.add_argument("--steps", type=step_count, default=None, metavar="N",
+                            help=f"with --try, stop each run after N steps (default: {DEFAULT_STEPS}, a few past "
+                                 "warm-up, or two past the last step a fixed finding was seen in)")
+        parser.add_argument("--timeout", type=float, default=None, metavar="S",
+                            help="with --try, give up on a run after S seconds")
+        parser.add_argument("--keep", action="store_true", help="with --try, keep the copies and their traces")
+        parser.add_argument("--write", action="store_true",
+                            help="apply the edits to your files (only files unchanged since the trace was recorded)")
+
+    def run(self, options: argparse.Namespace) -> int:
+        regular_file(options.trace, "trace")
+        with open_trace(options.trace) as trace:
+            run = Run(trace).analysed()
+            info = run.info
+            if info.source != "script":
+                raise CliError(f"{options.trace} was recorded from Python ({info.source}), not by `lazyviz run`: "
+                               "fix reads the findings, but cannot re-run it")
+            proposals = propose(run)
+        proposals, changed = self._unchanged_files_only(proposals, info.sources)
+        self._describe(proposals)
+        if changed and options.write:
+            raise CliError(f"--write: {changed[0]} changed since the trace was recorded: run it again")
+        changes = [c for p in proposals for c in p.changes]
+        if not changes:
+            return 0
+        texts = {c.file: Path(c.file).read_bytes().decode("utf-8") for c in changes}  # line endings kept
+        print(unified_diff(texts, changes, info.cwd), end="", flush=True)
+        if options.trial:
+            if options.steps is None:
+                options.steps = self._bound(run, proposals)
+            say(f"lazyviz: trying the edits on a copy, {options.steps} steps each side (the original, then the "
+                "patched copy)...")
+            expected = [p.alters_results for p in proposals if p.alters_results]
+            text, before, after = try_patch(info, apply_changes(texts, changes), options.steps, options.timeout,
+                                            options.keep, expected)
+            say(text)
+            if after.exit_status not in (before.exit_status, None) or (after.exit_status is None):
+                say(f"lazyviz: the patched copy did not end as the original did ({after.state})")
+                return 1
+        if options.write:
+            self._write(changes, texts, info.sources)
+        return 0
+
+    @staticmethod
+    def _bound(run: Run, proposals: list[Proposal]) -> int:
+        """Enough steps to see each fixed finding again (a last short batch is late)."""
+        seen = [run.execution(e).step for p in proposals if p.mechanical for e in p.finding.executions[-1:]]
+        return max([DEFAULT_STEPS, *(step + 2 for step in seen)])
+
+    @staticmethod
+    def _unchanged_files_only(proposals: list[Proposal], hashes: dict[str, str]) -> tuple[list[Proposal], list[str]]:
+        """An edit made from a file that changed since the trace would land on the wrong
+        lines: those become words. Returns the proposals and the files that changed."""
+        kept, changed_files = [], []
+        for proposal in proposals:
+            changed = sorted({c.file for c in proposal.changes if c.file in hashes and _hash(c.file) != hashes[c.file]})
+            if changed:
+                changed_files += changed
+                proposal = Proposal(proposal.finding, f"{proposal.finding.fix} ({os.path.basename(changed[0])} "
+                                                      "changed since the trace was recorded: run it again for an edit)")
+            kept.append(proposal)
+        return kept, changed_files
+
+    @staticmethod
+    def _describe(proposals: list[Proposal]) -> None:
+        if not proposals:
+            say("lazyviz: no findings: nothing to fix")
+            return
+        edits = sum(p.mechanical for p in proposals)
+        say(f"lazyviz: {len(proposals)} finding{'s' if len(proposals) != 1 else ''}, {edits} with an edit below"
+            + (f", {len(proposals) - edits} to change by hand" if edits < len(proposals) else ""))
+        for number, proposal in enumerate(proposals, 1):
+            finding = proposal.finding
+            where = f" [{finding.frame.site.rpartition('/')[2]}]" if finding.frame else ""
+            say(f"  {number}. {finding.severity}: {(finding.short or finding.message)[:160]}{where}")
+            say(f"     {'edit' if proposal.mechanical else 'by hand'}: {proposal.summary}")
+
+    @staticmethod
+    def _write(changes: list[Change], texts: dict[str, str], hashes: dict[str, str]) -> None:
+        files = sorted(texts)
+        unknown = [f for f in files if f not in hashes]
+        if unknown:
+            raise CliError(f"--write: the trace has no record of {unknown[0]} as it was when recorded, so lazyviz "
+                           "cannot tell it is unchanged: apply the diff yourself")
+        for file in files:  # all checked before any is written
+            if _hash(file) != hashes[file]:
+                raise CliError(f"--write: {file} changed since the trace was recorded: run it again")
+        for file, text in apply_changes(texts, changes).items():
+            folder = os.path.dirname(file)
+            mode = os.stat(file).st_mode & 0o7777
+            handle, temporary = tempfile.mkstemp(dir=folder, prefix=".lazyviz-fix-")
+            try:
+                with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
+                    out.write(text)
+                os.chmod(temporary, mode)
+                os.replace(temporary, file)  # whole or not at all
+            except BaseException:
+                Path(temporary).unlink(missing_ok=True)
+                raise
+            say(f"lazyviz: wrote {file}")

@@ -1,0 +1,565 @@
+"""The edits that fix a run's findings, made from the user's source and its syntax tree
+(Python's `ast`, never patterns over text). A finding gets an edit only where the
+change is mechanical; otherwise its proposal says what to change in words.
+
+- missing mark_step(): the backend's step call at the end of the loop body that holds
+  the growing graph's sync and builds most of its nodes (also before each `continue`);
+- a per-step `.item()`/`print`: the statement moved into a step closure, which reads
+  the value after the step's own execution (same output, no extra execution);
+- a last short batch: `drop_last=True` on the DataLoader the loop reads.
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+import os
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.ir import facts
+from lazyviz.analysis.run import Run
+from lazyviz.trace.model import Frame
+
+LOOPS = (ast.For, ast.AsyncFor, ast.While)
+SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+@dataclass(frozen=True)
+class Change:
+    """Lines [start, end) of a file (1-based) replaced by `lines`; start == end inserts."""
+
+    file: str  # absolute path
+    start: int
+    end: int
+    lines: tuple[str, ...]  # each with its line ending
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What to do about one finding: an edit (changes) or, where none is mechanical, words."""
+
+    finding: Finding
+    summary: str  # the edit in one sentence, or what to change by hand
+    changes: tuple[Change, ...] = ()
+    alters_results: str = ""  # how the edit changes what the script computes, where it does
+
+    @property
+    def mechanical(self) -> bool:
+        return bool(self.changes)
+
+
+class Source:
+    """One of the user's files: its text, lines and syntax tree."""
+
+    def __init__(self, path: str, text: str) -> None:
+        self.path = path
+        self.text = text
+        self.lines = text.splitlines(keepends=True)
+        self.tree = ast.parse(text, filename=path)
+        self.name = os.path.basename(path)
+
+    def line(self, number: int) -> str:
+        return self.lines[number - 1] if 0 < number <= len(self.lines) else ""
+
+    def indent_of(self, number: int) -> str:
+        text = self.line(number)
+        return text[: len(text) - len(text.lstrip(" \t"))]
+
+    def newline(self) -> str:
+        return "\r\n" if self.lines and self.lines[0].endswith("\r\n") else "\n"
+
+
+def read_source(path: str) -> Source | None:
+    try:
+        return Source(path, Path(path).read_bytes().decode("utf-8"))  # line endings kept
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return None
+
+
+# -- where a line sits in the tree ------------------------------------------------------
+def _children(node: ast.AST) -> Iterator[ast.AST]:
+    """The statements directly inside a statement (bodies, branches, handlers)."""
+    for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+        yield from getattr(node, name, ()) or ()
+
+
+def _chain(tree: ast.Module, line: int) -> list[ast.AST]:
+    """The statements that hold `line`, outermost first, down to the innermost one."""
+    chain: list[ast.AST] = []
+    node: ast.AST = tree
+    while True:
+        inner = next((c for c in _children(node) if c.lineno <= line <= (c.end_lineno or c.lineno)), None)
+        if inner is None:
+            return chain
+        chain.append(inner)
+        node = inner
+
+
+def _enclosing_loops(source: Source, line: int) -> list[ast.For | ast.AsyncFor | ast.While]:
+    """Loops whose body runs `line` each iteration, outermost first, within its function
+    (a loop around a `def` does not run the function's lines)."""
+    chain = _chain(source.tree, line)
+    scope = max((i for i, node in enumerate(chain) if isinstance(node, SCOPES)), default=-1)
+    loops = []
+    for node in chain[scope + 1:]:
+        if isinstance(node, LOOPS) and any(s.lineno <= line <= (s.end_lineno or s.lineno) for s in node.body):
+            loops.append(node)
+    return loops
+
+
+def _all_loops(source: Source) -> list[ast.For | ast.AsyncFor | ast.While]:
+    return [node for node in ast.walk(source.tree) if isinstance(node, LOOPS)]
+
+
+def _in_body(loop: ast.AST, line: int) -> bool:
+    return any(s.lineno <= line <= (s.end_lineno or s.lineno) for s in loop.body)
+
+
+def _own_statements(loop: ast.AST, kind: type) -> list[ast.AST]:
+    """Statements of `kind` in the loop's body that belong to it, not to a nested loop or def."""
+    found, todo = [], list(loop.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, kind):
+            found.append(node)
+        if not isinstance(node, (*LOOPS, *SCOPES)):
+            todo.extend(_children(node))
+    return found
+
+
+def _alone_on_its_lines(source: Source, node: ast.stmt) -> bool:
+    """Nothing but the statement (and a comment) on its lines: it can be replaced by lines."""
+    before = source.line(node.lineno)[: node.col_offset]
+    after = source.line(node.end_lineno or node.lineno)[node.end_col_offset or 0:].strip()
+    return not before.strip() and (not after or after.startswith("#"))
+
+
+# -- imports --------------------------------------------------------------------------
+def _bound_modules(source: Source) -> dict[str, str]:
+    """Names the module's top-level imports bind -> the module each names."""
+    bound: dict[str, str] = {}
+    for node in source.tree.body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    bound[alias.asname] = alias.name
+                else:
+                    root = alias.name.split(".")[0]
+                    bound.setdefault(root, root)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return bound
+
+
+def _imported_anywhere(source: Source) -> set[str]:
+    names = set()
+    for node in source.tree.body:
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+def _import_change(source: Source, statement: str) -> Change:
+    """`statement` after the module's last top-level import (or at its top)."""
+    imports = [node for node in source.tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    after = (imports[-1].end_lineno or imports[-1].lineno) if imports else 0
+    return Change(source.path, after + 1, after + 1, (statement + source.newline(),))
+
+
+def _call_name(source: Source, dotted: str, module: str) -> tuple[str, tuple[Change, ...]]:
+    """How the file names `dotted` (a module attribute, "torch._lazy.mark_step"), with the
+    import to add when the file binds no name for `module`."""
+    bound = _bound_modules(source)
+    attribute = dotted[len(module) + 1:]
+    for name, bound_module in bound.items():
+        if bound_module == module and name != module.split(".")[0]:  # import torch_xla.core.xla_model as xm
+            return f"{name}.{attribute}", ()
+    root = module.split(".")[0]
+    loaded = any(m == module or m.startswith(module + ".") for m in _imported_anywhere(source))
+    if bound.get(root) == root and (loaded or module == root):
+        return dotted, ()
+    if module == "torch_xla.core.xla_model":
+        return f"xm.{attribute}", (_import_change(source, "import torch_xla.core.xla_model as xm"),)
+    return dotted, (_import_change(source, f"import {module}"),)
+
+
+# The backends' names (RunInfo.names) -> (dotted call, its module).
+STEP_CALLS = {"torch._lazy.mark_step()": ("torch._lazy.mark_step", "torch._lazy"),
+              "torch_xla.sync()": ("torch_xla.sync", "torch_xla")}
+CLOSURE_CALLS = {"torch._lazy.add_step_closure": ("torch._lazy.add_step_closure", "torch._lazy"),
+                 "xm.add_step_closure": ("torch_xla.core.xla_model.add_step_closure", "torch_xla.core.xla_model")}
+
+
+# -- the run's side: which lines, which files ------------------------------------------
+class Context:
+    """What the proposals read from the run: stacks, the lines that built graphs, sources."""
+
+    def __init__(self, run: Run, read: Callable[[str], Source | None] = read_source) -> None:
+        self.run = run
+        self._read = read
+        self._sources: dict[str, Source | None] = {}
+
+    def source(self, path: str) -> Source | None:
+        if path not in self._sources:
+            self._sources[path] = self._read(path) if os.path.isabs(path) else None
+        return self._sources[path]
+
+    def stack(self, finding: Finding) -> list[Frame]:
+        """The user frames of the finding's first execution, outermost first."""
+        frames: list[Frame] = []
+        if finding.executions and self.run.trace is not None:
+            try:
+                execution = self.run.execution(finding.executions[0])
+                frames = [f for f in self.run.trace.stack(execution.stack_id) if self.source(f.file) is not None]
+            except (KeyError, ValueError):
+                frames = []
+        if not frames and finding.frame is not None and self.source(finding.frame.file) is not None:
+            frames = [finding.frame]
+        return frames
+
+    def built_at(self, finding: Finding) -> Counter[str]:
+        """"file.py:12" -> nodes, over the largest graph the finding's executions ran."""
+        graphs = {self.run.execution(e).graph for e in finding.executions[:200]}
+        texts = [self.run.ir_texts.get(g, "") for g in graphs]
+        found = [facts(text) for text in texts if text]
+        largest = max((f for f in found if f is not None), key=lambda f: f.size, default=None)
+        return largest.built_at if largest is not None else Counter()
+
+
+def _nodes_inside(source: Source, loop: ast.AST, built: Counter[str]) -> int:
+    total = 0
+    for where, nodes in built.items():
+        name, _, line = where.rpartition(":")
+        if name == source.name and line.isdigit() and _in_body(loop, int(line)):
+            total += nodes
+    return total
+
+
+# -- the proposals ----------------------------------------------------------------------
+def _mark_step(finding: Finding, context: Context) -> Proposal:
+    names = context.run.info.names
+    step_call = STEP_CALLS.get(names.get("mark_step", ""))
+    if step_call is None:
+        return Proposal(finding, finding.fix)
+    stack = context.stack(finding)
+    if not stack:
+        return Proposal(finding, f"{finding.fix} (its source is not readable here)")
+    built = context.built_at(finding)
+    chosen: tuple[Source, ast.AST] | None = None
+    # The loop around the sync, innermost first, that builds at least half of what the
+    # loops around it build (not the per-parameter loop a norm is read in).
+    for frame in reversed(stack):
+        source = context.source(frame.file)
+        loops = _enclosing_loops(source, frame.line) if source else []
+        if source and loops:
+            counts = [_nodes_inside(source, loop, built) for loop in loops]
+            best = max(counts)
+            index = max(i for i, n in enumerate(counts) if n * 2 >= best)
+            chosen = (source, loops[index])
+            break
+    if chosen is None:  # the sync is after the loop: the loop that built most of the graph
+        candidates = []
+        for file in dict.fromkeys(frame.file for frame in stack):
+            source = context.source(file)
+            for loop in _all_loops(source) if source else []:
+                nodes = _nodes_inside(source, loop, built)
+                if nodes:
+                    candidates.append((nodes, loop.lineno, source, loop))
+        if not candidates:
+            return Proposal(finding, f"{finding.fix} (lazyviz cannot tell which loop: the IR names no line "
+                                     "inside one)")
+        _, _, source, loop = max(candidates, key=lambda c: (c[0], c[1]))
+        chosen = (source, loop)
+    source, loop = chosen
+    return _insert_at_loop_end(finding, source, loop, step_call)
+
+
+def _insert_at_loop_end(finding: Finding, source: Source, loop: ast.AST, step_call: tuple[str, str]) -> Proposal:
+    first, last = loop.body[0], loop.body[-1]
+    where = f"{source.name}:{loop.lineno}"
+    if first.lineno == loop.lineno:
+        return Proposal(finding, f"{finding.fix} (the loop at {where} is written on one line: split it first)")
+    call, imports = _call_name(source, *step_call)
+    indent = source.indent_of(first.lineno)
+    changes = [Change(source.path, (last.end_lineno or last.lineno) + 1, (last.end_lineno or last.lineno) + 1,
+                      (f"{indent}{call}(){source.newline()}",))]
+    for skip in _own_statements(loop, ast.Continue):
+        if not _alone_on_its_lines(source, skip):
+            return Proposal(finding, f"{finding.fix} (the `continue` at {source.name}:{skip.lineno} shares its "
+                                     "line: call it before that `continue` too)")
+        changes.append(Change(source.path, skip.lineno, skip.lineno,
+                              (f"{source.indent_of(skip.lineno)}{call}(){source.newline()}",)))
+    also = " and before each `continue`" if len(changes) > 1 else ""
+    return Proposal(finding, f"call {call}() at the end of the loop at {where}{also}, so each iteration's "
+                             "work runs as one graph", tuple(changes) + imports)
+
+
+_SCOPE_BINDERS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _names_bound_in(scope: ast.AST) -> set[str]:
+    """Names assigned anywhere in a function (or at a module's top level), its parameters too."""
+    bound: set[str] = set()
+    if isinstance(scope, _SCOPE_BINDERS):
+        arguments = scope.args
+        for arg in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+                    *filter(None, [arguments.vararg, arguments.kwarg])]:
+            bound.add(arg.arg)
+    todo = list(scope.body) if isinstance(scope.body, list) else [scope.body]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+        if isinstance(node, (*SCOPES, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(node.name)
+            continue  # their own names are theirs
+        todo.extend(ast.iter_child_nodes(node))
+    return bound
+
+
+def _free_names(expression: ast.expr) -> list[str]:
+    """Names the expression reads, in order, without those its comprehensions bind."""
+    inner = {n.id for n in ast.walk(expression) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    seen = [n.id for n in ast.walk(expression) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+    return [name for name in dict.fromkeys(seen) if name not in inner]
+
+
+def _step_closure(finding: Finding, context: Context) -> Proposal:
+    closure_call = CLOSURE_CALLS.get(context.run.info.names.get("step_closure", ""))
+    frame = finding.frame
+    source = context.source(frame.file) if frame else None
+    if closure_call is None or source is None or frame is None:
+        return Proposal(finding, finding.fix)
+    chain = _chain(source.tree, frame.line)
+    statement = chain[-1] if chain else None
+    loops = _enclosing_loops(source, frame.line)
+    if not loops or not isinstance(statement, ast.Expr) or not isinstance(statement.value, ast.Call) \
+            or not _alone_on_its_lines(source, statement):
+        return Proposal(finding, f"{finding.fix} (the read at {frame.site.rpartition('/')[2]} is not a call "
+                                 "statement of its own: move it by hand)")
+    scope = next((node for node in reversed(chain) if isinstance(node, SCOPES)), source.tree)
+    # Bound as the closure's arguments: it runs at the step's end, after the loop body
+    # may have rebound them.
+    names = [n for n in _free_names(statement.value) if n in _names_bound_in(scope)]
+    call, imports = _call_name(source, *closure_call)
+    expression = ast.get_source_segment(source.text, statement.value) or ""
+    if names:
+        listed = ", ".join(names)
+        moved = f"{call}(lambda {listed}: {expression}, args=({listed}{',' if len(names) == 1 else ''}))"
+    else:
+        moved = f"{call}(lambda: {expression})"
+    head = source.line(statement.lineno)[: statement.col_offset]
+    tail = source.line(statement.end_lineno or statement.lineno)[statement.end_col_offset or 0:]
+    text = head + moved + tail
+    change = Change(source.path, statement.lineno, (statement.end_lineno or statement.lineno) + 1,
+                    tuple(text.splitlines(keepends=True)))
+    return Proposal(finding, f"move the read at {source.name}:{statement.lineno} into a step closure "
+                             f"({call}): it prints the same values after the step, without an extra execution",
+                    (change, *imports))
+
+
+_LEADING = re.compile(r"\[(\d+)")  # the first dimension of a shape such as Float[16,32]
+
+
+def _short_batch(finding: Finding, context: Context) -> bool:
+    """The recompile is a smaller first dimension: the last, short batch of a loader."""
+    recompile = context.run.recompile_at(finding.executions[0]) if finding.executions else None
+    origins = getattr(getattr(recompile, "diff", None), "origins", ())
+    if not origins:
+        return False
+    for change in origins:
+        before, after = _LEADING.search(change.before), _LEADING.search(change.after)
+        if not before or not after or int(after.group(1)) >= int(before.group(1)):
+            return False
+    return True
+
+
+def _is_loader(func: ast.expr) -> bool:
+    return (isinstance(func, ast.Name) and func.id == "DataLoader") or \
+        (isinstance(func, ast.Attribute) and func.attr == "DataLoader")
+
+
+def _loader_calls(source: Source) -> list[tuple[ast.Call, str | None]]:
+    """DataLoader(...) calls and the name each is assigned to (None: not assigned)."""
+    assigned: dict[int, str | None] = {}
+    for node in ast.walk(source.tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            target = node.targets[0]
+            assigned[id(node.value)] = target.id if isinstance(target, ast.Name) else getattr(target, "attr", None)
+    return [(node, assigned.get(id(node))) for node in ast.walk(source.tree)
+            if isinstance(node, ast.Call) and _is_loader(node.func)]
+
+
+def _loop_reads(loop: ast.AST) -> set[str]:
+    iterated = getattr(loop, "iter", None)
+    if iterated is None:
+        return set()
+    return {n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(iterated)
+            if isinstance(n, (ast.Name, ast.Attribute))}
+
+
+def _arguments_for(caller: Source, call_line: int, callee: Source, callee_line: int, parameters: set[str]) -> set[str]:
+    """The names the caller's call at `call_line` passes for the callee's `parameters`."""
+    chain = _chain(callee.tree, callee_line)
+    function = next((n for n in reversed(chain) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    statement = _chain(caller.tree, call_line)
+    if function is None or not statement:
+        return set()
+    positional = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+    names = set()
+    for call in ast.walk(statement[-1]):
+        if not isinstance(call, ast.Call):
+            continue
+        called = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", None)
+        if called != function.name:
+            continue
+        shift = 1 if isinstance(call.func, ast.Attribute) and positional[:1] in (["self"], ["cls"]) else 0
+        for parameter in parameters:
+            argument = next((k.value for k in call.keywords if k.arg == parameter), None)
+            if argument is None and parameter in positional:
+                index = positional.index(parameter) - shift
+                argument = call.args[index] if 0 <= index < len(call.args) else None
+            if isinstance(argument, ast.Name):
+                names.add(argument.id)
+            elif isinstance(argument, ast.Attribute):
+                names.add(argument.attr)
+    return names
+
+
+def _drop_last(finding: Finding, context: Context) -> Proposal:
+    if not _short_batch(finding, context):
+        return Proposal(finding, finding.fix)
+    stack = context.stack(finding)
+    read_by_loops: set[str] = set()
+    wanted: set[str] = set()  # names the inner frames' loops read, as their callers name them
+    for depth in range(len(stack) - 1, -1, -1):
+        frame = stack[depth]
+        source = context.source(frame.file)
+        if source is None:
+            break
+        for loop in _enclosing_loops(source, frame.line):
+            wanted |= _loop_reads(loop)
+        read_by_loops |= wanted
+        if depth:  # a loader passed in: the caller's argument for that parameter names it
+            caller = stack[depth - 1]
+            caller_source = context.source(caller.file)
+            wanted = _arguments_for(caller_source, caller.line, source, frame.line, wanted) if caller_source else set()
+    loaders = []
+    for file in dict.fromkeys([*(f.file for f in stack), *context.run.info.sources]):
+        source = context.source(file)
+        for call, name in _loader_calls(source) if source else []:
+            keyword = next((k for k in call.keywords if k.arg == "drop_last"), None)
+            if keyword is not None and isinstance(keyword.value, ast.Constant) and keyword.value.value is True:
+                continue
+            loaders.append((source, call, name, keyword))
+    read = [loader for loader in loaders if loader[2] in read_by_loops]
+    chosen = read if read else loaders
+    if len(chosen) != 1:
+        why = "no DataLoader in the files it ran" if not chosen else "several DataLoaders: pick the training one"
+        return Proposal(finding, f"the last batch is smaller: drop_last=True on the DataLoader, or pad it ({why})")
+    source, call, _, keyword = chosen[0]
+    if keyword is not None:  # drop_last=False or a variable: set it
+        line, start, end = keyword.value.lineno, keyword.value.col_offset, keyword.value.end_col_offset or 0
+        if keyword.value.end_lineno != line:
+            return Proposal(finding, "the last batch is smaller: set drop_last=True on the DataLoader")
+        text = source.line(line)
+        new = text[:start] + "True" + text[end:]
+    else:
+        arguments = [*call.args, *call.keywords]
+        if arguments:
+            last = arguments[-1]
+            line, column, insert = last.end_lineno or last.lineno, last.end_col_offset or 0, ", drop_last=True"
+        else:
+            line, column, insert = call.end_lineno or call.lineno, (call.end_col_offset or 1) - 1, "drop_last=True"
+        text = source.line(line)
+        new = text[:column] + insert + text[column:]
+    return Proposal(finding, f"drop_last=True on the DataLoader at {source.name}:{call.lineno}: every batch then "
+                             "has one shape (the last, short one is skipped)",
+                    (Change(source.path, line, line + 1, (new,)),),
+                    alters_results="drop_last=True skips each epoch's last, short batch: the model trains on fewer "
+                                   "samples, so later losses differ")
+
+
+def _proposal(finding: Finding, context: Context) -> Proposal:
+    if finding.kind == "missing_mark_step":
+        return _mark_step(finding, context)
+    if finding.kind == "extra_sync" and finding.details.get("cause") in ("item", "print", "tolist"):
+        return _step_closure(finding, context)
+    if finding.kind in ("recompile", "dynamic_shape") and finding.details.get("changes") == ["input_shape"]:
+        return _drop_last(finding, context)
+    return Proposal(finding, finding.fix)
+
+
+def propose(run: Run, read: Callable[[str], Source | None] = read_source) -> list[Proposal]:
+    """A proposal for each finding, in the findings' order. An edit that another finding's
+    edit already makes is not made twice; one that overlaps it becomes words."""
+    context = Context(run, read)
+    proposals: list[Proposal] = []
+    taken: list[Change] = []
+    for finding in run.findings:
+        proposal = _proposal(finding, context)
+        if proposal.changes:
+            new = [c for c in proposal.changes if c not in taken]
+            if any(_overlap(c, t) for c in new for t in taken):
+                proposal = Proposal(finding, f"{finding.fix} (the edit for an earlier finding changes the same lines)")
+            else:
+                taken.extend(new)
+                proposal = Proposal(finding, proposal.summary, tuple(new), proposal.alters_results)
+        proposals.append(proposal)
+    return proposals
+
+
+def _overlap(a: Change, b: Change) -> bool:
+    """Two changes that cannot both be made: replaced ranges that meet, or an insertion
+    inside a replaced range."""
+    if a.file != b.file or (a.start == a.end and b.start == b.end):
+        return False
+    if a.start == a.end:
+        return b.start < a.start < b.end
+    if b.start == b.end:
+        return a.start < b.start < a.end
+    return a.start < b.end and b.start < a.end
+
+
+def apply_changes(texts: Mapping[str, str], changes: Sequence[Change]) -> dict[str, str]:
+    """The files' new texts, every change applied (bottom first, so line numbers hold)."""
+    patched: dict[str, str] = {}
+    by_file: dict[str, list[Change]] = {}
+    for change in changes:
+        by_file.setdefault(change.file, []).append(change)
+    for file, file_changes in by_file.items():
+        lines = texts[file].splitlines(keepends=True)
+        if lines and not lines[-1].endswith(("\n", "\r")):
+            lines[-1] += "\n"
+        # Inserts at one line keep their order: later first, since each goes in at start.
+        ordered = sorted(enumerate(file_changes), key=lambda p: (p[1].start, p[1].end, p[0]), reverse=True)
+        for _, change in ordered:
+            lines[change.start - 1:change.end - 1] = list(change.lines)
+        patched[file] = "".join(lines)
+    return patched
+
+
+def unified_diff(texts: Mapping[str, str], changes: Sequence[Change], relative_to: str = "") -> str:
+    """The changes as one unified diff (a/ and b/ paths, relative to `relative_to` where
+    the file is inside it), as `git apply` and `patch -p1` read it."""
+    patched = apply_changes(texts, changes)
+    parts = []
+    for file in sorted(patched):
+        name = os.path.relpath(file, relative_to) if relative_to else file
+        if name.startswith(".."):
+            name = file
+        name = name.lstrip("/")
+        parts.extend(difflib.unified_diff(texts[file].splitlines(keepends=True),
+                                          patched[file].splitlines(keepends=True),
+                                          f"a/{name}", f"b/{name}"))
+    return "".join(parts)

@@ -1,0 +1,255 @@
+"""Proving a fix: the script's folder copied (never the user's files), the patch applied
+to the copy, and both the copy as it was and the patched copy run traced under the
+same bound (`lazyviz run --steps N`), so both sides are measured on this machine, now.
+What is compared: executions per step, recompiles after warm-up, graph size per sync,
+step time, the findings, and the script's output (numbers to a tolerance)."""
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.ir import facts
+from lazyviz.analysis.recompiles import WARMUP_STEPS, PendingRecompile
+from lazyviz.analysis.run import Run
+from lazyviz.errors import LazyvizError
+from lazyviz.trace import TraceError
+from lazyviz.trace import open as open_trace
+from lazyviz.trace.model import RunInfo
+
+DEFAULT_STEPS = WARMUP_STEPS + 3  # a few steps past warm-up: recompiles after it show
+MAX_COPY_BYTES = 1 << 30  # a folder bigger than this is not copied: say so instead
+SKIPPED = shutil.ignore_patterns(".git", "__pycache__", "*.trace", "*.trace-wal", "*.trace-shm", "*.trace.out",
+                                 ".venv*", "node_modules", ".mypy_cache", ".pytest_cache", ".ruff_cache")
+# Ops that draw random numbers on the device. Cut into other graphs, they draw other
+# numbers: word_language_model's losses differ with and without mark_step() through its
+# dropout, and agree to the last digit with dropout=0 (measured on torch 2.13's TS backend).
+RANDOM_OPS = re.compile(r"dropout|bernoulli|uniform|normal|rand|multinomial")
+RELATIVE_TOLERANCE = 1e-3  # printed losses of the patched run match when within this
+
+
+@dataclass(frozen=True)
+class Measures:
+    """One run of a side, as the comparison shows it."""
+
+    exit_status: int | None
+    state: str
+    steps: int
+    executions: int
+    misses: int
+    recompiles: int  # cache misses after warm-up
+    max_nodes: int
+    sync_ms: float
+    step_ms: float | None  # median wall time of a step after warm-up
+    in_steps: int  # executions inside the steps (not an evaluation after the last one)
+    random_ops: list[str]  # random ops on the device (dropout): their draws depend on the graphs
+    findings: list[Finding] = field(default_factory=list)
+    output: str = ""
+
+    @property
+    def per_step(self) -> float | None:
+        return self.in_steps / self.steps if self.steps else None
+
+
+def measure(run: Run, output: str) -> Measures:
+    table = run.executions
+    steps = run.steps
+    ends = [table.start_ms[p] + table.sync_ms[p] for p in range(len(table))
+            if table.kind_at(p).cause == "mark_step" and table.step[p] >= WARMUP_STEPS]
+    gaps = [b - a for a, b in itertools.pairwise(ends)]
+    ops = {op for facts_ in map(facts, run.ir_texts.values()) if facts_ is not None for op in facts_.op_counts}
+    return Measures(
+        exit_status=run.info.exit_status, state=run.info.state, steps=steps, executions=len(table),
+        misses=run.summary.misses, in_steps=sum(1 for p in range(len(table)) if table.step[p] < steps),
+        random_ops=sorted(op for op in ops if RANDOM_OPS.search(op)),
+        recompiles=sum(1 for r in run.recompiles if not r.warmup and not isinstance(r, PendingRecompile)),
+        max_nodes=max((table.kind_at(p).nodes for p in range(len(table))), default=0),
+        sync_ms=sum(table.sync_ms), step_ms=statistics.median(gaps) if gaps else None,
+        findings=list(run.findings), output=output,
+    )
+
+
+def finding_key(finding: Finding) -> tuple[str, str]:
+    """What a finding is about, without its line (the patch moves lines)."""
+    details = finding.details
+    about = details.get("op") or details.get("cause") or ",".join(details.get("changes", ()))
+    return finding.kind, str(about)
+
+
+# -- the copy -----------------------------------------------------------------------------
+def copy_root(info: RunInfo, files: list[str]) -> Path:
+    """The folder to copy: the script's, or the one holding it and every patched file."""
+    script = Path(info.cwd, info.script).resolve()
+    folders = [str(script.parent), *(os.path.dirname(f) for f in files)]
+    return Path(os.path.commonpath(folders))
+
+
+def _size(folder: Path, limit: int) -> int:
+    total = 0
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not SKIPPED(root, [d])]
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue
+            if total > limit:
+                return total
+    return total
+
+
+def make_copy(root: Path, into: Path) -> Path:
+    if _size(root, MAX_COPY_BYTES) > MAX_COPY_BYTES:
+        raise LazyvizError(f"{root} holds more than {MAX_COPY_BYTES >> 20} MB: --try copies the script's folder; "
+                           "move the script to a smaller folder, or apply the diff to a copy by hand")
+    copy = into / root.name
+    shutil.copytree(root, copy, symlinks=True, ignore=SKIPPED)
+    return copy
+
+
+def _in_copy(path: Path, root: Path, copy: Path) -> Path:
+    return copy / path.relative_to(root)
+
+
+@dataclass(frozen=True)
+class Side:
+    name: str  # "before" or "after"
+    folder: Path  # the copy
+    trace: Path
+
+
+def run_side(side: Side, info: RunInfo, root: Path, steps: int | None, timeout: float | None) -> Measures:
+    """Run the copy traced as the original ran: the same argv, from the same folder of
+    the copy (or from the original folder when it is outside the copy, with the script
+    taken from the copy)."""
+    cwd = Path(info.cwd)
+    inside = cwd == root or root in cwd.parents
+    run_in = _in_copy(cwd, root, side.folder) if inside else cwd
+    script = str(_in_copy(Path(cwd, info.script).resolve(), root, side.folder))
+    command = [sys.executable, "-m", "lazyviz", "run", "--no-tui", "--backend", info.backend,
+               "--capture", info.capture if info.capture in ("full", "light") else "full", "-o", str(side.trace)]
+    if steps is not None:
+        command += ["--steps", str(steps)]
+    command += ["-m", info.argv[0]] if info.module else [script]
+    command += info.argv[1:]
+    try:
+        done = subprocess.run(command, cwd=run_in, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, check=False)
+    except subprocess.TimeoutExpired:
+        raise LazyvizError(f"the {side.name} run took longer than {timeout:.0f} s: lower --steps") from None
+    try:
+        with open_trace(side.trace) as trace:
+            return measure(Run(trace).analysed(), done.stdout)
+    except TraceError:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise LazyvizError(f"the {side.name} run recorded no trace ({last})") from None
+
+
+# -- comparing -----------------------------------------------------------------------------
+_NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|nan|inf")
+
+
+def compare_output(before: str, after: str, tolerance: float = RELATIVE_TOLERANCE) -> str:
+    """Does the patched run print what the original did? Line by line, the words equal and
+    the numbers within the tolerance; one phrase for the user."""
+    old, new = before.splitlines(), after.splitlines()
+    if not old and not new:
+        return "neither printed anything"
+    for number, (a, b) in enumerate(zip(old, new), 1):
+        if _NUMBER.sub("#", a) != _NUMBER.sub("#", b):
+            return f"differs at line {number}: {a.strip()[:60]!r} -> {b.strip()[:60]!r}"
+        for x, y in zip(_NUMBER.findall(a), _NUMBER.findall(b)):
+            try:
+                same = math.isclose(float(x), float(y), rel_tol=tolerance, abs_tol=1e-6)
+            except ValueError:
+                same = x == y
+            if not same and x != y:
+                return f"differs at line {number}: {x} -> {y} ({a.strip()[:60]!r})"
+    common = min(len(old), len(new))
+    if len(old) != len(new):
+        longer = "the original" if len(old) > len(new) else "the patched copy"
+        return f"the first {common} lines match; {longer} printed {abs(len(old) - len(new))} more"
+    return f"the same ({common} lines, numbers within {tolerance:g})"
+
+
+def _shown(value: float | int | None, unit: str = "", digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}{unit}"
+
+
+def comparison(before: Measures, after: Measures, steps: int, expected: Sequence[str] = ()) -> str:
+    """Before and after side by side; expected: how the edits change the script's results."""
+    rows = [
+        ("exit", before.state, after.state),
+        ("steps", _shown(before.steps), _shown(after.steps)),
+        ("executions", _shown(before.executions), _shown(after.executions)),
+        ("executions per step", _shown(before.per_step, digits=1), _shown(after.per_step, digits=1)),
+        ("cache misses", _shown(before.misses), _shown(after.misses)),
+        ("recompiles after warm-up", _shown(before.recompiles if before.steps else None),
+         _shown(after.recompiles if after.steps else None)),
+        ("largest graph (nodes)", _shown(before.max_nodes), _shown(after.max_nodes)),
+        ("sync time", _shown(before.sync_ms, " ms", 1), _shown(after.sync_ms, " ms", 1)),
+        ("step time (median)", _shown(before.step_ms, " ms", 1), _shown(after.step_ms, " ms", 1)),
+    ]
+    width = max(len(r[0]) for r in rows)
+    left = max(len(r[1]) for r in rows + [("", "before", "")])
+    lines = [f"  {'':{width}}  {'before':>{left}}  after"]
+    lines += [f"  {label:{width}}  {old:>{left}}  {new}" for label, old, new in rows]
+    old_keys = {finding_key(f): f for f in before.findings}
+    new_keys = {finding_key(f): f for f in after.findings}
+    gone = [f for key, f in old_keys.items() if key not in new_keys]
+    appeared = [f for key, f in new_keys.items() if key not in old_keys]
+    kept = [f for key, f in new_keys.items() if key in old_keys]
+    for title, group in (("findings gone", gone), ("findings that appeared", appeared), ("findings left", kept)):
+        if group:
+            lines.append(f"  {title}:")
+            lines += [f"    {f.severity}: {(f.short or f.message)[:150]}"
+                      + (f" [{f.frame.site.rpartition('/')[2]}]" if f.frame else "") for f in group]
+    output = compare_output(before.output, after.output)
+    lines.append(f"  output: {output}")
+    random = sorted({*before.random_ops, *after.random_ops})
+    if output.startswith("differs") and expected:
+        lines += [f"    expected: {why}" for why in expected]
+    elif output.startswith("differs") and random:
+        lines.append(f"    the script draws random numbers on the device ({', '.join(random[:3])}): cut into other "
+                     "graphs they draw other numbers; compare with them off (dropout=0) to check the arithmetic")
+    if before.steps == 0:
+        lines.append("  (the original has no steps for --steps to count: both ran to their end)")
+    return "\n".join(lines)
+
+
+def try_patch(info: RunInfo, patched: Mapping[str, str], steps: int, timeout: float | None,
+              keep: bool = False, expected: Sequence[str] = ()) -> tuple[str, Measures, Measures]:
+    """Copy, patch the copy, run both sides; (the comparison, before, after)."""
+    root = copy_root(info, list(patched))
+    work = Path(tempfile.mkdtemp(prefix="lazyviz-fix-"))
+    try:
+        sides = []
+        for name in ("before", "after"):
+            folder = make_copy(root, work / name)
+            sides.append(Side(name, folder, work / f"{name}.trace"))
+        for file, text in patched.items():
+            target = _in_copy(Path(file), root, sides[1].folder)
+            target.write_bytes(text.encode("utf-8"))
+        before = run_side(sides[0], info, root, steps, timeout)
+        # An original without steps ran to its end: so does the patched copy, for a fair
+        # comparison (the patch gives it steps, which the bound would cut short).
+        after = run_side(sides[1], info, root, steps if before.steps else None, timeout)
+        text = comparison(before, after, steps, expected)
+        if keep:
+            text += f"\n  the copies and their traces: {work}"
+        return text, before, after
+    finally:
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)

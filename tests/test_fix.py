@@ -1,0 +1,216 @@
+"""`lazyviz fix`: the edit for each finding with a mechanical fix, as a diff that applies,
+proved by `--try` on a copy (the user's files untouched), written by `--write` only to
+files unchanged since the trace; and `lazyviz run --steps N`, which bounds those runs.
+Real scripts on torch's lazy backend: samples, pytorch/examples' shapes (tests/programs)."""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, SAMPLES, cli, line_of
+
+import lazyviz
+from lazyviz.fix.trial import compare_output
+
+PROGRAMS = ROOT / "tests" / "programs"
+
+
+def project(tmp_path: Path, *files: Path) -> Path:
+    """The user's project: a folder of their own files."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    for file in files:
+        shutil.copy(file, folder / file.name)
+    return folder
+
+
+def traced(folder: Path, script: str, *args: str) -> Path:
+    trace = folder.parent / f"{script}.trace"
+    result = cli("run", "--no-tui", "-o", trace, script, *args, cwd=folder)
+    assert trace.exists(), result.stderr
+    return trace
+
+
+def hashes(folder: Path) -> dict[str, str]:
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def row(text: str, label: str) -> list[str]:
+    """The before and after cells of one row of --try's table."""
+    line = next(line for line in text.splitlines() if line.strip().startswith(label))
+    return line.strip()[len(label):].split()
+
+
+def applies(diff: str, folder: Path) -> None:
+    """The diff is one `git apply` takes, from the folder the script ran in."""
+    check = subprocess.run(["git", "apply", "--check", "-"], input=diff, text=True, cwd=folder,
+                           capture_output=True)
+    assert check.returncode == 0, check.stderr + diff
+
+
+@pytest.mark.torch
+def test_item_per_step_moves_into_a_step_closure_proved_on_a_copy(tmp_path: Path) -> None:
+    folder = project(tmp_path, SAMPLES / "item_in_loop.py")
+    trace = traced(folder, "item_in_loop.py")
+    before = hashes(folder)
+    result = cli("fix", trace, "--try", cwd=folder)
+    assert result.status == 0, result.stderr
+    printed = line_of(SAMPLES / "item_in_loop.py", "print(f\"step {step}")
+    assert f"@@ -{printed - 3},7 +{printed - 3},7 @@" in result.stdout
+    assert ('+        torch._lazy.add_step_closure(lambda step, loss: print(f"step {step} loss {loss.item():.4f}"), '
+            "args=(step, loss))") in result.stdout
+    applies(result.stdout, folder)
+    assert "edit: move the read at item_in_loop.py" in result.stderr
+    # Measured: the extra execution per step is gone, and the losses print as before.
+    assert row(result.stderr, "executions per step") == ["2.0", "1.0"]
+    assert "findings gone:" in result.stderr and "Tensor.item() forces 1 extra execution" in result.stderr
+    assert "findings that appeared" not in result.stderr
+    assert "output: the same (" in result.stderr
+    assert hashes(folder) == before  # --try never touches the user's files
+
+
+@pytest.mark.torch
+def test_missing_mark_step_goes_at_the_loop_end_and_before_continue(tmp_path: Path) -> None:
+    folder = tmp_path / "project"
+    folder.mkdir()
+    script = folder / "skips.py"
+    script.write_text(
+        "import torch\nimport torch._lazy.ts_backend\n\n"
+        "torch._lazy.ts_backend.init()\n"
+        "torch.manual_seed(0)\n"
+        "weight = torch.randn(8, 8).to('lazy')\n"
+        "state = torch.randn(4, 8).to('lazy')\n"
+        "for step in range(12):\n"
+        "    state = torch.tanh(state @ weight) * 0.5 + state\n"
+        "    if state.abs().max().item() > 1e9:\n"
+        "        continue\n"
+        "    state = state * 0.9\n"
+        "print(f'norm {state.pow(2).sum().item():.4f}')\n")
+    trace = traced(folder, "skips.py")
+    result = cli("fix", trace, "--try", cwd=folder)
+    assert result.status == 0, result.stderr
+    applies(result.stdout, folder)
+    assert "+        torch._lazy.mark_step()\n         continue" in result.stdout
+    assert "     state = state * 0.9\n+    torch._lazy.mark_step()\n print(" in result.stdout
+    # The read in the loop is what grew: its graph is a step's now.
+    assert "and before each `continue`" in result.stderr
+    # The graph no longer piles the loop up, and the result printed is the same.
+    before, after = map(lambda cell: int(cell.replace(",", "")), row(result.stderr, "largest graph (nodes)"))
+    assert after * 4 < before
+    assert "repeats [aten::mm, aten::tanh" in result.stderr.split("findings gone:")[1]
+    assert "output: the same (1 lines" in result.stderr
+
+
+@pytest.mark.torch
+def test_word_language_model_gets_mark_step_after_its_optimizer_update(tmp_path: Path) -> None:
+    from test_real_programs import fake_corpus  # the corpus the real-program tests use
+
+    folder = project(tmp_path, PROGRAMS / "word_lm.py")
+    fake_corpus(folder)
+    trace = traced(folder, "word_lm.py", "--data", ".")
+    result = cli("fix", trace, "--try", cwd=folder)
+    assert result.status == 0, result.stderr
+    applies(result.stdout, folder)
+    # At the end of the batch loop, after the update and the logging, not in the
+    # per-parameter update loop.
+    logged = line_of(PROGRAMS / "word_lm.py", 'print(f"batch {batch}')
+    assert '         print(f"batch {batch}: loss {loss.item():.3f}")\n+        torch._lazy.mark_step()' \
+        in result.stdout
+    assert f"@@ -{logged - 2},6 +{logged - 2},7 @@" in result.stdout  # right after the logging line
+    # Measured: the growth is gone, the graph is a step's, the run has steps now.
+    before, after = (int(c.replace(",", "")) for c in row(result.stderr, "largest graph (nodes)"))
+    assert after * 2 < before
+    assert row(result.stderr, "steps") == ["0", "4"]
+    gone = result.stderr.split("findings gone:")[1].split("findings")[0]
+    assert "grows by about" in gone
+    # Its dropout draws other numbers once the graph is cut: said, not hidden.
+    assert "output: differs" in result.stderr and "aten::native_dropout" in result.stderr
+
+
+@pytest.mark.torch
+def test_short_last_batch_gets_drop_last_on_the_loader_the_loop_reads(tmp_path: Path) -> None:
+    folder = project(tmp_path, PROGRAMS / "mnist_lazy.py")
+    trace = traced(folder, "mnist_lazy.py", "--epochs", "1", "--batch-size", "32")
+    result = cli("fix", trace, "--try", cwd=folder)
+    assert result.status == 0, result.stderr
+    applies(result.stdout, folder)
+    # The training loader (passed to train_epoch as `loader`), not the test loader.
+    assert "+    train = torch.utils.data.DataLoader(random_digits(options.train_size, 1), " \
+           "batch_size=options.batch_size, drop_last=True)" in result.stdout
+    assert "test = torch.utils.data.DataLoader" not in result.stdout.split("+    train")[1].split("\n")[0]
+    # The bound covers the short batch (step 6), and the recompile it caused is gone.
+    old, new = (int(c) for c in row(result.stderr, "recompiles after warm-up"))
+    assert new == old - 1
+    gone = result.stderr.split("findings gone:")[1].split("findings left:")[0]
+    assert "32->8" in gone
+    assert "expected: drop_last=True skips" in result.stderr
+
+
+@pytest.mark.torch
+def test_write_edits_only_files_unchanged_since_the_trace(tmp_path: Path) -> None:
+    folder = project(tmp_path, SAMPLES / "item_in_loop.py")
+    trace = traced(folder, "item_in_loop.py")
+    script = folder / "item_in_loop.py"
+    original = script.read_text()
+    script.write_text(original + "# an edit since the trace\n")
+    edited = script.read_text()
+    refused = cli("fix", trace, "--write", cwd=folder)
+    assert refused.status == 2 and "changed since the trace was recorded" in refused.stderr
+    assert script.read_text() == edited  # nothing written
+    script.write_text(original)
+    diff = cli("fix", trace, cwd=folder).stdout
+    written = cli("fix", trace, "--write", cwd=folder)
+    assert written.status == 0 and f"wrote {script}" in written.stderr
+    assert script.read_text() != original and "add_step_closure" in script.read_text()
+    # What it wrote is the diff it shows: the diff no longer applies forward, it reverses.
+    reverse = subprocess.run(["git", "apply", "--check", "-R", "-"], input=diff, text=True, cwd=folder,
+                             capture_output=True)
+    assert reverse.returncode == 0, reverse.stderr
+    again = cli("fix", trace, "--write", cwd=folder)
+    assert again.status == 2 and "changed since the trace was recorded" in again.stderr
+
+
+@pytest.mark.torch
+def test_fix_on_a_clean_run_proposes_nothing(tmp_path: Path) -> None:
+    folder = project(tmp_path, SAMPLES / "clean_mlp.py")
+    trace = traced(folder, "clean_mlp.py")
+    result = cli("fix", trace, cwd=folder)
+    assert result.status == 0 and result.stdout == ""
+    assert "no findings: nothing to fix" in result.stderr
+
+
+@pytest.mark.torch
+def test_run_steps_ends_the_script_cleanly_after_n_steps(tmp_path: Path) -> None:
+    script = tmp_path / "long_job.py"
+    script.write_text(
+        "import torch\nimport torch._lazy.ts_backend\n\n"
+        "torch._lazy.ts_backend.init()\n"
+        "x = torch.ones(4).to('lazy')\n"
+        "try:\n"
+        "    for step in range(1000):\n"
+        "        x = x * 1.01\n"
+        "        torch._lazy.mark_step()\n"
+        "        print('step', step, flush=True)\n"
+        "finally:\n"
+        "    print('cleaned up')\n")
+    trace = tmp_path / "job.trace"
+    result = cli("run", "--no-tui", "--steps", "3", "-o", trace, script, cwd=tmp_path)
+    assert result.status == 0, result.stderr
+    # Stopped inside the third step's mark_step(): two steps printed, then its finally ran.
+    assert result.stdout == "step 0\nstep 1\ncleaned up\n"
+    assert "stopped after 3 steps, as asked (--steps)" in result.stderr
+    with lazyviz.open(trace) as opened:
+        assert opened.run.steps == 3 and opened.run.stopped_after_steps == 3
+        assert str(script) in opened.run.sources  # for fix --write
+    bad = cli("run", "--no-tui", "--steps", "0", script, cwd=tmp_path)
+    assert bad.status == 2 and "--steps needs at least 1 step" in bad.stderr
+
+
+def test_output_comparison_takes_numbers_to_a_tolerance() -> None:
+    assert compare_output("loss 1.00001\n", "loss 1.00002\n").startswith("the same (1 lines")
+    assert compare_output("loss 1.0\n", "loss 1.1\n") == "differs at line 1: 1.0 -> 1.1 ('loss 1.0')"
+    assert compare_output("a 1\nb 2\n", "a 1\n") == "the first 1 lines match; the original printed 1 more"
+    assert compare_output("step 1\n", "epoch 1\n").startswith("differs at line 1: 'step 1' -> 'epoch 1'")
