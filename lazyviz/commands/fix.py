@@ -103,11 +103,25 @@ class FixCommand:
         edits = sum(p.mechanical for p in proposals)
         say(f"lazyviz: {len(proposals)} finding{'s' if len(proposals) != 1 else ''}, {edits} with an edit below"
             + (f", {len(proposals) - edits} to change by hand" if edits < len(proposals) else ""))
-        for number, proposal in enumerate(proposals, 1):
-            finding = proposal.finding
+        number = 0
+        while number < len(proposals):
+            proposal, finding = proposals[number], proposals[number].finding
+            # Findings an earlier edit fixes, one after another at one site: one line.
+            run_end = number + 1
+            while run_end < len(proposals) and proposal.same_as is not None and \
+                    proposals[run_end].same_as == proposal.same_as and proposals[run_end].finding.frame == finding.frame:
+                run_end += 1
             where = f" [{finding.frame.site.rpartition('/')[2]}]" if finding.frame else ""
-            say(f"  {number}. {finding.severity}: {(finding.short or finding.message)[:160]}{where}")
-            say(f"     {'edit' if proposal.mechanical else 'by hand'}: {proposal.summary}")
+            if run_end - number > 1:
+                say(f"  {number + 1}-{run_end}. {finding.severity}: {run_end - number} more {finding.kind} findings"
+                    f"{where}: the same edit as {proposal.same_as + 1}")
+            elif proposal.same_as is not None:
+                say(f"  {number + 1}. {finding.severity}: {(finding.short or finding.message)[:160]}{where}")
+                say(f"     edit: the same as {proposal.same_as + 1}")
+            else:
+                say(f"  {number + 1}. {finding.severity}: {(finding.short or finding.message)[:160]}{where}")
+                say(f"     {'edit' if proposal.mechanical else 'by hand'}: {proposal.summary}")
+            number = run_end
 
     @staticmethod
     def _write(changes: list[Change], texts: dict[str, str], hashes: dict[str, str]) -> None:

@@ -25,6 +25,7 @@ from lazyviz.analysis.run import Run
 from lazyviz.trace.model import Frame
 
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
+INSTALLED = frozenset({"site-packages", "dist-packages"})  # folders of installed packages: not the user's to edit
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 
 
@@ -46,10 +47,11 @@ class Proposal:
     summary: str  # the edit in one sentence, or what to change by hand
     changes: tuple[Change, ...] = ()
     alters_results: str = ""  # how the edit changes what the script computes, where it does
+    same_as: int | None = None  # the earlier proposal (0-based) whose edit fixes this one too
 
     @property
     def mechanical(self) -> bool:
-        return bool(self.changes)
+        return bool(self.changes) or self.same_as is not None
 
 
 class Source:
@@ -205,9 +207,17 @@ class Context:
         self._sources: dict[str, Source | None] = {}
 
     def source(self, path: str) -> Source | None:
+        """The user's own file at `path`: never an installed package's (torch's clip_grad.py
+        runs the loop of a clip_grad_norm_ finding, but is not the user's to edit)."""
         if path not in self._sources:
-            self._sources[path] = self._read(path) if os.path.isabs(path) else None
+            self._sources[path] = self._read(path) if self._users(path) else None
         return self._sources[path]
+
+    def _users(self, path: str) -> bool:
+        if not os.path.isabs(path) or INSTALLED.intersection(Path(path).parts):
+            return False
+        recorded = self.run.info.sources
+        return path in recorded if recorded else True
 
     def stack(self, finding: Finding) -> list[Frame]:
         """The user frames of the finding's first execution, outermost first."""
@@ -505,15 +515,18 @@ def propose(run: Run, read: Callable[[str], Source | None] = read_source) -> lis
     edit already makes is not made twice; one that overlaps it becomes words."""
     context = Context(run, read)
     proposals: list[Proposal] = []
-    taken: list[Change] = []
+    taken: dict[Change, int] = {}  # change -> the proposal that makes it
     for finding in run.findings:
         proposal = _proposal(finding, context)
         if proposal.changes:
             new = [c for c in proposal.changes if c not in taken]
-            if any(_overlap(c, t) for c in new for t in taken):
+            main = proposal.changes[0]  # the edit itself (the rest: imports, the `continue`s)
+            if main in taken:
+                proposal = Proposal(finding, proposal.summary, (), same_as=taken[main])
+            elif any(_overlap(c, t) for c in new for t in taken):
                 proposal = Proposal(finding, f"{finding.fix} (the edit for an earlier finding changes the same lines)")
             else:
-                taken.extend(new)
+                taken.update(dict.fromkeys(new, len(proposals)))
                 proposal = Proposal(finding, proposal.summary, tuple(new), proposal.alters_results)
         proposals.append(proposal)
     return proposals

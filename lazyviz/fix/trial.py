@@ -79,11 +79,11 @@ def measure(run: Run, output: str) -> Measures:
     )
 
 
-def finding_key(finding: Finding) -> tuple[str, str]:
-    """What a finding is about, without its line (the patch moves lines)."""
+def finding_key(finding: Finding) -> tuple[str, str, str]:
+    """What a finding is about and in which function, without its line (the patch moves lines)."""
     details = finding.details
     about = details.get("op") or details.get("cause") or ",".join(details.get("changes", ()))
-    return finding.kind, str(about)
+    return finding.kind, str(about), finding.frame.function if finding.frame else ""
 
 
 # -- the copy -----------------------------------------------------------------------------
@@ -159,27 +159,61 @@ def run_side(side: Side, info: RunInfo, root: Path, steps: int | None, timeout: 
 _NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|nan|inf")
 
 
+def _label(text: str) -> str:
+    """The word a printed number belongs to: the last one before it ("loss", "ms/batch")."""
+    words = re.findall(r"[A-Za-z_][\w/%]*", text)
+    return words[-1] if words else "#"
+
+
 def compare_output(before: str, after: str, tolerance: float = RELATIVE_TOLERANCE) -> str:
     """Does the patched run print what the original did? Line by line, the words equal and
-    the numbers within the tolerance; one phrase for the user."""
+    the numbers within the tolerance; one phrase for the user, naming what the numbers
+    that differ are printed as (a timing is expected to differ, a loss is not)."""
     old, new = before.splitlines(), after.splitlines()
     if not old and not new:
         return "neither printed anything"
+    total, differing, first = 0, [], ""
     for number, (a, b) in enumerate(zip(old, new), 1):
         if _NUMBER.sub("#", a) != _NUMBER.sub("#", b):
             return f"differs at line {number}: {a.strip()[:60]!r} -> {b.strip()[:60]!r}"
-        for x, y in zip(_NUMBER.findall(a), _NUMBER.findall(b)):
+        for x, y in zip(_NUMBER.finditer(a), _NUMBER.finditer(b)):
+            total += 1
             try:
-                same = math.isclose(float(x), float(y), rel_tol=tolerance, abs_tol=1e-6)
+                same = math.isclose(float(x.group()), float(y.group()), rel_tol=tolerance, abs_tol=1e-6)
             except ValueError:
-                same = x == y
-            if not same and x != y:
-                return f"differs at line {number}: {x} -> {y} ({a.strip()[:60]!r})"
+                same = x.group() == y.group()
+            if not same and x.group() != y.group():
+                label = _label(a[:x.start()])
+                differing.append(label)
+                first = first or f"line {number}: {label} {x.group()} -> {y.group()}"
     common = min(len(old), len(new))
     if len(old) != len(new):
         longer = "the original" if len(old) > len(new) else "the patched copy"
         return f"the first {common} lines match; {longer} printed {abs(len(old) - len(new))} more"
+    if differing:
+        labels = ", ".join(dict.fromkeys(differing))
+        return (f"differs: the words are the same on all {common} lines, {len(differing)} of {total} numbers are "
+                f"not within {tolerance:g} ({labels}); first at {first}")
     return f"the same ({common} lines, numbers within {tolerance:g})"
+
+
+def _by_key(findings: list[Finding]) -> dict[tuple[str, str, str], list[Finding]]:
+    grouped: dict[tuple[str, str, str], list[Finding]] = {}
+    for finding in findings:
+        grouped.setdefault(finding_key(finding), []).append(finding)
+    return grouped
+
+
+def _finding_line(group: list[Finding]) -> str:
+    first = group[0]
+    where = f" [{first.frame.site.rpartition('/')[2]}]" if first.frame else ""
+    more = f" (and {len(group) - 1} more like it)" if len(group) > 1 else ""
+    return f"    {first.severity}: {(first.short or first.message)[:150]}{where}{more}"
+
+
+def _ending(state: str) -> str:
+    """How a side ended, short enough for the table: the error's type, not its message."""
+    return state.split(":")[0] if state.startswith("raised ") else state
 
 
 def _shown(value: float | int | None, unit: str = "", digits: int = 0) -> str:
@@ -191,7 +225,7 @@ def _shown(value: float | int | None, unit: str = "", digits: int = 0) -> str:
 def comparison(before: Measures, after: Measures, steps: int, expected: Sequence[str] = ()) -> str:
     """Before and after side by side; expected: how the edits change the script's results."""
     rows = [
-        ("exit", before.state, after.state),
+        ("exit", _ending(before.state), _ending(after.state)),
         ("steps", _shown(before.steps), _shown(after.steps)),
         ("executions", _shown(before.executions), _shown(after.executions)),
         ("executions per step", _shown(before.per_step, digits=1), _shown(after.per_step, digits=1)),
@@ -206,16 +240,14 @@ def comparison(before: Measures, after: Measures, steps: int, expected: Sequence
     left = max(len(r[1]) for r in rows + [("", "before", "")])
     lines = [f"  {'':{width}}  {'before':>{left}}  after"]
     lines += [f"  {label:{width}}  {old:>{left}}  {new}" for label, old, new in rows]
-    old_keys = {finding_key(f): f for f in before.findings}
-    new_keys = {finding_key(f): f for f in after.findings}
-    gone = [f for key, f in old_keys.items() if key not in new_keys]
-    appeared = [f for key, f in new_keys.items() if key not in old_keys]
-    kept = [f for key, f in new_keys.items() if key in old_keys]
-    for title, group in (("findings gone", gone), ("findings that appeared", appeared), ("findings left", kept)):
-        if group:
+    old_keys, new_keys = _by_key(before.findings), _by_key(after.findings)
+    gone = [group for key, group in old_keys.items() if key not in new_keys]
+    appeared = [group for key, group in new_keys.items() if key not in old_keys]
+    kept = [group for key, group in new_keys.items() if key in old_keys]
+    for title, groups in (("findings gone", gone), ("findings that appeared", appeared), ("findings left", kept)):
+        if groups:
             lines.append(f"  {title}:")
-            lines += [f"    {f.severity}: {(f.short or f.message)[:150]}"
-                      + (f" [{f.frame.site.rpartition('/')[2]}]" if f.frame else "") for f in group]
+            lines += [_finding_line(group) for group in groups]
     output = compare_output(before.output, after.output)
     lines.append(f"  output: {output}")
     random = sorted({*before.random_ops, *after.random_ops})

@@ -352,3 +352,44 @@ def test_a_graph_xla_cannot_compile_is_in_the_trace_with_the_op_the_error_names(
     assert first["kind"] == "failed_execution" and first["details"]["op"] == "xla::custom_call"
     assert first["details"]["used_at"] == f"missing_kernel.py:{line_of(script, 'total = scaled + 1')}"
     assert cli("check", trace).status == 1
+
+
+def test_fix_moves_the_read_into_xm_step_closure_and_proves_it(tmp_path: Path) -> None:
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "item_in_loop.py").write_bytes((XLA_SAMPLES / "item_in_loop.py").read_bytes())
+    trace = tmp_path / "item.trace"
+    assert cli("run", "--no-tui", "-o", trace, "item_in_loop.py", cwd=folder).status == 0
+    result = cli("fix", trace, "--try", cwd=folder)
+    assert result.status == 0, result.stderr
+    assert ('+        xm.add_step_closure(lambda step, loss: print(f"step {step} loss {loss.item():.4f}"), '
+            "args=(step, loss))") in result.stdout
+    cells = next(line for line in result.stderr.splitlines() if "executions per step" in line).split()[-2:]
+    assert cells == ["2.0", "1.0"]
+    assert "output: the same (6 lines" in result.stderr
+
+
+def test_fix_puts_torch_xla_sync_at_the_end_of_the_loop(tmp_path: Path) -> None:
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "grows.py").write_text(
+        "import torch\nimport torch_xla\n\n"
+        "device = torch_xla.device()\n"
+        "torch.manual_seed(0)\n"
+        "model = torch.nn.Linear(16, 16).to(device)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "for step in range(8):\n"
+        "    loss = model(torch.ones(4, 16, device=device)).pow(2).mean()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    optimizer.zero_grad()\n"
+        "    print(f'step {step} loss {loss.item():.4f}')\n")
+    trace = tmp_path / "grows.trace"
+    assert cli("run", "--no-tui", "-o", trace, "grows.py", cwd=folder).status == 0
+    assert report(trace)["findings"][0]["kind"] == "missing_mark_step"
+    result = cli("fix", trace, "--try", cwd=folder)
+    assert result.status == 0, result.stderr
+    assert "     print(f'step {step} loss {loss.item():.4f}')\n+    torch_xla.sync()\n" in result.stdout
+    gone = result.stderr.split("findings gone:")[1]
+    assert "grows by about" in gone
+    assert "output: the same (8 lines" in result.stderr
