@@ -30,6 +30,7 @@ from lazyviz.backends import BACKENDS, BackendError, LazyBackend, get_backend
 from lazyviz.errors import LazyvizError
 from lazyviz.export.notebook import summary_html
 from lazyviz.export.report import json_report
+from lazyviz.fix.proposals import Proposal, propose
 from lazyviz.trace.files import TraceClaim, claim_trace_path, free_trace_path, held_apart, numbered_path
 from lazyviz.trace.reader import Trace
 from lazyviz.trace.writer import TraceWriter
@@ -259,6 +260,11 @@ class Recorder:
     def findings(self) -> list[Finding]:
         """What the run says to fix, worst first (the report's findings)."""
         return self.run.findings
+
+    def fixes(self) -> list[Proposal]:
+        """For each finding, its edit (Proposal.changes, Proposal.diff()) or what to change
+        by hand (Proposal.summary): what `lazyviz fix` prints for this trace."""
+        return propose(self.run)
 
     def _repr_html_(self) -> str:
         if not self._ended:

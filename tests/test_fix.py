@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,12 @@ def test_item_per_step_moves_into_a_step_closure_proved_on_a_copy(tmp_path: Path
     assert "findings that appeared" not in result.stderr
     assert "output: the same (" in result.stderr
     assert hashes(folder) == before  # --try never touches the user's files
+    # The measurement stays with the trace: the HTML report shows the edit and what it did.
+    page = tmp_path / "report.html"
+    assert cli("report", trace, "-o", page).status == 0
+    html = page.read_text()
+    assert "proposed edit: move the read at item_in_loop.py" in html and "+        torch._lazy.add_step_closure" in html
+    assert "executions per step 2.0 -&gt; 1.0" in html and "1 finding gone" in html
 
 
 @pytest.mark.torch
@@ -217,3 +224,36 @@ def test_output_comparison_takes_numbers_to_a_tolerance() -> None:
             "first at line 1: ms 30 -> 9")
     assert compare_output("a 1\nb 2\n", "a 1\n") == "the first 1 lines match; the original printed 1 more"
     assert compare_output("step 1\n", "epoch 1\n").startswith("differs at line 1: 'step 1' -> 'epoch 1'")
+
+
+@pytest.mark.torch
+def test_the_api_hands_out_the_same_edits(tmp_path: Path) -> None:
+    script = tmp_path / "api_loop.py"
+    script.write_text(
+        "import torch\nimport torch._lazy.ts_backend\nimport lazyviz\n\n"
+        "torch._lazy.ts_backend.init()\n"
+        "x = torch.ones(4).to('lazy')\n"
+        "with lazyviz.trace('api.trace') as recording:\n"
+        "    for step in range(6):\n"
+        "        x = x * 1.01\n"
+        "        total = x.sum()\n"
+        "        print(f'step {step} sum {total.item():.3f}')\n"
+        "        print(f'step {step} mean {x.mean().item():.3f}')\n"
+        "        torch._lazy.mark_step()\n"
+        "for proposal in recording.fixes():\n"
+        "    print(proposal.summary)\n"
+        "    print(proposal.diff())\n")
+    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "move the read at api_loop.py:11 into a step closure (torch._lazy.add_step_closure)" in result.stdout
+    assert "+        torch._lazy.add_step_closure(lambda step, total: print(f'step {step} sum {total.item():.3f}'), " \
+           "args=(step, total))" in result.stdout
+    # A read that computes first would run that computation as a graph of its own in the
+    # closure: said in words, not moved.
+    assert "compute x.mean() in the step (assign it to a name before torch._lazy.mark_step())" in result.stdout
+    assert not any(line.startswith("+") and "x.mean()" in line for line in result.stdout.splitlines())
+    # The trace was recorded from Python: `lazyviz fix` prints the diff, --try has no script to re-run.
+    shown = cli("fix", tmp_path / "api.trace", cwd=tmp_path)
+    assert shown.status == 0 and "add_step_closure" in shown.stdout
+    refused = cli("fix", tmp_path / "api.trace", "--try", cwd=tmp_path)
+    assert refused.status == 2 and "no script to re-run" in refused.stderr

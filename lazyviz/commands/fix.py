@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -12,7 +13,8 @@ from pathlib import Path
 from lazyviz.analysis.run import Run
 from lazyviz.commands.base import CliError, open_trace, regular_file, say, step_count
 from lazyviz.fix.proposals import Change, Proposal, apply_changes, propose, unified_diff
-from lazyviz.fix.trial import DEFAULT_STEPS, try_patch
+from lazyviz.fix.trial import DEFAULT_STEPS, trial_record, try_patch
+from lazyviz.trace.files import add_run_fields
 
 
 def _hash(path: str) -> str | None:
@@ -46,9 +48,9 @@ class FixCommand:
         with open_trace(options.trace) as trace:
             run = Run(trace).analysed()
             info = run.info
-            if info.source != "script":
-                raise CliError(f"{options.trace} was recorded from Python ({info.source}), not by `lazyviz run`: "
-                               "fix reads the findings, but cannot re-run it")
+            if options.trial and info.source != "script":
+                raise CliError(f"--try: {options.trace} was recorded from Python ({info.source}), not by "
+                               "`lazyviz run`, so there is no script to re-run; the diff stands without it")
             proposals = propose(run)
         proposals, changed = self._unchanged_files_only(proposals, info.sources)
         self._describe(proposals)
@@ -68,6 +70,11 @@ class FixCommand:
             text, before, after = try_patch(info, apply_changes(texts, changes), options.steps, options.timeout,
                                             options.keep, expected)
             say(text)
+            record = trial_record(before, after, options.steps, [p.summary for p in proposals if p.changes])
+            if info.finished:  # kept with the run: the HTML report and the notebook summary show it
+                problem = add_run_fields(Path(options.trace), {"fix_trial": json.dumps(record)})
+                if problem:
+                    say(f"lazyviz: could not keep the measurement in the trace: {problem}")
             if after.exit_status not in (before.exit_status, None) or (after.exit_status is None):
                 say(f"lazyviz: the patched copy did not end as the original did ({after.state})")
                 return 1

@@ -16,6 +16,8 @@ from lazyviz.analysis.run import Run
 from lazyviz.analysis.summary import chart_scale, step_times
 from lazyviz.export import Renderer, RenderOptions
 from lazyviz.export.graphviz import ExportError, execution_dot, render_svg
+from lazyviz.fix.proposals import Proposal, propose
+from lazyviz.fix.trial import measured_text
 from lazyviz.present import (
     ADDED,
     CARRIED,
@@ -139,9 +141,26 @@ def _diff_block(execution: Execution, executions: list[Execution],
             f"<pre>{chr(10).join(lines)}</pre>"), recompile
 
 
-def _finding_html(finding: Finding, recorded: Run) -> str:
-    """One problem: what, where, the fix, its executions linked; a recompile's every change
-    behind a click."""
+def _edit_html(proposal: Proposal | None, trial: dict, cwd: str) -> str:
+    """The proposed edit (its diff behind a click) and, once `lazyviz fix --try` ran, what it measured."""
+    if proposal is None or not proposal.mechanical:
+        return ""
+    if proposal.same_as is not None:
+        html = f'<br><span class="fix">proposed edit: the same as problem {proposal.same_as + 1}\'s</span>'
+    else:
+        diff = proposal.diff(cwd)
+        html = f'<br><span class="fix">proposed edit: {escape(proposal.summary)}</span>'
+        if diff:
+            html += f"<details><summary>the diff (<code>lazyviz fix</code>)</summary><pre>{escape(diff)}</pre></details>"
+    if trial:
+        html += (f'<br><span class="fix">measured by <code>lazyviz fix --try</code> ({trial.get("steps")} steps, all '
+                 f"edits): {escape(measured_text(trial))}</span>")
+    return html
+
+
+def _finding_html(finding: Finding, recorded: Run, proposal: Proposal | None = None) -> str:
+    """One problem: what, where, the fix (and its edit), its executions linked; a
+    recompile's every change behind a click."""
     links = ", ".join(f'<a href="#e-{i}">{i}</a>' for i in finding.executions[:12])
     more = f" and {len(finding.executions) - 12} more" if len(finding.executions) > 12 else ""
     site = f" at <code>{escape(site_text(finding.frame, recorded.info.cwd))}</code>" if finding.frame else ""
@@ -156,6 +175,7 @@ def _finding_html(finding: Finding, recorded: Run) -> str:
                  + "".join(f"<li>{escape(c.describe())}</li>" for c in origins) + "</ul></details>")
     if finding.fix:
         html += f'<br><span class="fix">fix: {escape(finding.fix)}</span>'
+    html += _edit_html(proposal, recorded.info.fix_trial, recorded.info.cwd)
     if links:
         html += f"<br>executions: {links}{more} · {finding.cost_ms:.1f} ms of sync"
     return html + "</div>"
@@ -182,7 +202,13 @@ def html_report(recorded: Run, draw: bool = True) -> str:
     ]
     if not analysis.findings:
         parts.append(f"<p>none: {CLEAN_RUN}</p>")
-    parts += [_finding_html(f, recorded) for f in analysis.findings]
+    proposals = propose(recorded)
+    edits = sum(p.mechanical for p in proposals)
+    if edits:
+        measured = (f"; measured by <code>lazyviz fix --try</code>: {escape(measured_text(run.fix_trial))}"
+                    if run.fix_trial else "; <code>lazyviz fix --try</code> measures them on a copy")
+        parts.append(f"<p>{edits} of these have a proposed edit (<code>lazyviz fix</code> prints the diff){measured}</p>")
+    parts += [_finding_html(f, recorded, p) for f, p in zip(analysis.findings, proposals or [None] * len(analysis.findings))]
     # The graphs the problems point at (their first execution), drawn and kept in full.
     shown: dict[str, Execution] = {}
     for finding in analysis.findings:

@@ -12,6 +12,8 @@ from lazyviz.analysis.run import Run
 from lazyviz.errors import LazyvizError
 from lazyviz.export import RenderOptions
 from lazyviz.export.graphviz import SvgRenderer
+from lazyviz.fix.proposals import propose
+from lazyviz.fix.trial import measured_text
 from lazyviz.present import CLEAN_RUN, plural, site_text, steps_text
 
 DRAWN_NODES = 120  # a larger graph is drawn collapsed: a notebook output should stay small
@@ -65,6 +67,12 @@ def summary_html(recorded: Run, draw: bool = True) -> str:
         f"<div style='margin-top:.4em'><b>Findings</b></div>{findings}",
         f"<div>{_numbers(recorded)}</div>",
     ]
+    edits = sum(p.mechanical for p in propose(recorded))
+    if edits:
+        measured = (f"; measured: {escape(measured_text(run.fix_trial))}" if run.fix_trial
+                    else "; <code>--try</code> measures them on a copy")
+        parts.append(f"<div style='color:#1a7f37'>{edits} finding{'s have' if edits != 1 else ' has'} a proposed edit: "
+                     f"<code>lazyviz fix {escape(str(recorded.path))}</code>{measured}</div>")
     first = next((r for r in recorded.recompiles if not r.warmup), None)
     if first is not None:
         explained = explain_execution(recorded.executions, recorded.ir_texts, first.execution) or first

@@ -53,6 +53,16 @@ class Proposal:
     def mechanical(self) -> bool:
         return bool(self.changes) or self.same_as is not None
 
+    def diff(self, relative_to: str = "") -> str:
+        """This proposal's edit as a unified diff against the files as they are now."""
+        texts = {}
+        for change in self.changes:
+            try:
+                texts[change.file] = Path(change.file).read_bytes().decode("utf-8")
+            except (OSError, UnicodeDecodeError):
+                return ""
+        return unified_diff(texts, self.changes, relative_to)
+
 
 class Source:
     """One of the user's files: its text, lines and syntax tree."""
@@ -309,6 +319,7 @@ def _insert_at_loop_end(finding: Finding, source: Source, loop: ast.AST, step_ca
                              "work runs as one graph", tuple(changes) + imports)
 
 
+READS = frozenset({"item", "tolist", "cpu", "numpy"})  # calls that read a tensor's values on the host
 _SCOPE_BINDERS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
 
@@ -357,6 +368,16 @@ def _step_closure(finding: Finding, context: Context) -> Proposal:
             or not _alone_on_its_lines(source, statement):
         return Proposal(finding, f"{finding.fix} (the read at {frame.site.rpartition('/')[2]} is not a call "
                                  "statement of its own: move it by hand)")
+    computed = [call for call in ast.walk(statement.value) if isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute) and call.func.attr in READS
+                and not isinstance(call.func.value, (ast.Name, ast.Attribute))]
+    if computed:
+        # In a closure, x.sum().item() would run x.sum() as a graph of its own: no saving.
+        read = ast.get_source_segment(source.text, computed[0].func.value) or "the value"
+        return Proposal(finding, f"compute {read} in the step (assign it to a name before "
+                                 f"{context.run.info.names.get('mark_step', 'mark_step()')}), then read that name in "
+                                 f"{context.run.info.names.get('step_closure', 'a step closure')}: a closure that "
+                                 "computes on the device runs a graph of its own")
     scope = next((node for node in reversed(chain) if isinstance(node, SCOPES)), source.tree)
     # Bound as the closure's arguments: it runs at the step's end, after the loop body
     # may have rebound them.

@@ -261,6 +261,41 @@ def comparison(before: Measures, after: Measures, steps: int, expected: Sequence
     return "\n".join(lines)
 
 
+def trial_record(before: Measures, after: Measures, steps: int, edits: Sequence[str]) -> dict:
+    """What `--try` measured, as the trace keeps it (run field fix_trial) for the HTML
+    report, the notebook summary and the API."""
+    def side(m: Measures) -> dict:
+        return {"state": m.state, "steps": m.steps, "executions": m.executions, "per_step": m.per_step,
+                "misses": m.misses, "recompiles": m.recompiles if m.steps else None, "max_nodes": m.max_nodes,
+                "sync_ms": round(m.sync_ms, 3), "step_ms": None if m.step_ms is None else round(m.step_ms, 3)}
+
+    old, new = _by_key(before.findings), _by_key(after.findings)
+    return {
+        "steps": steps, "edits": list(edits), "before": side(before), "after": side(after),
+        "gone": [group[0].short or group[0].message for key, group in old.items() if key not in new],
+        "appeared": [group[0].short or group[0].message for key, group in new.items() if key not in old],
+        "output": compare_output(before.output, after.output),
+    }
+
+
+def measured_text(trial: Mapping) -> str:
+    """The measurement in one line: "executions per step 2.0 -> 1.0, largest graph ..."."""
+    before, after = trial.get("before", {}), trial.get("after", {})
+    parts = []
+    for key, label, unit in (("per_step", "executions per step", ""), ("recompiles", "recompiles after warm-up", ""),
+                             ("max_nodes", "largest graph", " nodes"), ("sync_ms", "sync time", " ms")):
+        old, new = before.get(key), after.get(key)
+        if isinstance(old, (int, float)) and isinstance(new, (int, float)) and old != new:
+            digits = 1 if isinstance(old, float) or isinstance(new, float) else 0
+            parts.append(f"{label} {old:,.{digits}f} -> {new:,.{digits}f}{unit}")
+        elif key == "per_step" and new is not None and old is None:
+            parts.append(f"steps {before.get('steps', 0)} -> {after.get('steps', 0)}")
+    gone = len(trial.get("gone", []))
+    if gone:
+        parts.append(f"{gone} finding{'s' if gone != 1 else ''} gone")
+    return ", ".join(parts) or "no change measured"
+
+
 def try_patch(info: RunInfo, patched: Mapping[str, str], steps: int, timeout: float | None,
               keep: bool = False, expected: Sequence[str] = ()) -> tuple[str, Measures, Measures]:
     """Copy, patch the copy, run both sides; (the comparison, before, after)."""

@@ -265,6 +265,24 @@ def fold_wal(path: Path) -> None:
         os.close(fd)
 
 
+def add_run_fields(path: Path, fields: dict[str, str]) -> str | None:
+    """Run fields learned after the run (`lazyviz fix --try`'s measurement), written into
+    a finished trace lazyviz made. Best effort: returns the problem, if any."""
+    try:
+        db = sqlite3.connect(path, isolation_level=None, timeout=2.0)
+    except (OSError, sqlite3.Error) as error:
+        return str(error)
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        db.executemany("INSERT OR REPLACE INTO run VALUES (?, ?)", list(fields.items()))
+        db.execute("COMMIT")
+        return None
+    except sqlite3.Error as error:
+        return str(error)
+    finally:
+        db.close()
+
+
 def finish_trace(path: Path, fields: dict[str, str]) -> str | None:
     """After the traced process ended: record what only the parent saw (how it ended)
     where the process could not, and fold the WAL into the file so one self-contained

@@ -116,6 +116,9 @@ class RunInfo:
     device_used: bool = False  # the lazy core's counters moved though no graph ran
     stopped_after_steps: int | None = None  # `lazyviz run --steps N` ended the script after this step
     sources: dict[str, str] = field(default_factory=dict)  # the user's files when the run ended: path -> sha256
+    # `lazyviz fix --try`'s measurement of the proposed edits on this run's script
+    # (lazyviz.fix.trial.trial_record): the edits, the bound, before and after.
+    fix_trial: dict = field(default_factory=dict)
 
     @property
     def script(self) -> str:

@@ -246,7 +246,7 @@ _RUN_FIELDS: dict[str, tuple[type | tuple[type, ...], object]] = {
     "startup_ms": ((int, float, type(None)), None), "tracer_errors": (list, []), "source": (str, "script"),
     "failures": (list, []), "notes": (list, []), "error_frames": (list, []),
     "fallbacks_after_last_execution": (dict, {}), "device_used": (bool, False),
-    "stopped_after_steps": ((int, type(None)), None), "sources": (dict, {}),
+    "stopped_after_steps": ((int, type(None)), None), "sources": (dict, {}), "fix_trial": (dict, {}),
 }
 
 
@@ -422,7 +422,7 @@ class Trace:
             error_frames=[Frame(f[0], f[1], f[2]) for f in get("error_frames") if isinstance(f, list) and len(f) == 3
                           and isinstance(f[0], str) and type(f[1]) is int and isinstance(f[2], str)],
             device_used=get("device_used"), stopped_after_steps=get("stopped_after_steps"),
-            sources={str(k): str(v) for k, v in get("sources").items()},
+            sources={str(k): str(v) for k, v in get("sources").items()}, fix_trial=get("fix_trial"),
             fallbacks_after_last_execution={str(op): n for op, n in get("fallbacks_after_last_execution").items()
                                             if type(n) is int and n > 0},
             failures=[Failure(f["execution"], f["error"]) for f in get("failures")
