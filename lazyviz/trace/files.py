@@ -273,14 +273,18 @@ def add_run_fields(path: Path, fields: dict[str, str]) -> str | None:
     except (OSError, sqlite3.Error) as error:
         return str(error)
     try:
-        db.execute("BEGIN IMMEDIATE")
-        db.executemany("INSERT OR REPLACE INTO run VALUES (?, ?)", list(fields.items()))
-        db.execute("COMMIT")
+        _store_run_fields(db, fields)
         return None
     except sqlite3.Error as error:
         return str(error)
     finally:
         db.close()
+
+
+def _store_run_fields(db: sqlite3.Connection, fields: dict[str, str]) -> None:
+    db.execute("BEGIN IMMEDIATE")
+    db.executemany("INSERT OR REPLACE INTO run VALUES (?, ?)", list(fields.items()))
+    db.execute("COMMIT")
 
 
 def finish_trace(path: Path, fields: dict[str, str]) -> str | None:
@@ -298,9 +302,7 @@ def finish_trace(path: Path, fields: dict[str, str]) -> str | None:
     try:
         ended = db.execute("SELECT 1 FROM run WHERE key = 'exit_status'").fetchone()
         if fields and ended is None:
-            db.execute("BEGIN IMMEDIATE")
-            db.executemany("INSERT OR REPLACE INTO run VALUES (?, ?)", list(fields.items()))
-            db.execute("COMMIT")
+            _store_run_fields(db, fields)
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         db.execute("PRAGMA journal_mode=DELETE")
         return None
