@@ -257,3 +257,21 @@ def test_the_api_hands_out_the_same_edits(tmp_path: Path) -> None:
     assert shown.status == 0 and "add_step_closure" in shown.stdout
     refused = cli("fix", tmp_path / "api.trace", "--try", cwd=tmp_path)
     assert refused.status == 2 and "no script to re-run" in refused.stderr
+
+
+@pytest.mark.torch
+def test_mnist_first_port_gets_mark_step_in_the_training_loop_not_where_it_synced(tmp_path: Path) -> None:
+    # Without mark_step() the training loop's work piles up and runs at the evaluation's
+    # first .item(): the sync is in evaluate(), the loop to cut is train_epoch()'s.
+    folder = project(tmp_path, PROGRAMS / "mnist_lazy.py")
+    trace = traced(folder, "mnist_lazy.py", "--epochs", "1", "--batch-size", "32", "--no-mark-step")
+    result = cli("fix", trace, "--try", cwd=folder)
+    assert result.status == 0, result.stderr
+    applies(result.stdout, folder)
+    logged = line_of(PROGRAMS / "mnist_lazy.py", 'print(f"epoch {epoch} batch')
+    assert f"@@ -{logged - 2},6 +{logged - 2},7 @@" in result.stdout
+    assert result.stdout.count("+        torch._lazy.mark_step()") == 1
+    # Measured: a step per batch (7), about one execution each (batch 0 logs its loss).
+    assert row(result.stderr, "steps") == ["0", "7"]
+    assert float(row(result.stderr, "executions per step")[1]) <= 8 / 7 + 0.01
+    assert "repeats [" in result.stderr.split("findings gone:")[1].split("findings")[0]

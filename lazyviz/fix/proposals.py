@@ -261,7 +261,19 @@ def _nodes_inside(source: Source, loop: ast.AST, built: Counter[str]) -> int:
 
 
 # -- the proposals ----------------------------------------------------------------------
+PARAMETER_LOOPS = frozenset({"parameters", "params", "param_groups", "named_parameters"})
+
+
+def _over_parameters(loop: ast.AST) -> bool:
+    """A loop over the model's parameters (an update, a norm): never the step's loop."""
+    return bool(_loop_reads(loop) & PARAMETER_LOOPS)
+
+
 def _mark_step(finding: Finding, context: Context) -> Proposal:
+    """The loop whose iterations pile up: of the loops that build at least half as many of
+    the graph's nodes as the one that builds most (not one over the parameters), the one
+    around the sync if there is one, else the innermost. Where the IR names no line in a
+    loop, the innermost loop around the sync."""
     names = context.run.info.names
     step_call = STEP_CALLS.get(names.get("mark_step", ""))
     if step_call is None:
@@ -270,33 +282,31 @@ def _mark_step(finding: Finding, context: Context) -> Proposal:
     if not stack:
         return Proposal(finding, f"{finding.fix} (its source is not readable here)")
     built = context.built_at(finding)
-    chosen: tuple[Source, ast.AST] | None = None
-    # The loop around the sync, innermost first, that builds at least half of what the
-    # loops around it build (not the per-parameter loop a norm is read in).
+    building = {where.rpartition(":")[0] for where in built}
+    files = dict.fromkeys([*(frame.file for frame in stack),
+                           *(f for f in context.run.info.sources if os.path.basename(f) in building)])
+    around_sync = {id(loop) for frame in stack if (source := context.source(frame.file))
+                   for loop in _enclosing_loops(source, frame.line)}
+    candidates = []
+    for file in files:
+        source = context.source(file)
+        for loop in _all_loops(source) if source else []:
+            nodes = _nodes_inside(source, loop, built)
+            if nodes and not _over_parameters(loop):
+                candidates.append((nodes, source, loop))
+    if candidates:
+        most = max(nodes for nodes, _, _ in candidates)
+        good = [(source, loop) for nodes, source, loop in candidates if nodes * 2 >= most]
+        # Innermost first: the smallest span (an epoch loop holds the batch loop).
+        good.sort(key=lambda pair: (id(pair[1]) not in around_sync, pair[1].end_lineno - pair[1].lineno))
+        source, loop = good[0]
+        return _insert_at_loop_end(finding, source, loop, step_call)
     for frame in reversed(stack):
         source = context.source(frame.file)
-        loops = _enclosing_loops(source, frame.line) if source else []
+        loops = [loop for loop in _enclosing_loops(source, frame.line) if not _over_parameters(loop)] if source else []
         if source and loops:
-            counts = [_nodes_inside(source, loop, built) for loop in loops]
-            best = max(counts)
-            index = max(i for i, n in enumerate(counts) if n * 2 >= best)
-            chosen = (source, loops[index])
-            break
-    if chosen is None:  # the sync is after the loop: the loop that built most of the graph
-        candidates = []
-        for file in dict.fromkeys(frame.file for frame in stack):
-            source = context.source(file)
-            for loop in _all_loops(source) if source else []:
-                nodes = _nodes_inside(source, loop, built)
-                if nodes:
-                    candidates.append((nodes, loop.lineno, source, loop))
-        if not candidates:
-            return Proposal(finding, f"{finding.fix} (lazyviz cannot tell which loop: the IR names no line "
-                                     "inside one)")
-        _, _, source, loop = max(candidates, key=lambda c: (c[0], c[1]))
-        chosen = (source, loop)
-    source, loop = chosen
-    return _insert_at_loop_end(finding, source, loop, step_call)
+            return _insert_at_loop_end(finding, source, loops[-1], step_call)
+    return Proposal(finding, f"{finding.fix} (lazyviz cannot tell which loop: the IR names no line inside one)")
 
 
 def _insert_at_loop_end(finding: Finding, source: Source, loop: ast.AST, step_call: tuple[str, str]) -> Proposal:
