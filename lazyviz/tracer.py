@@ -160,11 +160,13 @@ class Tracer:
             for site in self.backend.sync_sites():
                 original = getattr(site.owner, site.attribute, None)
                 if original is not None:
-                    ends_step = site.cause == "mark_step"
+                    ends_step = site.cause == "mark_step" and not site.runs_closures and not site.polls_around
                     if site.polls_around:
                         wrapper = self._wrap_poll_point(original)
                     elif site.runs_closures:
-                        wrapper = self._wrap_closure_runner(original)
+                        wrapper = self.backend.wrap_sync_site(original, site.cause, site.label, self._counts,
+                                                              False, runs_closures=True) \
+                            or self._wrap_closure_runner(original)
                     else:
                         wrapper = self.backend.wrap_sync_site(original, site.cause, site.label, self._counts,
                                                               ends_step) \

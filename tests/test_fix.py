@@ -5,6 +5,7 @@ Real scripts on torch's lazy backend: samples, pytorch/examples' shapes (tests/p
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import subprocess
 import sys
@@ -275,3 +276,30 @@ def test_mnist_first_port_gets_mark_step_in_the_training_loop_not_where_it_synce
     assert row(result.stderr, "steps") == ["0", "7"]
     assert float(row(result.stderr, "executions per step")[1]) <= 8 / 7 + 0.01
     assert "repeats [" in result.stderr.split("findings gone:")[1].split("findings")[0]
+
+
+@pytest.mark.torch
+def test_a_read_in_a_step_closure_is_its_own_sync_on_torchs_backend(tmp_path: Path) -> None:
+    # What the closure edit relies on, checked on LTC: a closure that only reads costs no
+    # execution; one that computes first runs a graph of its own, named as such (as on XLA).
+    script = tmp_path / "closures.py"
+    script.write_text(
+        "import torch\nimport torch._lazy.ts_backend\n\n"
+        "torch._lazy.ts_backend.init()\n"
+        "x = torch.ones(4).to('lazy')\n"
+        "for step in range(6):\n"
+        "    x = x * 1.01\n"
+        "    total = x.sum()\n"
+        "    torch._lazy.add_step_closure(lambda t: print(f'read {t.item():.3f}'), args=(total,))\n"
+        "    torch._lazy.add_step_closure(lambda v: print(f'computed {v.mean().item():.3f}'), args=(x,))\n"
+        "    torch._lazy.mark_step()\n")
+    trace = tmp_path / "closures.trace"
+    assert cli("run", "--no-tui", "-o", trace, script).status == 0
+    report = cli("report", trace, "--format", "json")
+    findings = json.loads(report.stdout)["findings"]
+    [finding] = findings
+    assert finding["kind"] == "extra_sync" and finding["site"]["line"] == 10
+    assert finding["message"].startswith("Tensor.item() in a step closure forces 1 extra execution per step in 6 of 6")
+    with lazyviz.open(trace) as opened:
+        assert opened.run.steps == 6  # the closures' graphs end no step
+        assert [e.cause for e in opened.executions()[:2]] == ["mark_step", "item"]

@@ -241,10 +241,11 @@ class TorchScriptBackend(LazyBackend):
         return self._hook.SyncState()  # type: ignore[no-any-return]
 
     def wrap_sync_site(self, original: Callable, cause: str, detail: str, counts: object,
-                       ends_step: bool) -> Callable | None:
+                       ends_step: bool, runs_closures: bool = False) -> Callable | None:
         if self._hook is None:
             return None
-        wrapper = self._hook.wrap_sync_site(original, cause, detail, counts, ends_step, self.empty_sync_ends_step)
+        wrapper = self._hook.wrap_sync_site(original, cause, detail, counts, ends_step, self.empty_sync_ends_step,
+                                            runs_closures)
         return functools.update_wrapper(wrapper, original)  # type: ignore[no-any-return]
 
     def record_repeats(self, counts: object, started: float) -> Callable[[], list[tuple]] | None:
@@ -337,7 +338,10 @@ class TorchScriptBackend(LazyBackend):
         import torch._lazy
 
 
+        # mark_step() runs the step's closures through the module's run_step_closures
+        # (looked up at call time): wrapped, a read inside a closure is its own sync.
         return [SyncSite(torch._lazy, "mark_step", "mark_step", "mark_step()"),
+                SyncSite(torch._lazy, "run_step_closures", "mark_step", "step closures", runs_closures=True),
                 *tensor_sync_sites(), *collective_sites()]
 
     def framework_paths(self) -> list[str]:

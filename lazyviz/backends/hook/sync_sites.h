@@ -13,6 +13,12 @@ namespace {
 // item, and only print is the user's.
 thread_local PyObject* t_cause = nullptr;
 thread_local PyObject* t_detail = nullptr;
+// While a step's closures run (torch._lazy.run_step_closures, wrapped as a SyncSite that
+// runs_closures), the step's cause is suspended: a read inside a closure is its own sync, named "... in a
+// step closure", and never ends a step. t_closures_from: the execution count when the
+// running step's closures began (-1: none), so only the step's own graph makes it a step.
+thread_local bool t_in_closure = false;
+thread_local int64_t t_closures_from = -1;
 
 struct SyncSiteObject {
   PyObject_HEAD
@@ -20,31 +26,57 @@ struct SyncSiteObject {
   PyObject* original;
   PyObject* cause;
   PyObject* detail;
+  PyObject* closure_detail;  // detail + " in a step closure"
   PyObject* counts;  // the tracer's array('q', [executions, steps]): live while it records
   PyObject* dict;    // functools.update_wrapper's __name__, __doc__, __wrapped__...
   bool ends_step;
   bool empty_sync_ends_step;
+  bool runs_closures;  // the step's closure runner, not a sync
 };
+
+// The step's closures, run inside its step-ending call: its cause suspended meanwhile.
+PyObject* RunClosures(SyncSiteObject* site, Repeats* repeats, PyObject* const* args, size_t nargsf,
+                      PyObject* kwnames) {
+  if (t_in_closure || repeats == nullptr || repeats->counts_owner.ptr() != site->counts) {
+    return PyObject_Vectorcall(site->original, args, nargsf, kwnames);
+  }
+  PyObject* cause = t_cause;
+  PyObject* detail = t_detail;
+  t_closures_from = repeats->counts[0];
+  t_cause = t_detail = nullptr;
+  t_in_closure = true;
+  PyObject* result = PyObject_Vectorcall(site->original, args, nargsf, kwnames);
+  t_in_closure = false;
+  t_cause = cause;
+  t_detail = detail;
+  return result;
+}
 
 PyObject* SyncSiteCall(PyObject* callable, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* site = reinterpret_cast<SyncSiteObject*>(callable);
   Repeats* repeats = g_repeats;
+  if (site->runs_closures) return RunClosures(site, repeats, args, nargsf, kwnames);
   // A wrapper of a stopped tracer that someone kept (wrapped again on top of it) only
   // passes the call on, as does one called inside another's call.
   if (t_cause != nullptr || repeats == nullptr || repeats->counts_owner.ptr() != site->counts) {
     return PyObject_Vectorcall(site->original, args, nargsf, kwnames);
   }
+  const bool in_closure = t_in_closure;
   t_cause = site->cause;
-  t_detail = site->detail;
+  t_detail = in_closure ? site->closure_detail : site->detail;
+  if (!in_closure) t_closures_from = -1;
   int64_t executions_before = repeats->counts[0];
   PyObject* result = PyObject_Vectorcall(site->original, args, nargsf, kwnames);
   t_cause = t_detail = nullptr;
-  // A step ends when a step-ending sync returns (the tracer may have stopped inside it).
+  // A step ends when a step-ending sync returns (the tracer may have stopped inside it),
+  // by its own graph: not one its closures ran, nor a read inside a closure.
   repeats = g_repeats;
-  if (result != nullptr && site->ends_step && repeats != nullptr && repeats->counts_owner.ptr() == site->counts &&
-      (site->empty_sync_ends_step || repeats->counts[0] > executions_before)) {
-    ++repeats->counts[1];
+  if (result != nullptr && site->ends_step && !in_closure && repeats != nullptr &&
+      repeats->counts_owner.ptr() == site->counts) {
+    int64_t own_until = t_closures_from >= 0 ? t_closures_from : repeats->counts[0];
+    if (site->empty_sync_ends_step || own_until > executions_before) ++repeats->counts[1];
   }
+  if (!in_closure) t_closures_from = -1;
   return result;
 }
 
@@ -78,6 +110,7 @@ void SyncSiteDealloc(PyObject* self) {
   auto* site = reinterpret_cast<SyncSiteObject*>(self);
   Py_CLEAR(site->cause);
   Py_CLEAR(site->detail);
+  Py_CLEAR(site->closure_detail);
   PyTypeObject* type = Py_TYPE(self);
   type->tp_free(self);
   Py_DECREF(type);
@@ -109,19 +142,21 @@ PyType_Spec g_sync_site_spec = {
     g_sync_site_slots};
 PyTypeObject* g_sync_site_type = nullptr;
 
-// wrap_sync_site(original, cause, detail, counts, ends_step, empty_sync_ends_step)
+// wrap_sync_site(original, cause, detail, counts, ends_step, empty_sync_ends_step, runs_closures)
 py::object wrap_sync_site(py::object original, py::str cause, py::str detail, py::object counts, bool ends_step,
-                          bool empty_sync_ends_step) {
+                          bool empty_sync_ends_step, bool runs_closures) {
   auto* site = PyObject_GC_New(SyncSiteObject, g_sync_site_type);
   if (site == nullptr) throw py::error_already_set();
   site->vectorcall = SyncSiteCall;
   site->original = original.release().ptr();
   site->cause = cause.release().ptr();
+  site->closure_detail = py::str(std::string(detail) + " in a step closure").release().ptr();
   site->detail = detail.release().ptr();
   site->counts = counts.release().ptr();
   site->dict = nullptr;
   site->ends_step = ends_step;
   site->empty_sync_ends_step = empty_sync_ends_step;
+  site->runs_closures = runs_closures;
   PyObject_GC_Track(site);
   return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(site));
 }
@@ -131,7 +166,7 @@ struct SyncState {};
 
 // A hit repeats a row only under the same cause.
 uint64_t WithCause(uint64_t site) {
-  for (PyObject* value : {t_cause, t_detail}) {
+  for (PyObject* value : {t_cause, t_detail}) {  // interned per site: the pointer names the string
     if (value != nullptr && g_repeats->kept.insert(value).second) Py_INCREF(value);
     site = Mix(site, reinterpret_cast<uintptr_t>(value));
   }
