@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from typing import Any
 
 from lazyviz.analysis.run import Run
@@ -64,7 +65,7 @@ def _trace_cell(shell: Any, options: argparse.Namespace, cell: str) -> None:
     from IPython.display import display
 
 
-    number = shell.execution_count  # the cell being run: "In [N]"
+    number = _running_cell_number(shell)
     # A blank first line keeps the cell's own line numbers (line 1 is %%lazyviz).
     source = "\n" + shell.transform_cell(cell)
     filename = shell.compile.cache(source, number, raw_code="\n" + cell)  # named "In [N]" in the trace
@@ -77,6 +78,20 @@ def _trace_cell(shell: Any, options: argparse.Namespace, cell: str) -> None:
     finally:
         if recorder.recorded:  # also when the cell raised: the summary shows what was recorded
             display(recorder)
+
+
+def _running_cell_number(shell: Any) -> int:
+    """The number IPython shows for the cell being run ("In [N]"): the one it compiled the
+    cell under (`%%lazyviz` runs from that code), found up the stack. execution_count is
+    N while the cell runs on IPython 8 and already N+1 on IPython 9."""
+    numbers = getattr(shell.compile, "_filename_map", {})
+    frame = sys._getframe(1)
+    while frame is not None:
+        number = numbers.get(frame.f_code.co_filename)
+        if isinstance(number, int):
+            return number
+        frame = frame.f_back
+    return int(shell.execution_count)
 
 
 def register(shell: Any) -> None:

@@ -80,3 +80,15 @@ def test_the_summary_renders_in_chromium(executed, tmp_path: Path) -> None:
     shot = tmp_path / "summary.png"
     result = chromium(tmp_path, "--window-size=1000,800", f"--screenshot={shot}", page.as_uri())
     assert result.returncode == 0 and shot.stat().st_size > 20_000  # drawn, not a blank page
+
+
+def test_the_traced_cell_is_named_by_the_number_ipython_shows(executed) -> None:
+    # execution_count is already N+1 while cell N runs on IPython 9: the trace must say
+    # In [N] for the %%lazyviz cell's own lines, on IPython 8 and 9 alike.
+    notebook, folder = executed
+    cell = next(c for c in notebook.cells if c.cell_type == "code" and c.source.startswith("%%lazyviz"))
+    with open_trace(folder / "notebook.trace") as trace:
+        first = trace.executions()[0]
+        files = {frame.file for frame in trace.stack(first.stack_id)}
+    assert f"In [{cell.execution_count}]" in files, files
+    assert f"In [{cell.execution_count + 1}]" not in files
