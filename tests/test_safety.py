@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import resource
 import select
 import shutil
@@ -482,6 +483,9 @@ def test_stale_build_lock_is_named_and_cleared(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "lazyviz.backends.ts"], env=env, capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr
+    # Not a terminal: a line when the build starts and one when it is done, no spinner.
+    assert "lazyviz: building the execution hook" in result.stderr and "\r" not in result.stderr
+    assert re.search(r"lazyviz: built the execution hook in \d+ s\n", result.stderr), result.stderr
     assert f"stale build lock left by an interrupted build: {build_dir / 'lock'}" in result.stderr
     assert f"removed an old execution hook build unused for 30 days: {old_build}" in result.stderr
     assert not old_build.exists() and (build_dir / "lazyviz-build.lock").exists()

@@ -13,10 +13,13 @@ import shutil
 import struct
 import subprocess
 import sys
+import threading
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import TextIO
 
 from lazyviz.backends import (
     BackendError,
@@ -355,14 +358,59 @@ class TorchScriptBackend(LazyBackend):
         return {"torch": torch.__version__.split("+")[0]}
 
 
+class _Building:
+    """Says that the hook builds, and when it is built: on a terminal a spinner with the
+    seconds so far (a build takes 25-60 s, silent otherwise), elsewhere a line at each end."""
+
+    FRAMES = "|/-\\"
+
+    def __init__(self, stream: TextIO = sys.stderr) -> None:
+        self.stream = stream
+        self.live = stream.isatty()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._spin, name="lazyviz-build-progress", daemon=True)
+        self.started = time.monotonic()
+
+    def __enter__(self) -> _Building:
+        self._say(f"lazyviz: building the execution hook for this torch (once, about a minute) in {hook_build_dir()}")
+        if self.live:
+            self._thread.start()
+        return self
+
+    def _spin(self) -> None:
+        frame = 0
+        while not self._done.wait(0.25):
+            frame += 1
+            self._write(f"\r  {self.FRAMES[frame % 4]} {time.monotonic() - self.started:.0f} s")
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        self._done.set()
+        if self.live:
+            self._thread.join()
+            self._write("\r\033[K")
+        if kind is None:
+            self._say(f"lazyviz: built the execution hook in {time.monotonic() - self.started:.0f} s")
+
+    def _say(self, text: str) -> None:
+        self._write(text + "\n")
+
+    def _write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
 def prepare() -> None:
     """Before `lazyviz run` starts the script: build the hook if needed, saying so."""
     if hook_is_built():
         return
-    print(f"lazyviz: building the execution hook for this torch (once, about a minute) in {hook_build_dir()}",
-          file=sys.stderr, flush=True)
     try:
-        load_hook()
+        with _Building(), warnings.catch_warnings():
+            # torch's import warnings (no NumPy) are the script's to see, at its start, once.
+            warnings.simplefilter("ignore")
+            load_hook()
     except KeyboardInterrupt:
         raise BackendError("interrupted while building the execution hook; it is built on the next run",
                            130) from None
@@ -371,7 +419,11 @@ def prepare() -> None:
 def build_main() -> int:
     """`python -m lazyviz.backends.ts`: build the hook ahead of time (CI, images)."""
     try:
-        load_hook(verbose=False)
+        if hook_is_built():
+            load_hook()
+        else:
+            with _Building():
+                load_hook()
     except BackendError as error:
         print(f"lazyviz: {error}", file=sys.stderr)
         return 1
