@@ -44,6 +44,20 @@ def steps_text(summary: Summary) -> str:
     return "and no mark_step() (no steps)"
 
 
+def compiles_text(misses: int, after_warmup: int) -> str:
+    """"4 compiles (cache misses), 2 of them the usual warm-up": which misses to worry
+    about, in words a newcomer reads (a site's first graph and the warm-up steps' are
+    expected; the rest are recompiles)."""
+    expected = misses - after_warmup
+    text = f"{plural(misses, 'compile')} (cache {'miss' if misses == 1 else 'misses'})"
+    if not misses:
+        return text
+    if expected == misses:
+        return text + (", the usual warm-up" if misses == 1 else f", {'both' if misses == 2 else 'all'} the usual "
+                                                                 "warm-up")
+    return text + f", {expected} of them the usual warm-up" if expected else text + ", none of them warm-up"
+
+
 def site_text(frame: Frame | None, cwd: str | None = None, width: int = 0) -> str:
     """file:line relative to the run's folder; width: when longer than this, the file's
     base name (width=1: always)."""

@@ -42,7 +42,7 @@ def test_a_suite_of_recompiles_is_one_line_with_its_count(suite_trace: Path) -> 
     assert findings.count("fix:") == 1  # said once for the group
     assert len(report.stdout.splitlines()) < 24  # one screen
     # Findings come before the run's figures.
-    assert report.stdout.index("findings:") < report.stdout.index("executions in")
+    assert report.stdout.index("findings:") < report.stdout.index("graph executions in")
 
 
 def test_all_shows_every_finding(suite_trace: Path) -> None:
@@ -73,7 +73,7 @@ def test_colour_only_on_a_terminal(suite_trace: Path, monkeypatch: pytest.Monkey
 @pytest.mark.torch
 def test_no_step_run_reads_as_such(sample_trace) -> None:
     text = cli("report", sample_trace("missing_mark_step")).stdout
-    assert "1 execution and no mark_step() (no steps)" in text and "per step)" not in text
+    assert "1 graph execution and no mark_step() (no steps)" in text and "per step)" not in text
 
 
 def test_a_summary_on_a_terminal_wraps_between_words_with_a_hanging_indent() -> None:

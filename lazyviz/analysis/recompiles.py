@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -350,3 +350,8 @@ def explain_execution(
     if not any(e.graph != target.graph for e in compiled):
         return None
     return _explain(target, compiled, ir_texts, target.step < warmup_steps)
+
+
+def recompiles_after_warmup(recompiles: Iterable[Recompile | PendingRecompile]) -> int:
+    """Cache misses that are not a site's first graph nor in the warm-up steps."""
+    return sum(1 for recompile in recompiles if not recompile.warmup)

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from html import escape
 
-from lazyviz.analysis.recompiles import explain_execution
+from lazyviz.analysis.recompiles import explain_execution, recompiles_after_warmup
 from lazyviz.analysis.run import Run
 from lazyviz.errors import LazyvizError
 from lazyviz.export import RenderOptions
 from lazyviz.export.graphviz import SvgRenderer
 from lazyviz.fix.proposals import propose
 from lazyviz.fix.trial import measured_text
-from lazyviz.present import CLEAN_RUN, plural, site_text, steps_text
+from lazyviz.present import CLEAN_RUN, compiles_text, plural, site_text, steps_text
 
 DRAWN_NODES = 120  # a larger graph is drawn collapsed: a notebook output should stay small
 COLOURS = {"error": "#c00", "warning": "#9a6700", "info": "#0969da"}
@@ -37,8 +37,9 @@ def _numbers(recorded: Run) -> str:
     summary = recorded.summary
     steps = steps_text(summary)
     fallbacks = ", ".join(f"{escape(op)} x{n}" for op, n in summary.fallbacks.items()) or "none"
+    compiles = compiles_text(summary.misses, recompiles_after_warmup(recorded.recompiles))
     return (f"{plural(summary.executions, 'execution')} {steps} · {plural(summary.graphs, 'distinct graph')} · "
-            f"{plural(summary.misses, 'cache miss')} · fallbacks: {fallbacks}")
+            f"{compiles} · fallbacks: {fallbacks}")
 
 
 def _drawing(recorded: Run, index: int) -> str:

@@ -13,11 +13,20 @@ from typing import TextIO
 from lazyviz.analysis.findings import ROOT_KINDS, SEVERITIES, Finding
 from lazyviz.analysis.ir import parse_location
 from lazyviz.analysis.ranks import Divergence
-from lazyviz.analysis.recompiles import PendingRecompile, Recompile
+from lazyviz.analysis.recompiles import PendingRecompile, Recompile, recompiles_after_warmup
 from lazyviz.analysis.run import Run
 from lazyviz.analysis.summary import graph_stats
 from lazyviz.export import Renderer, RenderOptions
-from lazyviz.present import CLEAN_RUN, KIND_LABELS, divergence_text, plural, short_path, site_text, steps_text
+from lazyviz.present import (
+    CLEAN_RUN,
+    KIND_LABELS,
+    compiles_text,
+    divergence_text,
+    plural,
+    short_path,
+    site_text,
+    steps_text,
+)
 from lazyviz.trace.model import Execution
 from lazyviz.trace.table import ExecutionTable
 
@@ -255,10 +264,10 @@ def text_report(recorded: Run, all_findings: bool = False) -> str:
                      + (f"; {plural(fallbacks, 'fallback')}" if fallbacks else ""))
     else:
         lines.append(
-            f"  {plural(summary.executions, 'execution')} {steps_text(summary)}, {plural(summary.graphs, 'distinct graph')}, "
-            f"{plural(summary.misses, 'cache miss')}, sync {summary.sync_ms:.1f} ms, "
-            f"tracing between graphs {summary.trace_ms:.1f} ms"
-            + (f", start-up before the first graph {run.startup_ms:.0f} ms" if run.startup_ms is not None else "")
+            f"  {plural(summary.executions, 'graph execution')} {steps_text(summary)}; "
+            f"{compiles_text(summary.misses, recompiles_after_warmup(analysis.recompiles))}; "
+            f"{summary.sync_ms:.1f} ms running graphs (sync), {summary.trace_ms:.1f} ms in Python building them"
+            + (f"; start-up before the first graph {run.startup_ms:.0f} ms" if run.startup_ms is not None else "")
         )
     causes = ", ".join(f"{cause} {n}" for cause, n in summary.causes.items())
     if causes:

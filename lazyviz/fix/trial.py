@@ -20,7 +20,7 @@ from pathlib import Path
 
 from lazyviz.analysis.findings import Finding
 from lazyviz.analysis.ir import facts
-from lazyviz.analysis.recompiles import WARMUP_STEPS, PendingRecompile
+from lazyviz.analysis.recompiles import WARMUP_STEPS, recompiles_after_warmup
 from lazyviz.analysis.run import Run
 from lazyviz.errors import LazyvizError
 from lazyviz.trace import TraceError
@@ -72,7 +72,7 @@ def measure(run: Run, output: str) -> Measures:
         exit_status=run.info.exit_status, state=run.info.state, steps=steps, executions=len(table),
         misses=run.summary.misses, in_steps=sum(1 for p in range(len(table)) if table.step[p] < steps),
         random_ops=sorted(op for op in ops if RANDOM_OPS.search(op)),
-        recompiles=sum(1 for r in run.recompiles if not r.warmup and not isinstance(r, PendingRecompile)),
+        recompiles=recompiles_after_warmup(run.recompiles),
         max_nodes=max((table.kind_at(p).nodes for p in range(len(table))), default=0),
         sync_ms=sum(table.sync_ms), step_ms=statistics.median(gaps) if gaps else None,
         findings=list(run.findings), output=output,
