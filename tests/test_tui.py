@@ -403,3 +403,28 @@ async def test_a_live_run_moves_to_its_worst_finding_when_it_ends(tmp_path: Path
             assert "pad or bucket batches" in str(fix.render())
     finally:
         process.wait(timeout=120)
+
+
+async def test_the_stack_tab_opens_on_the_users_line_centred(tmp_path: Path) -> None:
+    # 27 frames of stack come first: the source line that synced would be below the pane.
+    script = tmp_path / "deep.py"
+    script.write_text("import torch\nimport torch._lazy.ts_backend\n\ntorch._lazy.ts_backend.init()\n\n\n"
+                      "def deeper(n, x):\n    if n == 0:\n        return x.sum().item()\n    return deeper(n - 1, x)\n\n\n"
+                      "deeper(25, torch.ones(3).to('lazy') * 2)\n")
+    trace = tmp_path / "deep.trace"
+    subprocess.run([sys.executable, "-m", "lazyviz", "run", "--no-tui", "-o", str(trace), str(script)],
+                   capture_output=True, check=True, timeout=600)
+    app = build_app(trace)
+    async with app.run_test(size=(100, 30)) as pilot:
+        table = app.query_one(ExecutionList)
+        await wait_for(pilot, lambda: len(table.rows) == 1)
+        await pilot.press("home")
+        stack = app.query_one("#stack-view", CodeView)
+        await wait_for(pilot, lambda: "deeper" in stack.text)
+        await pilot.press("4")  # the Stack tab
+        await pilot.pause()
+        marked = next(i for i, line in enumerate(stack.lines) if line.lstrip().startswith("9 >"))
+        assert marked > stack.size.height  # it would be out of sight from the top
+        top, height = stack.scroll_offset.y, stack.size.height
+        # Centred, as far as the end of the text allows.
+        assert top <= marked < top + height and top == min(marked - height // 2, stack.max_scroll_y)

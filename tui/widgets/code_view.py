@@ -39,6 +39,9 @@ _DIFF_RULES = [
     (re.compile(r"^~ .*"), Style(color="yellow")),
     (re.compile(r"^#.*"), Style(color="bright_white", bold=True)),
 ]
+# The line a view opens centred on: the stack's marked source line (the user's line that
+# synced), which a long stack would otherwise push below the pane.
+FOCUS = {"stack": re.compile(r"^ *\d+ > ")}
 RULES = {"ir": _IR_RULES, "torchscript": _TORCHSCRIPT_RULES, "stack": _STACK_RULES, "diff": _DIFF_RULES,
          "plain": []}
 
@@ -55,6 +58,7 @@ class CodeView(ScrollView, can_focus=True):
         self.lines: list[str] = [placeholder] if placeholder else []
         self._width = max((len(line) for line in self.lines), default=0)
         self._highlight = lru_cache(maxsize=2048)(self._highlight_line)
+        self.focus_line: int | None = None  # the line kept centred (FOCUS), if any
 
     def set_text(self, text: str, language: str | None = None) -> None:
         if language is not None:
@@ -63,8 +67,21 @@ class CodeView(ScrollView, can_focus=True):
         self._width = max(len(line) for line in self.lines)
         self._highlight.cache_clear()
         self.virtual_size = Size(self._width + 1, len(self.lines))
-        self.scroll_home(animate=False)
+        pattern = FOCUS.get(self.language)
+        self.focus_line = next((i for i, line in enumerate(self.lines) if pattern.match(line)), None) if pattern else None
+        self._centre()
         self.refresh()
+
+    def _centre(self) -> None:
+        """The focus line in the middle of the pane (the top, when there is no focus line)."""
+        if self.focus_line is None:
+            self.scroll_home(animate=False)
+        else:
+            self.scroll_to(0, max(0, self.focus_line - self.size.height // 2), animate=False, immediate=True)
+
+    def on_resize(self) -> None:
+        if self.focus_line is not None:  # shown at last (a hidden tab has no height), or resized
+            self._centre()
 
     @property
     def text(self) -> str:
