@@ -177,6 +177,24 @@ def test_a_big_trace_shows_all_its_rows_before_it_is_analysed(tmp_path: Path, mo
     assert updates[-1].analysed is not None and updates[-1].analysed.summary.executions == 1050
 
 
+def test_a_trace_with_much_ir_shows_quick_findings_first_then_all(sample_trace, monkeypatch) -> None:
+    # A word LM's 68 MB of IR take 4 s to analyse; what needs no graph parsed in full
+    # (fallbacks, extra syncs, a growing graph) goes out first, the rest right after.
+    import lazyviz.tui.watcher
+
+    monkeypatch.setattr(lazyviz.tui.watcher, "QUICK_FIRST_IR_BYTES", 0)  # the samples' IR is small
+    watcher = lazyviz.tui.watcher.TraceWatcher(sample_trace("batch_size_change"))
+    analysed = []
+    while not analysed or not analysed[-1].analysis.complete:
+        update = watcher.poll()
+        if update.analysed is not None:
+            analysed.append(update.analysed)
+    quick, whole = analysed
+    assert not quick.analysis.complete and quick.analysis.recompiles == []
+    assert [f.kind for f in whole.findings] == ["recompile"] and quick.findings == []
+    assert whole.summary == quick.summary
+
+
 async def test_a_sorted_table_puts_rows_that_arrive_in_their_place(tmp_path: Path) -> None:
     from lazyviz.trace.synthetic import execution
     from lazyviz.trace.writer import TraceWriter

@@ -214,13 +214,15 @@ class LazyvizApp(App[str | None]):
             self.count = update.count
             self.query_one(ExecutionList).show_rows(table, update.count)
         if update.analysed is not None:
-            self.latest = update.analysed
-            self.analysed = update.analysed.summary.executions
+            complete = update.analysed.analysis.complete
+            if complete:  # a quick pass knows no recompile: the rows' why waits for the whole one
+                self.latest = update.analysed
+                self.analysed = update.analysed.summary.executions
             cwd = self.run_info.cwd if self.run_info else ""
             finished = bool(self.run_info and self.run_info.finished)
             self.query_one(FindingsView).show(update.analysed.findings, cwd)
             strip = self.query_one(FindingsStrip)
-            strip.show(update.analysed.findings, cwd, finished)
+            strip.show(update.analysed.findings, cwd, finished, complete)
             self._show_fix(strip.highlighted)
             self.query_one(StepChart).show(update.steps or StepTimes())
             self.query_one(ExecutionList).refresh()  # the why column

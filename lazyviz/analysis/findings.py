@@ -83,6 +83,7 @@ class RunFacts:
     ir_texts: Mapping[str, str]
     names: Mapping[str, str]  # the backend's names for the calls fixes mention (RunInfo.names)
     run: RunInfo | None = None  # how it ended: failed executions, the exception it raised
+    quick: bool = False  # skip what parses every graph's IR (an unrolled loop's repeated block)
 
 
 # The finders, one line each: a new kind of finding is a function and a line here.
@@ -93,7 +94,7 @@ FINDERS: tuple[Callable[[RunFacts], list[Finding]], ...] = (
     lambda facts: extra_sync_findings(facts.executions, facts.steps, facts.names),
     lambda facts: fallback_findings(facts.executions, facts.steps,
                                     facts.run.fallbacks_after_last_execution if facts.run else {}),
-    lambda facts: missing_mark_step_findings(facts.executions, facts.ir_texts, facts.names),
+    lambda facts: missing_mark_step_findings(facts.executions, facts.ir_texts, facts.names, facts.quick),
 )
 
 
@@ -139,21 +140,25 @@ def crash_findings(run: RunInfo, executions: Sequence[Execution], ir_texts: Mapp
 
 
 def missing_mark_step_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str],
-                               names: Mapping[str, str] = TS_NAMES) -> list[Finding]:
+                               names: Mapping[str, str] = TS_NAMES, quick: bool = False) -> list[Finding]:
     """Both forms of a loop without mark_step(): a graph that grows at every sync of one
-    site, and a loop unrolled into one graph (report and check ask the same question)."""
-    return growing_site_findings(executions, names, ir_texts) + \
-        growth_findings(executions, ir_texts, names, skip=growing_graphs(executions))
+    site, and a loop unrolled into one graph (report and check ask the same question).
+    quick: the first form only (the second searches every graph's ops)."""
+    growing = growing_site_findings(executions, names, ir_texts)
+    if quick:
+        return growing
+    return growing + growth_findings(executions, ir_texts, names, skip=growing_graphs(executions))
 
 
 def find_all(
     executions: Sequence[Execution], steps: int, recompiles: list[Recompile | PendingRecompile],
     ir_texts: Mapping[str, str], names: Mapping[str, str] = TS_NAMES, run: RunInfo | None = None,
+    quick: bool = False,
 ) -> list[Finding]:
     """Every finding, root causes first: by severity, then a missing mark_step() before
     the rest (it multiplies what every other sync costs), then by the time it cost."""
     table = ExecutionTable.of(executions)
-    facts = RunFacts(table, steps, recompiles, ir_texts, names, run)
+    facts = RunFacts(table, steps, recompiles, ir_texts, names, run, quick)
     findings = [replace(finding, cost_ms=table.sum_at(table.sync_ms, finding.executions))
                 for finder in FINDERS for finding in finder(facts)]
     findings = _blame_uncut_graph(findings, table, steps)

@@ -62,8 +62,11 @@ class Run:
     def analysis(self) -> Analysis:
         return analyze(self.info, self.executions, self.ir_texts)
 
-    def analysed(self) -> Run:
-        """This run with its analysis computed now (a live view does it off the UI's thread)."""
+    def analysed(self, quick: bool = False) -> Run:
+        """This run with its analysis computed now (a live view does it off the UI's
+        thread); quick: the quick pass only (Analysis.complete is False)."""
+        if quick and "analysis" not in self.__dict__:
+            self.__dict__["analysis"] = analyze(self.info, self.executions, self.ir_texts, quick=True)
         _ = self.analysis
         return self
 

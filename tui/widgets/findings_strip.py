@@ -12,6 +12,7 @@ from lazyviz.present import CLEAN_RUN, KIND_LABELS, finding_headline
 from lazyviz.tui.theme import HIT_COLOR, KIND, MUTED_COLOR, SEVERITY
 
 MARKS = {"error": "✖", "warning": "▲", "info": "•"}
+STILL_LOOKING = "… still looking for recompiles and loops unrolled into one graph"
 
 
 class FindingsStrip(OptionList):
@@ -32,22 +33,26 @@ class FindingsStrip(OptionList):
         self.findings: list[Finding] = []
         self._shown: list[tuple[str, str]] = []
         self._width = 0
-        self._args: tuple[list[Finding], str, bool] | None = None
+        self._args: tuple[list[Finding], str, bool, bool] | None = None
 
     def on_resize(self) -> None:
         if self._args is not None:
             self.show(*self._args)
 
-    def show(self, findings: list[Finding], cwd: str = "", finished: bool = False) -> None:
-        """Replace the lines, keeping the highlighted one where it was."""
+    def show(self, findings: list[Finding], cwd: str = "", finished: bool = False, complete: bool = True) -> None:
+        """Replace the lines, keeping the highlighted one where it was. complete: False
+        for a quick pass's findings, the rest still to come (said on a last line)."""
         width = (self.scrollable_content_region.width or self.app.size.width) - 4
-        lines = [(f.kind, finding_headline(f, cwd)) for f in findings]
+        lines = [(f.kind, finding_headline(f, cwd)) for f in findings] + ([] if complete else [("", "…")])
         if lines == self._shown and findings and width == self._width:
             self.findings = findings
             return
         highlighted = self.highlighted
         self.findings, self._shown, self._width = findings, lines, width
-        self._args = (findings, cwd, finished)
+        self._args = (findings, cwd, finished, complete)
+        if not complete and not findings:
+            self.set_options([Option(Text(STILL_LOOKING, MUTED_COLOR), disabled=True)])
+            return
         if not findings:
             clean = f"clean: {CLEAN_RUN}" if finished else "no problems so far"
             line = Text("✓ " + clean, HIT_COLOR, no_wrap=True, end="")
@@ -64,6 +69,8 @@ class FindingsStrip(OptionList):
             line.append(f"  {headline}")
             line.truncate(max(10, width), overflow="ellipsis")  # one line each: the option list would wrap
             options.append(Option(line))
+        if not complete:
+            options.append(Option(Text(STILL_LOOKING, MUTED_COLOR, no_wrap=True, overflow="ellipsis"), disabled=True))
         self.set_options(options)
         if highlighted is not None and highlighted < len(options):
             self.highlighted = highlighted
