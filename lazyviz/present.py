@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from lazyviz.analysis.diff import GraphDiff
-from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.findings import ROOT_KINDS, SEVERITIES, Finding
 from lazyviz.analysis.ranks import Divergence
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
 from lazyviz.analysis.summary import Summary
@@ -175,3 +175,17 @@ def readable_backend(text: str) -> str:
     """TorchScript without its [source=...] attributes: they name the sync that lowered
     the graph, the same line on every node."""
     return _SOURCE.sub("", text)
+
+
+def finding_groups(findings: list[Finding]) -> list[list[Finding]]:
+    """Findings of one kind at one site (the same op, the same kinds of change) together:
+    a suite with a recompile in each of 1,800 tests is one line with its count. In the
+    findings' own order (find_all's: severity, root causes, then time cost)."""
+    groups: dict[tuple, list[Finding]] = {}
+    for finding in findings:
+        key = (finding.kind, finding.frame.site if finding.frame else "?", finding.details.get("op", ""),
+               tuple(finding.details.get("changes", ())))
+        groups.setdefault(key, []).append(finding)
+    return sorted(groups.values(), key=lambda g: (min(SEVERITIES.index(f.severity) for f in g),
+                                                  all(f.kind not in ROOT_KINDS for f in g),
+                                                  -sum(f.cost_ms for f in g)))

@@ -160,6 +160,22 @@ def test_word_language_model_without_mark_step(word_lm) -> None:
     assert check.status == 1 and "missing mark_step()" in check.stdout and "cache miss rate" in check.stdout
 
 
+def test_word_language_model_html_report_stays_small(word_lm, tmp_path: Path) -> None:
+    # Graphs of ~2,000 nodes: their IR, backend text and diff are cut on the page, each
+    # saying which command prints it whole (pytorch/examples' own word LM made 7.5 MB).
+    trace = word_lm[0]
+    page = tmp_path / "report.html"
+    assert cli("report", trace, "-o", page).status == 0
+    html = page.read_text()
+    assert len(html.encode()) < 2 << 20
+    assert "more lines: lazyviz export TRACE --execution" in html and "unchanged nodes</span>" in html
+    import re
+
+    from lazyviz.export.html import PAGE_MAX_LINES
+    longest = max(block.count("\n") for block in re.findall(r"<pre>(.*?)</pre>", html, flags=re.S))
+    assert longest <= PAGE_MAX_LINES + 1
+
+
 async def test_word_language_model_first_screen_names_the_root_cause_and_its_fix(word_lm) -> None:
     from lazyviz.tui.app import build_app
     from lazyviz.tui.widgets.findings_strip import FindingsStrip

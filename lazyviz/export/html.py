@@ -25,6 +25,7 @@ from lazyviz.present import (
     KIND_LABELS,
     ORIGIN,
     diff_marks,
+    finding_groups,
     readable_backend,
     readable_ir,
     site_text,
@@ -36,6 +37,9 @@ MAX_DRAWN = 8  # graphs the problems point at, drawn with Graphviz; the rest say
 # Boxes per drawing on the page (`lazyviz export` draws up to 300): dot's time grows
 # faster than the boxes, and eight 300-box drawings took 5.5 s of a 6.4 s page.
 PAGE_MAX_NODES = 120
+# Lines of a graph's IR, backend text or diff on the page: the whole text is one command away.
+PAGE_MAX_LINES = 300
+DIFF_CONTEXT = 3  # unchanged nodes shown around each changed one in a long diff
 
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
@@ -47,7 +51,7 @@ th{cursor:pointer;background:#f0f0f0;position:sticky;top:0}td.num{text-align:rig
 tr.miss td.cache{color:#c00;font-weight:bold}tr.cause-other td.cause,tr.cause-item td.cause,tr.cause-print td.cause,
 tr.cause-cpu td.cause,tr.cause-tolist td.cause,tr.cause-bool td.cause{color:#9a6700;font-weight:bold}
 tr.cause-fallback td.cause{color:#8250df;font-weight:bold}.scroll{max-height:28em;overflow:auto}
-.changed{background:#ffe0e0}.carried{background:#fff6d6}.added{background:#dcffe4}.removed{background:#ffe0e0}
+.same{color:#888;font-style:italic}.changed{background:#ffe0e0}.carried{background:#fff6d6}.added{background:#dcffe4}.removed{background:#ffe0e0}
 #filter{margin:.4em 0;width:24em}.finding{margin:.6em 0;padding:.4em .6em;border-left:4px solid #d4a72c;background:#fffbea}
 .op code{color:#8250df;font-weight:bold}td.why{color:#555}tr.cause-fallback td.why{color:#8250df}tr.miss td.why{color:#c00}
 .drawing{overflow:auto;cursor:zoom-in}.drawing svg{max-width:100%;height:auto}.drawing.zoom svg{max-width:none}
@@ -122,6 +126,15 @@ def _drawing(graph: Graph, execution: Execution, explained: Recompile | None) ->
     return f'<div class="drawing" title="click to zoom">{svg[svg.find("<svg"):]}</div>'
 
 
+def _capped(text: str, execution: Execution, what: str) -> str:
+    """At most PAGE_MAX_LINES lines of a graph's text, escaped, then where the rest is."""
+    lines = text.splitlines()
+    if len(lines) <= PAGE_MAX_LINES:
+        return escape(text)
+    return (escape("\n".join(lines[:PAGE_MAX_LINES])) + f"\n… {len(lines) - PAGE_MAX_LINES:,} more lines: "
+            f"lazyviz export TRACE --execution {execution.index} --format {what}")
+
+
 def _diff_block(execution: Execution, executions: list[Execution],
                 ir_texts: dict[str, str]) -> tuple[str, Recompile | None]:
     recompile = explain_execution(executions, ir_texts, execution.index)
@@ -129,12 +142,24 @@ def _diff_block(execution: Execution, executions: list[Execution],
         return "<p>first graph of its kind: nothing to compare with</p>", None
     css = {ORIGIN: "changed", CARRIED: "carried", ADDED: "added"}
     marks = {node: css[mark] for node, mark in diff_marks(recompile.diff).items()}
-    lines = []
     graph = parsed(ir_texts.get(execution.graph, ""))
     raw = ir_texts.get(execution.graph, "").splitlines()
-    for node in graph.nodes if graph else []:
+    nodes = graph.nodes if graph else []
+    # The changed nodes with a few lines around them; long unchanged runs in one line each
+    # (a word LM's 4,000-node graphs made 340 KB per diff, 7 MB per page).
+    near = {i + d for i, node in enumerate(nodes) if node.id in marks for d in range(-DIFF_CONTEXT, DIFF_CONTEXT + 1)}
+    lines, skipped = [], 0
+    for i, node in enumerate(nodes):
+        if len(nodes) > PAGE_MAX_LINES and i not in near:
+            skipped += 1
+            continue
+        if skipped:
+            lines.append(f'<span class="same">… {skipped} unchanged nodes</span>')
+            skipped = 0
         mark = marks.get(node.id, "")
         lines.append(f'<span class="{mark}">{escape(readable_ir(raw[node.line - 1].strip()))}</span>')
+    if skipped:
+        lines.append(f'<span class="same">… {skipped} unchanged nodes</span>')
     origins = "".join(f"<li>{escape(c.describe())}</li>" for c in recompile.diff.origins)
     return (f"<p>against graph <code>{escape(str(recompile.closest))}</code> (execution "
             f"{recompile.closest_execution}): {escape(recompile.brief())}</p><ul>{origins}</ul>"
@@ -181,6 +206,24 @@ def _finding_html(finding: Finding, recorded: Run, proposal: Proposal | None = N
     return html + "</div>"
 
 
+def _group_html(group: list[Finding], recorded: Run, proposals: list[Proposal | None]) -> str:
+    """One card per group of findings of one kind at one site (as the text report groups
+    them): the first in full, the others one line each behind a click."""
+    first = group[0]
+    if len(group) == 1:
+        return _finding_html(first, recorded, proposals[0])
+    cost = sum(f.cost_ms for f in group)
+    label = KIND_LABELS.get(first.kind, first.kind)
+    where = f" at <code>{escape(site_text(first.frame, recorded.info.cwd))}</code>" if first.frame else ""
+    card = _finding_html(first, recorded, proposals[0])
+    rest = "".join(
+        f"<li>{escape(f.short or f.message)}: executions "
+        + ", ".join(f'<a href="#e-{i}">{i}</a>' for i in f.executions[:6]) + "</li>" for f in group[1:])
+    return (f'<div class="group"><p><b>{len(group)} {escape(label)} findings</b>{where} ({cost:.1f} ms of sync), '
+            f"the first:</p>{card}<details><summary>the other {len(group) - 1}</summary><ul>{rest}</ul></details>"
+            "</div>")
+
+
 def html_report(recorded: Run, draw: bool = True) -> str:
     """Problems first, each linked to its executions and drawn; then the step chart, the
     table and the graphs the problems point at. Other graphs are one line each (with the
@@ -208,7 +251,9 @@ def html_report(recorded: Run, draw: bool = True) -> str:
         measured = (f"; measured by <code>lazyviz fix --try</code>: {escape(measured_text(run.fix_trial))}"
                     if run.fix_trial else "; <code>lazyviz fix --try</code> measures them on a copy")
         parts.append(f"<p>{edits} of these have a proposed edit (<code>lazyviz fix</code> prints the diff){measured}</p>")
-    parts += [_finding_html(f, recorded, p) for f, p in zip(analysis.findings, proposals or [None] * len(analysis.findings))]
+    proposal_of = {id(p.finding): p for p in proposals}
+    for group in finding_groups(analysis.findings):
+        parts.append(_group_html(group, recorded, [proposal_of.get(id(f)) for f in group]))
     # The graphs the problems point at (their first execution), drawn and kept in full.
     shown: dict[str, Execution] = {}
     for finding in analysis.findings:
@@ -251,9 +296,9 @@ def html_report(recorded: Run, draw: bool = True) -> str:
             f'<details id="graph-{escape(graph.id)}" open><summary>graph <code>{escape(graph.id)}</code>: '
             f"{graph.nodes} nodes, at execution {execution.index} ({escape(execution.cause)} at "
             f"<code>{escape(site_text(execution.frame, run.cwd))}</code>)</summary>{drawing}<h3>Diff</h3>"
-            f"{diff_html}<details><summary>IR</summary><pre>{escape(readable_ir(graph.ir_text))}</pre></details>"
-            f"<details><summary>Backend</summary><pre>{escape(readable_backend(graph.backend_text))}</pre>"
-            "</details></details>")
+            f"{diff_html}<details><summary>IR</summary><pre>{_capped(readable_ir(graph.ir_text), execution, 'ir')}"
+            f"</pre></details><details><summary>Backend</summary><pre>"
+            f"{_capped(readable_backend(graph.backend_text), execution, 'backend')}</pre></details></details>")
     others = [(g, e) for g, e in _first_runs(executions).items() if g not in shown]
     if others:
         parts.append(f"<h2>Other graphs ({len(others)})</h2><p>draw or print one with "

@@ -10,7 +10,7 @@ import textwrap
 from collections.abc import Iterator, Sequence
 from typing import TextIO
 
-from lazyviz.analysis.findings import ROOT_KINDS, SEVERITIES, Finding
+from lazyviz.analysis.findings import Finding
 from lazyviz.analysis.ir import parse_location
 from lazyviz.analysis.ranks import Divergence
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile, recompiles_after_warmup
@@ -22,6 +22,7 @@ from lazyviz.present import (
     KIND_LABELS,
     compiles_text,
     divergence_text,
+    finding_groups,
     plural,
     short_path,
     site_text,
@@ -199,20 +200,6 @@ def json_report(recorded: Run, lines: bool = False) -> dict:
 TOP_GROUPS = 8  # finding groups in a summary that fits one screen; --all shows every finding
 
 
-def _finding_groups(findings: list[Finding]) -> list[list[Finding]]:
-    """Findings of one kind at one site (the same op, the same kinds of change) together:
-    a suite with a recompile in each of 1,800 tests is one line with its count. In the
-    findings' own order (find_all's: severity, root causes, then time cost)."""
-    groups: dict[tuple, list[Finding]] = {}
-    for finding in findings:
-        key = (finding.kind, finding.frame.site if finding.frame else "?", finding.details.get("op", ""),
-               tuple(finding.details.get("changes", ())))
-        groups.setdefault(key, []).append(finding)
-    return sorted(groups.values(), key=lambda g: (min(SEVERITIES.index(f.severity) for f in g),
-                                                  all(f.kind not in ROOT_KINDS for f in g),
-                                                  -sum(f.cost_ms for f in g)))
-
-
 def _finding_lines(finding: Finding, recorded: Run) -> list[str]:
     where = f" [{site_text(finding.frame, recorded.info.cwd)}]" if finding.frame else ""
     lines = [f"    {finding.severity}: {finding.message}{where}"]
@@ -238,7 +225,7 @@ def text_report(recorded: Run, all_findings: bool = False) -> str:
             for finding in analysis.findings:
                 lines += _finding_lines(finding, recorded)
         else:
-            groups = _finding_groups(analysis.findings)
+            groups = finding_groups(analysis.findings)
             for group in groups[:TOP_GROUPS]:
                 first = group[0]
                 if len(group) == 1:
