@@ -163,3 +163,25 @@ def test_svg_diff_has_a_legend_and_renders(sample_trace, tmp_path: Path) -> None
               if g.get("class") == "node" and any(p.get("fill") == "#ead7ff" for p in g.iter()
                                                   if p.tag.endswith(("polygon", "path")))]
     assert marked  # the values the fallback took to the CPU: the graph's outputs
+
+
+@needs_chromium
+def test_charts_fill_the_page_and_a_run_without_steps_charts_its_syncs(sample_trace, tmp_path: Path) -> None:
+    probe = ("<script>addEventListener('load',()=>{const c=[...document.querySelectorAll('svg.chart')].map("
+             "e=>Math.round(e.getBoundingClientRect().width));document.title='charts:'+innerWidth+':'+c.join(',');"
+             "});</script>")
+    widths = {}
+    for sample in ("clean_mlp", "missing_mark_step"):
+        report = tmp_path / f"{sample}.html"
+        assert cli("report", sample_trace(sample), "-o", report).status == 0
+        page = tmp_path / f"{sample}-measured.html"
+        page.write_text(report.read_text().replace("</body>", probe + "</body>"))
+        loaded = chromium(tmp_path, "--window-size=1280,900", "--virtual-time-budget=3000", "--dump-dom", page.as_uri())
+        window, charts = loaded.stdout.split("<title>charts:")[1].split("</title>")[0].split(":")
+        widths[sample] = (int(window), [int(w) for w in charts.split(",")])
+    window, [steps] = widths["clean_mlp"]
+    assert steps > 0.9 * (window - 60)  # the page's margins aside
+    # No mark_step(): graph size and sync time per sync, the growth visible at a glance.
+    window, stepless = widths["missing_mark_step"]
+    assert len(stepless) == 2 and all(w > 0.9 * (window - 60) for w in stepless)
+    assert "graph size per sync" in (tmp_path / "missing_mark_step.html").read_text()

@@ -85,36 +85,63 @@ COLUMNS = [("index", "#", "num"), ("step", "step", "num"), ("cause", "cause", "t
            ("sync_ms", "sync ms", "num"), ("trace_ms", "trace ms", "num"), ("why", "why", "text")]
 
 
-def _step_chart(executions: list[Execution]) -> str:
-    """Time per step as bars with a ms axis and step numbers; one step gets a sentence."""
-    steps = step_times(executions)
+CHART_WIDTH = 1000  # the charts' own units: they are drawn to the page's width
+
+
+def _bars(values: list[float], labels: list[str], titles: list[str], colours: list[str], top: float, unit: str,
+          name: str) -> str:
+    """A bar chart that fills the page's width: a value axis, a label every 40 units or so."""
+    left, height, bottom = 80, 120, 18
+    width = (CHART_WIDTH - left - 10) / max(1, len(values))
+    every = max(1, round(40 / width))
+    parts = [f'<line x1="{left - 1}" y1="0" x2="{left - 1}" y2="{height}" stroke="#888"/>',
+             f'<line x1="{left - 1}" y1="{height}" x2="{CHART_WIDTH - 10}" y2="{height}" stroke="#888"/>',
+             f'<text x="{left - 4}" y="10" text-anchor="end">{top:,.0f} {unit}</text>',
+             f'<text x="{left - 4}" y="{height}" text-anchor="end">0</text>']
+    for n, (value, label, title, colour) in enumerate(zip(values, labels, titles, colours)):
+        bar = max(1.0, min(value, top) / top * height)
+        x = left + n * width
+        parts.append(f'<rect x="{x:.1f}" y="{height - bar:.1f}" width="{max(0.5, width - 1):.1f}" height="{bar:.1f}" '
+                     f'fill="{colour}"><title>{escape(title)}</title></rect>')
+        if n % every == 0:
+            parts.append(f'<text x="{x:.1f}" y="{height + 14}">{escape(label)}</text>')
+    return (f'<svg class="chart" viewBox="0 0 {CHART_WIDTH} {height + bottom + 4}" width="100%" '
+            f'preserveAspectRatio="xMinYMin meet" role="img" aria-label="{escape(name)}">' + "".join(parts) + "</svg>")
+
+
+def _step_chart(executions: list[Execution], stepped: bool) -> str:
+    """Time per step as bars with a ms axis and step numbers. A run without steps: graph
+    size and sync time per sync instead, where a missing mark_step() shows as growth."""
+    steps = step_times(executions) if stepped else []
     if not steps:
-        return "<p>no steps</p>"
+        return _sync_charts(executions)
     if len(steps) == 1:
         only = steps[0]
         return (f"<p>one step (step {only.step}): {only.total_ms:.1f} ms, {only.executions} "
-                f"execution{'s' if only.executions != 1 else ''}{', compiled' if only.compiled else ''}; "
-                "nothing to chart</p>")
+                f"execution{'s' if only.executions != 1 else ''}{', compiled' if only.compiled else ''}</p>"
+                + _sync_charts(executions))
     top = chart_scale([s.total_ms for s in steps])
-    left, height, bottom = 56, 120, 18
-    width = max(2, min(24, 900 // len(steps)))
-    every = max(1, 40 // width)  # a step number every 40 px or so
-    parts = [f'<line x1="{left - 1}" y1="0" x2="{left - 1}" y2="{height}" stroke="#888"/>',
-             f'<line x1="{left - 1}" y1="{height}" x2="{left + len(steps) * width}" y2="{height}" stroke="#888"/>',
-             f'<text x="{left - 4}" y="10" text-anchor="end">{top:.0f} ms</text>',
-             f'<text x="{left - 4}" y="{height}" text-anchor="end">0</text>']
-    for n, step in enumerate(steps):
-        bar = max(1.0, min(step.total_ms, top) / top * height)
-        x = left + n * width
-        parts.append(f'<rect x="{x}" y="{height - bar:.1f}" width="{max(1, width - 1)}" height="{bar:.1f}" '
-                     f'fill="{"#d1242f" if step.compiled else "#54aeff"}"><title>step {step.step}: '
-                     f'{step.total_ms:.2f} ms{" (compiled)" if step.compiled else ""}</title></rect>')
-        if n % every == 0:
-            parts.append(f'<text x="{x}" y="{height + 14}">{step.step}</text>')
-    return (f'<svg class="chart" width="{left + len(steps) * width + 30}" height="{height + bottom + 4}" '
-            f'role="img" aria-label="time per step">' + "".join(parts) + "</svg>"
-            f"<p>time per step (ms) by step number; red: a step that compiled, blue: cache hits only; scale up "
-            f"to {top:.1f} ms (a taller first step, which includes start-up, is cut off)</p>")
+    chart = _bars([s.total_ms for s in steps], [str(s.step) for s in steps],
+                  [f"step {s.step}: {s.total_ms:.2f} ms{' (compiled)' if s.compiled else ''}" for s in steps],
+                  ["#d1242f" if s.compiled else "#54aeff" for s in steps], top, "ms", "time per step")
+    return (chart + f"<p>time per step (ms) by step number; red: a step that compiled, blue: cache hits only; "
+            f"scale up to {top:.1f} ms (a taller first step, which includes start-up, is cut off)</p>")
+
+
+def _sync_charts(executions: list[Execution]) -> str:
+    """Per sync, in order: the graph's size, then its sync time (a miss in red)."""
+    if not executions:
+        return "<p>no executions</p>"
+    labels = [str(e.index) for e in executions]
+    colours = ["#d1242f" if e.is_miss else "#54aeff" for e in executions]
+    nodes = _bars([float(e.nodes) for e in executions], labels,
+                  [f"execution {e.index}: {e.nodes} nodes ({e.cause} at {e.site})" for e in executions],
+                  colours, max(e.nodes for e in executions) or 1, "nodes", "graph size per sync")
+    sync = _bars([e.sync_ms for e in executions], labels,
+                 [f"execution {e.index}: {e.sync_ms:.2f} ms, {e.cache}" for e in executions],
+                 colours, max(e.sync_ms for e in executions) or 1.0, "ms", "sync time per sync")
+    return (f"<p>no steps: per sync, in order, the graph's size (nodes; a graph that grows sync after sync is a "
+            f"loop without mark_step()) and its sync time (ms); red: a cache miss</p>{nodes}{sync}")
 
 
 def _drawing(graph: Graph, execution: Execution, explained: Recompile | None) -> str:
@@ -166,12 +193,15 @@ def _diff_block(execution: Execution, executions: list[Execution],
             f"<pre>{chr(10).join(lines)}</pre>"), recompile
 
 
-def _edit_html(proposal: Proposal | None, trial: dict, cwd: str) -> str:
+def _edit_html(proposal: Proposal | None, trial: dict, cwd: str, proposals: list[Proposal]) -> str:
     """The proposed edit (its diff behind a click) and, once `lazyviz fix --try` ran, what it measured."""
     if proposal is None or not proposal.mechanical:
         return ""
     if proposal.same_as is not None:
-        html = f'<br><span class="fix">proposed edit: the same as problem {proposal.same_as + 1}\'s</span>'
+        same = proposals[proposal.same_as].finding
+        where = f" at {site_text(same.frame, cwd)}" if same.frame else ""
+        html = (f'<br><span class="fix">proposed edit: the one for the {escape(KIND_LABELS.get(same.kind, same.kind))} '
+                f"finding{escape(where)} ({escape(proposals[proposal.same_as].summary)})</span>")
     else:
         diff = proposal.diff(cwd)
         html = f'<br><span class="fix">proposed edit: {escape(proposal.summary)}</span>'
@@ -183,7 +213,8 @@ def _edit_html(proposal: Proposal | None, trial: dict, cwd: str) -> str:
     return html
 
 
-def _finding_html(finding: Finding, recorded: Run, proposal: Proposal | None = None) -> str:
+def _finding_html(finding: Finding, recorded: Run, proposal: Proposal | None = None,
+                  proposals: list[Proposal] | None = None) -> str:
     """One problem: what, where, the fix (and its edit), its executions linked; a
     recompile's every change behind a click."""
     links = ", ".join(f'<a href="#e-{i}">{i}</a>' for i in finding.executions[:12])
@@ -200,22 +231,23 @@ def _finding_html(finding: Finding, recorded: Run, proposal: Proposal | None = N
                  + "".join(f"<li>{escape(c.describe())}</li>" for c in origins) + "</ul></details>")
     if finding.fix:
         html += f'<br><span class="fix">fix: {escape(finding.fix)}</span>'
-    html += _edit_html(proposal, recorded.info.fix_trial, recorded.info.cwd)
+    html += _edit_html(proposal, recorded.info.fix_trial, recorded.info.cwd, proposals or [])
     if links:
         html += f"<br>executions: {links}{more} · {finding.cost_ms:.1f} ms of sync"
     return html + "</div>"
 
 
-def _group_html(group: list[Finding], recorded: Run, proposals: list[Proposal | None]) -> str:
+def _group_html(group: list[Finding], recorded: Run, proposal_of: dict[int, Proposal],
+                proposals: list[Proposal]) -> str:
     """One card per group of findings of one kind at one site (as the text report groups
     them): the first in full, the others one line each behind a click."""
     first = group[0]
     if len(group) == 1:
-        return _finding_html(first, recorded, proposals[0])
+        return _finding_html(first, recorded, proposal_of.get(id(first)), proposals)
     cost = sum(f.cost_ms for f in group)
     label = KIND_LABELS.get(first.kind, first.kind)
     where = f" at <code>{escape(site_text(first.frame, recorded.info.cwd))}</code>" if first.frame else ""
-    card = _finding_html(first, recorded, proposals[0])
+    card = _finding_html(first, recorded, proposal_of.get(id(first)), proposals)
     rest = "".join(
         f"<li>{escape(f.short or f.message)}: executions "
         + ", ".join(f'<a href="#e-{i}">{i}</a>' for i in f.executions[:6]) + "</li>" for f in group[1:])
@@ -246,14 +278,15 @@ def html_report(recorded: Run, draw: bool = True) -> str:
     if not analysis.findings:
         parts.append(f"<p>none: {CLEAN_RUN}</p>")
     proposals = propose(recorded)
-    edits = sum(p.mechanical for p in proposals)
-    if edits:
+    fixed, edits = sum(p.mechanical for p in proposals), sum(bool(p.changes) for p in proposals)
+    if fixed:
         measured = (f"; measured by <code>lazyviz fix --try</code>: {escape(measured_text(run.fix_trial))}"
                     if run.fix_trial else "; <code>lazyviz fix --try</code> measures them on a copy")
-        parts.append(f"<p>{edits} of these have a proposed edit (<code>lazyviz fix</code> prints the diff){measured}</p>")
+        parts.append(f"<p>{fixed} of these {'have' if fixed > 1 else 'has'} a proposed edit ({edits} "
+                     f"edit{'s' if edits > 1 else ''}: <code>lazyviz fix</code> prints the diff){measured}</p>")
     proposal_of = {id(p.finding): p for p in proposals}
     for group in finding_groups(analysis.findings):
-        parts.append(_group_html(group, recorded, [proposal_of.get(id(f)) for f in group]))
+        parts.append(_group_html(group, recorded, proposal_of, proposals))
     # The graphs the problems point at (their first execution), drawn and kept in full.
     shown: dict[str, Execution] = {}
     for finding in analysis.findings:
@@ -261,7 +294,8 @@ def html_report(recorded: Run, draw: bool = True) -> str:
             execution = by_index.get(index)
             if execution is not None and len(shown) < MAX_DRAWN:
                 shown.setdefault(execution.graph, execution)
-    parts += ["<h2>Time per step</h2>", _step_chart(executions), "<h2>Executions</h2>",
+    parts += [f"<h2>{'Time per step' if recorded.summary.steps > 1 else 'Graphs and sync time per sync'}</h2>",
+              _step_chart(executions, recorded.summary.steps > 0), "<h2>Executions</h2>",
               '<input id="filter" placeholder="filter: cause, site, graph, why…" aria-label="filter">',
               '<div class="scroll"><table id="executions"><thead><tr>']
     parts += [f'<th data-col="{col}" data-type="{kind}">{escape(title)}</th>' for col, title, kind in COLUMNS]
