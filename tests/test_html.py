@@ -1,6 +1,7 @@
 """The HTML report, opened for real in headless Chromium."""
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -123,6 +124,11 @@ def test_report_leads_with_problems_and_stays_small(sample_trace, tmp_path: Path
     first = text.split('href="#e-', 1)[1].split('"', 1)[0]
     assert f'<tr id="e-{first}"' in text  # the link lands on its row
     assert text.count('<div class="drawing"') <= 8 and "Other graphs" in text
+    # A fallback's drawing is the work pending when the op fell back, not a 1-node input
+    # graph coloured as a recompile's change.
+    drawn = re.findall(r"<summary>graph <code>\w+</code>: (\d+) nodes, at execution \d+ \((\w+)", text)
+    assert drawn and all(int(nodes) > 3 for nodes, cause in drawn if cause == "fallback")
+    assert "origin of the change" not in text
 
 
 @needs_chromium

@@ -40,6 +40,7 @@ PAGE_MAX_NODES = 120
 # Lines of a graph's IR, backend text or diff on the page: the whole text is one command away.
 PAGE_MAX_LINES = 300
 DIFF_CONTEXT = 3  # unchanged nodes shown around each changed one in a long diff
+MIN_FALLBACK_NODES = 3  # a fallback's sync graph this small is only the op's inputs: not drawn
 
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
@@ -287,13 +288,20 @@ def html_report(recorded: Run, draw: bool = True) -> str:
     proposal_of = {id(p.finding): p for p in proposals}
     for group in finding_groups(analysis.findings):
         parts.append(_group_html(group, recorded, proposal_of, proposals))
-    # The graphs the problems point at (their first execution), drawn and kept in full.
+    # The graphs the problems point at, drawn: a finding's first execution; for a fallback,
+    # the largest graph its syncs ran (the work pending when the op fell back), and none
+    # when each is only the op's inputs (device_data -> zero says nothing).
     shown: dict[str, Execution] = {}
+    fallbacks: set[str] = set()  # graphs shown for a fallback: drawn without recompile colouring
     for finding in analysis.findings:
-        for index in finding.executions[:1]:
-            execution = by_index.get(index)
-            if execution is not None and len(shown) < MAX_DRAWN:
-                shown.setdefault(execution.graph, execution)
+        candidates = [by_index[i] for i in finding.executions[:200] if i in by_index]
+        if finding.kind == "fallback":
+            candidates = sorted((e for e in candidates if e.nodes > MIN_FALLBACK_NODES), key=lambda e: -e.nodes)
+        for execution in candidates[:1]:
+            if len(shown) < MAX_DRAWN and execution.graph not in shown:
+                shown[execution.graph] = execution
+                if finding.kind == "fallback":
+                    fallbacks.add(execution.graph)
     parts += [f"<h2>{'Time per step' if recorded.summary.steps > 1 else 'Graphs and sync time per sync'}</h2>",
               _step_chart(executions, recorded.summary.steps > 0), "<h2>Executions</h2>",
               '<input id="filter" placeholder="filter: cause, site, graph, why…" aria-label="filter">',
@@ -318,7 +326,8 @@ def html_report(recorded: Run, draw: bool = True) -> str:
     # dot runs as its own process: draw them side by side.
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         drawings = dict(zip((g.id for g, *_ in drawable),
-                            pool.map(lambda d: _drawing(d[0], d[1], d[3]) if draw else "", drawable)))
+                            pool.map(lambda d: _drawing(d[0], d[1], None if d[0].id in fallbacks else d[3])
+                                     if draw else "", drawable)))
     diffs = {g.id: diff_html for g, _, diff_html, _ in drawable}
     for graph_id, execution in shown.items():
         graph = graph_by_id.get(graph_id)
