@@ -446,3 +446,21 @@ async def test_the_stack_tab_opens_on_the_users_line_centred(tmp_path: Path) -> 
         top, height = stack.scroll_offset.y, stack.size.height
         # Centred, as far as the end of the text allows.
         assert top <= marked < top + height and top == min(marked - height // 2, stack.max_scroll_y)
+
+
+async def test_at_80x24_the_table_has_the_rows_and_whole_file_names(sample_trace) -> None:
+    from lazyviz.tui.widgets.findings_strip import FindingsStrip
+
+    app = build_app(sample_trace("transformer_adamw"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.query_one(ExecutionList)
+        await wait_for(pilot, lambda: app.latest is not None and len(table.rows) > 20)
+        strip = app.query_one(FindingsStrip)
+        assert strip.has_class("compact") and strip.size.height == 1  # 3 findings, one line
+        assert table.size.height >= 9
+        row = table.render_line(0).text
+        assert "transformer_adamw.py:" in row  # the file name whole, its folder dropped
+        assert table.virtual_size.width <= table.size.width  # no sideways scrolling, no scrollbar row
+        strip.focus()
+        await pilot.pause()
+        assert strip.size.height == 3  # focused, it shows every finding

@@ -42,6 +42,8 @@ from lazyviz.tui.widgets.output import OutputView
 from lazyviz.tui.widgets.search_bar import SearchBar
 from lazyviz.tui.widgets.step_chart import StepChart
 
+COMPACT_HEIGHT = 30  # rows at or below which the findings strip folds to one line
+
 
 class TraceUpdated(Message):
     def __init__(self, update: TraceUpdate, watcher: TraceWatcher) -> None:
@@ -176,6 +178,12 @@ class LazyvizApp(App[str | None]):
 
     def on_resize(self) -> None:
         self._update_columns()
+        # On a short terminal the findings strip is one line (the highlighted finding, with
+        # its count) until it has the focus, so the table keeps its rows.
+        try:
+            self.query_one(FindingsStrip).set_class(self.size.height <= COMPACT_HEIGHT, "compact")
+        except NoMatches:
+            pass
 
     @on(ExecutionList.LayoutChanged)
     def _update_columns(self) -> None:

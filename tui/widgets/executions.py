@@ -50,6 +50,17 @@ COLUMNS = [
     Column("why", 0, "<", lambda e: ""),
 ]
 SITE_MAX = 40  # at 200 columns the site stops here and `why` gets the rest
+WHY_MIN = 14  # what `why` keeps when the site column widens for a long file name
+
+
+def _cut_site(site: str, width: int) -> str:
+    """A site too long for its column: the folder went already (site_text); the file
+    name loses its middle, never its start, extension or line (train_lo…model.py:30)."""
+    name, colon, line = site.rpartition(":")
+    if not colon or width < len(line) + 4:
+        return "…" + site[-width + 1:]
+    keep = width - len(line) - 2  # the colon and the ellipsis
+    return f"{name[:keep // 2]}…{name[len(name) - (keep - keep // 2):]}:{line}"
 
 
 def by_kind(value: Callable[[Kind], object]) -> Callable[[ExecutionTable], Callable[[int], object]]:
@@ -83,7 +94,9 @@ class Layout:
     widths: tuple[int, ...]
 
     @classmethod
-    def make(cls, width: int, last_index: int = 0, last_step: int = 0, sort: str = "#") -> Layout:
+    def make(cls, width: int, last_index: int = 0, last_step: int = 0, sort: str = "#", site_need: int = 0) -> Layout:
+        """site_need: the longest site as `file.py:line` (no folder): the site column
+        takes that much from `why` where it can, so no file name is cut."""
         shown = tuple(c for c in COLUMNS if c.narrow or width >= WIDE)
         # Index and step never truncate: as wide as their largest number; the sorted
         # column has room for its arrow.
@@ -93,6 +106,8 @@ class Layout:
         widths = [max(c.width, len(c.title), digits.get(c.title, 0)) if c.width else 0 for c in shown]
         free = max(0, width - sum(widths) - (len(shown) - 1))
         site = max(12, min(SITE_MAX, free // 2))
+        if site_need > site:
+            site = max(site, min(site_need, SITE_MAX, free - WHY_MIN))
         widths = [w or (site if c.title == "site" else max(8, free - site)) for c, w in zip(shown, widths)]
         return cls(shown, tuple(widths))
 
@@ -100,8 +115,7 @@ class Layout:
         parts = []
         for column, width, cell in zip(self.columns, self.widths, cells):
             if len(cell) > width:
-                # A site keeps its end (file name and line); other cells keep their start.
-                cell = "…" + cell[-width + 1:] if column.title == "site" else cell[: width - 1] + "…"
+                cell = _cut_site(cell, width) if column.title == "site" else cell[: width - 1] + "…"
             parts.append(f"{cell:{column.align}{width}}")
         return " ".join(parts)
 
@@ -112,8 +126,8 @@ class Layout:
 
 
 def header_text(width: int, last_index: int = 0, last_step: int = 0, sort: str = "#",
-                descending: bool = False) -> str:
-    return Layout.make(width - SCROLLBAR, last_index, last_step, sort).header(sort, descending)
+                descending: bool = False, site_need: int = 0) -> str:
+    return Layout.make(width - SCROLLBAR, last_index, last_step, sort, site_need).header(sort, descending)
 
 
 class ExecutionList(ScrollView, can_focus=True):
@@ -126,7 +140,7 @@ class ExecutionList(ScrollView, can_focus=True):
         Binding("end", "jump(-1)", "Last", show=False),
     ]
     DEFAULT_CSS = """
-    ExecutionList { background: $surface; scrollbar-gutter: stable; }
+    ExecutionList { background: $surface; scrollbar-gutter: stable; overflow-x: hidden; }
     """
 
     cursor: reactive[int] = reactive(-1, always_update=True)
@@ -154,6 +168,7 @@ class ExecutionList(ScrollView, can_focus=True):
         self.sort = 0  # index into SORTS
         self.follow = True
         self.cwd = ""  # the run's folder: sites show relative to it
+        self._site_width, self._sites_seen = 0, 0  # the longest file.py:line, over the kinds seen
         self.why: Callable[[Execution], str] = lambda execution: ""
         # A miss that is expected: a site's first graph, or a recompile in the warm-up steps.
         self.expected_miss: Callable[[Execution], bool] = lambda execution: False
@@ -189,6 +204,7 @@ class ExecutionList(ScrollView, can_focus=True):
         """Show the first `count` rows of `table` (the same table, grown, or another rank's)."""
         if table is not self.table:
             self.table, self.count, self.order, self.follow = table, 0, None, True
+            self._site_width, self._sites_seen = 0, 0
             self.cursor = -1
         start, self.count = self.count, count
         if self.order is not None:
@@ -243,15 +259,25 @@ class ExecutionList(ScrollView, can_focus=True):
         return self.table.index[self.count - 1], max(self.table.step[self.count - 1], 0)
 
     def layout(self) -> Layout:
-        return Layout.make(self.scrollable_content_region.width, *self._last(), SORTS[self.sort][0])
+        return Layout.make(self.scrollable_content_region.width, *self._last(), SORTS[self.sort][0], self._site_need())
+
+    def _site_need(self) -> int:
+        """The longest `file.py:line` among the kinds so far (kept up to date as kinds come)."""
+        kinds = self.table.kinds
+        for kind in kinds[self._sites_seen:]:
+            if kind.frame is not None:
+                self._site_width = max(self._site_width, len(site_text(kind.frame, self.cwd, 1)))
+        self._sites_seen = len(kinds)
+        return self._site_width
 
     def header(self, width: int) -> str:
         name, _, descending = SORTS[self.sort]
-        return header_text(width, *self._last(), name, descending)
+        return header_text(width, *self._last(), name, descending, self._site_need())
 
     def _check_layout(self, force: bool = False) -> None:
         index, step = self._last()
-        key = (len(str(index)) if self.count else 0, len(str(step)) if self.count else 0, self.sort)
+        key = (len(str(index)) if self.count else 0, len(str(step)) if self.count else 0, self.sort,
+               self._site_need())
         if force or key != self._layout_key:
             self._layout_key = key
             self.post_message(self.LayoutChanged())

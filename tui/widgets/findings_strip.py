@@ -19,6 +19,8 @@ class FindingsStrip(OptionList):
     DEFAULT_CSS = """
     FindingsStrip { height: auto; max-height: 4; border: none; padding: 0 1; background: $boost; }
     FindingsStrip:focus { background-tint: $foreground 5%; }
+    FindingsStrip.compact { max-height: 1; }
+    FindingsStrip.compact:focus { max-height: 6; }
     """
 
     class Chosen(Message):

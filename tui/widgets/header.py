@@ -96,7 +96,8 @@ class RunHeader(Static):
         second.append(f"misses {counts.misses}", f"bold {MISS_COLOR}" if counts.misses else "")
         second.append(" · ")
         second.append(f"fallbacks {counts.fallbacks}", f"bold {FALLBACK_COLOR}" if counts.fallbacks else "")
-        second.append(f" · follow {'on' if follow else 'off'}" + (f" · sorted by {sort}" if sort else ""),
+        live = run is None or not run.finished
+        second.append((f" · follow {'on' if follow else 'off'}" if live else "") + (f" · sorted by {sort}" if sort else ""),
                       MUTED_COLOR)
         width = max(10, self.size.width - 2)
         first.truncate(width, overflow="ellipsis")
