@@ -464,3 +464,20 @@ async def test_at_80x24_the_table_has_the_rows_and_whole_file_names(sample_trace
         strip.focus()
         await pilot.pause()
         assert strip.size.height == 3  # focused, it shows every finding
+
+
+async def test_a_long_diff_sentence_wraps_at_80_columns(sample_trace) -> None:
+    app = build_app(sample_trace("python_number_aliasing"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.query_one(ExecutionList)
+        await wait_for(pilot, lambda: app.latest is not None and len(table.rows) == 6)
+        await pilot.press("home", "down", "down", "down")  # the aliasing recompile
+        diff = app.query_one("#diff-view", CodeView)
+        await wait_for(pilot, lambda: "aliasing" in diff.text)
+        await pilot.press("3")
+        await pilot.pause()
+        sentence = next(line for line in diff.text.splitlines() if "aliasing:" in line)
+        assert len(sentence) > diff.size.width  # it would be cut
+        shown = [line for line in diff.lines if line.startswith("#")]
+        assert all(len(line) <= diff.size.width - 2 for line in shown)
+        assert " ".join(" ".join(shown).replace("#", " ").split()).find(" ".join(sentence.lstrip("# ").split())) >= 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import textwrap
 from functools import lru_cache
 
 from rich.segment import Segment
@@ -42,6 +43,7 @@ _DIFF_RULES = [
 # The line a view opens centred on: the stack's marked source line (the user's line that
 # synced), which a long stack would otherwise push below the pane.
 FOCUS = {"stack": re.compile(r"^ *\d+ > ")}
+PROSE = frozenset({"diff", "stack"})  # languages whose `# ...` lines are sentences: wrapped
 RULES = {"ir": _IR_RULES, "torchscript": _TORCHSCRIPT_RULES, "stack": _STACK_RULES, "diff": _DIFF_RULES,
          "plain": []}
 
@@ -55,7 +57,9 @@ class CodeView(ScrollView, can_focus=True):
         super().__init__(**kwargs)
         self.language = language
         self.placeholder = placeholder
-        self.lines: list[str] = [placeholder] if placeholder else []
+        self.lines: list[str] = [placeholder] if placeholder else []  # as shown: prose wrapped
+        self._text = placeholder  # as given
+        self._wrapped_at = 0
         self._width = max((len(line) for line in self.lines), default=0)
         self._highlight = lru_cache(maxsize=2048)(self._highlight_line)
         self.focus_line: int | None = None  # the line kept centred (FOCUS), if any
@@ -63,13 +67,27 @@ class CodeView(ScrollView, can_focus=True):
     def set_text(self, text: str, language: str | None = None) -> None:
         if language is not None:
             self.language = language
-        self.lines = text.splitlines() or [""]
+        self._text = text
+        self._lay_out()
+        self._centre()
+
+    def _lay_out(self) -> None:
+        """Split the text into the lines shown: prose (a `# ...` line of a diff or stack)
+        wrapped at the pane's width with a hanging indent; code never (it scrolls)."""
+        width = self.size.width - 2  # the vertical scrollbar
+        self._wrapped_at = width
+        lines = []
+        for line in self._text.splitlines() or [""]:
+            if width > 20 and len(line) > width and self.language in PROSE and line.startswith("#"):
+                lines += textwrap.wrap(line, width, subsequent_indent="#   ", break_on_hyphens=False) or [line]
+            else:
+                lines.append(line)
+        self.lines = lines
         self._width = max(len(line) for line in self.lines)
         self._highlight.cache_clear()
         self.virtual_size = Size(self._width + 1, len(self.lines))
         pattern = FOCUS.get(self.language)
         self.focus_line = next((i for i, line in enumerate(self.lines) if pattern.match(line)), None) if pattern else None
-        self._centre()
         self.refresh()
 
     def _centre(self) -> None:
@@ -80,12 +98,15 @@ class CodeView(ScrollView, can_focus=True):
             self.scroll_to(0, max(0, self.focus_line - self.size.height // 2), animate=False, immediate=True)
 
     def on_resize(self) -> None:
+        if self.size.width - 2 != self._wrapped_at and self.language in PROSE:
+            self._lay_out()
         if self.focus_line is not None:  # shown at last (a hidden tab has no height), or resized
             self._centre()
 
     @property
     def text(self) -> str:
-        return "\n".join(self.lines)
+        """The text as given (not as wrapped on screen)."""
+        return self._text
 
     def on_mount(self) -> None:
         self.virtual_size = Size(self._width + 1, len(self.lines))
