@@ -15,7 +15,7 @@ from conftest import ROOT, SCRIPTS
 
 from lazyviz.tui.app import build_app
 from lazyviz.tui.widgets.code_view import CodeView
-from lazyviz.tui.widgets.executions import ExecutionList
+from lazyviz.tui.widgets.executions import SORTS, ExecutionList
 from lazyviz.tui.widgets.header import RunHeader, ending
 
 SIZE = (100, 32)
@@ -102,7 +102,7 @@ async def test_keys_move_between_findings_table_and_details(sample_trace) -> Non
         selected = table.selected
         await pilot.press("o")  # sorted by sync ms, largest first; the selection stays
         assert [table.row(i).sync_ms for i in range(3)] == sorted((e.sync_ms for e in table.rows), reverse=True)[:3]
-        assert table.selected == selected and "sync ms▼" in str(app.query_one("#columns").render())
+        assert table.selected == selected and "▼sync ms" in str(app.query_one("#columns").render())
         await pilot.press("f1")
         assert type(app.screen).__name__ == "HelpScreen"
         await pilot.press("escape")
@@ -481,3 +481,33 @@ async def test_a_long_diff_sentence_wraps_at_80_columns(sample_trace) -> None:
         shown = [line for line in diff.lines if line.startswith("#")]
         assert all(len(line) <= diff.size.width - 2 for line in shown)
         assert " ".join(" ".join(shown).replace("#", " ").split()).find(" ".join(sentence.lstrip("# ").split())) >= 0
+
+
+async def test_sorting_by_heading_reversing_and_only_visible_columns(sample_trace) -> None:
+    app = build_app(sample_trace("transformer_adamw"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.query_one(ExecutionList)
+        await wait_for(pilot, lambda: app.latest is not None and len(table.rows) > 20)
+        heading = app.query_one("#columns")
+        layout = table.layout()
+        assert "trace ms" not in [c.title for c in layout.columns]  # not at 80 columns
+        offered = []
+        for _ in range(6):  # o cycles through the columns on screen only
+            await pilot.press("o")
+            offered.append(SORTS[table.sort][0])
+        assert "trace ms" not in offered and offered[:5] == ["sync ms", "nodes", "cause", "site", "cache"]
+        # A click on a heading sorts by it, the heading highlighted, its arrow before it.
+        x = sum(w + 1 for c, w in zip(layout.columns, layout.widths) if c.title in ("#", "step", "cause", "site"))
+        await pilot.click("#columns", offset=(x + 1, 0))
+        assert SORTS[table.sort][0] == "nodes" and table.descending
+        nodes = [table.row(i).nodes for i in range(len(table.rows))]
+        assert nodes == sorted(nodes, reverse=True)
+        rendered = heading.render()
+        assert "▼nodes" in str(rendered) and any(getattr(span.style, "reverse", False) for span in rendered.spans)
+        widths = table.layout().widths
+        await pilot.press("O")  # the other way round; no column moves
+        assert not table.descending and table.layout().widths == widths
+        nodes = [table.row(i).nodes for i in range(len(table.rows))]
+        assert nodes == sorted(nodes) and "▲nodes" in str(heading.render())
+        await pilot.click("#columns", offset=(x + 1, 0))  # the sorted heading again: reversed back
+        assert table.descending

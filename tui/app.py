@@ -14,6 +14,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.css.query import NoMatches
+from textual.events import Click
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
@@ -43,6 +44,7 @@ from lazyviz.tui.widgets.search_bar import SearchBar
 from lazyviz.tui.widgets.step_chart import StepChart
 
 COMPACT_HEIGHT = 30  # rows at or below which the findings strip folds to one line
+SORT_NAMES = [name for name, _, _ in SORTS]  # the columns a heading click sorts by
 
 
 class TraceUpdated(Message):
@@ -67,6 +69,7 @@ class LazyvizApp(App[str | None]):
         Binding("N", "next_miss(-1)", "Prev miss", show=False),
         Binding("slash", "search", "Search"),
         Binding("o", "sort", "Sort"),
+        Binding("O", "sort_reverse", "Reverse", show=False),
         Binding("s", "save_svg", "SVG"),
         Binding("f", "toggle_follow", "Follow", show=False),  # the header says follow on/off
         Binding("r", "toggle_raw", "Raw text", show=False),
@@ -285,8 +288,9 @@ class LazyvizApp(App[str | None]):
         table = self.query_one(ExecutionList)
         rank = next((f"rank {r} of {len(self.ranks)} · " for r, p in self.ranks.items() if p == self.trace_path), "")
         sort = SORTS[table.sort][0]
+        shown = "" if sort == "#" and not table.reversed else f"{sort} {'▼' if table.descending else '▲'}"
         self.query_one(RunHeader).show(run, self.counts, self.elapsed_s(), table.follow, self.process_status,
-                                       str(self.trace_path), rank, "" if sort == "#" else sort)
+                                       str(self.trace_path), rank, shown)
 
     def elapsed_s(self) -> float:
         """Since the traced process started (also in `view` of a live trace); the run's own
@@ -436,8 +440,30 @@ class LazyvizApp(App[str | None]):
         self.go_to_finding(findings[self.finding_cursor])
 
     def action_sort(self, to: str | None = None) -> None:
-        name = self.query_one(ExecutionList).cycle_sort(to)
+        table = self.query_one(ExecutionList)
+        name = table.cycle_sort(to)
         self.notify(f"sorted by {name}" if name != "#" else "in the order they ran", timeout=2)
+
+    def action_sort_reverse(self) -> None:
+        table = self.query_one(ExecutionList)
+        name = table.cycle_sort(reverse=True)
+        order = "largest first" if table.descending else "smallest first"
+        self.notify(f"sorted by {name}, {order}" if name != "#" else
+                    f"in the order they ran, {'newest' if table.reversed else 'oldest'} first", timeout=2)
+
+    @on(Click, "#columns")
+    def sort_by_heading(self, event: Click) -> None:
+        """A click on a column heading sorts by it; on the sorted one, the other way round."""
+        table = self.query_one(ExecutionList)
+        title = table.layout().column_at(event.x)
+        if title is None:
+            return
+        if title not in SORT_NAMES:
+            self.notify(f"the table sorts by {', '.join(SORT_NAMES)}; not by {title}", timeout=3)
+        elif title == SORTS[table.sort][0]:
+            self.action_sort_reverse()
+        else:
+            self.action_sort(title)
         self.refresh_header()
 
     def action_toggle_raw(self) -> None:
@@ -472,6 +498,7 @@ class LazyvizApp(App[str | None]):
         for name, _, descending in SORTS:
             yield SystemCommand(f"Sort by {name}", "largest first" if descending else "ascending",
                                 lambda n=name: self.action_sort(n))
+        yield SystemCommand("Reverse the sort", "O", self.action_sort_reverse)
         yield SystemCommand("Toggle raw IR and backend text", "as recorded, or tidied", self.action_toggle_raw)
         yield SystemCommand("Next cache miss", "n", lambda: self.action_next_miss(1))
         yield from super().get_system_commands(screen)

@@ -22,7 +22,7 @@ KEYS = [
     ("↑ ↓ PgUp PgDn Home End", "move in the executions table (mouse works too)"),
     ("enter", "focus the details of the selected execution; escape comes back"),
     ("n / N", "next / previous cache miss"),
-    ("o", "sort the table by the next column (#, sync ms, trace ms, nodes, cause, site, cache)"),
+    ("o / O", "sort by the next column on screen / the other way round (or click a heading)"),
     ("/", "search: op name (aten::mm), site (train.py:31) or graph id; enter again finds the next"),
     ("s", "save the selected execution's graph as SVG beside the trace"),
     ("r", "IR and backend text as recorded, or tidied"),

@@ -12,6 +12,7 @@ from itertools import chain
 
 from rich.segment import Segment
 from rich.style import Style
+from rich.text import Text
 from textual import events
 from textual.binding import Binding
 from textual.geometry import Size
@@ -25,6 +26,8 @@ from lazyviz.trace.model import Execution
 from lazyviz.trace.table import ExecutionTable, Kind, Prefix
 from lazyviz.tui.details import matches
 from lazyviz.tui.theme import FALLBACK, HIT, MISS, MUTED, OTHER_CAUSE
+
+SORTED_HEADING = Style(reverse=True)  # the heading of the column the rows are sorted by
 
 
 @dataclass(frozen=True)
@@ -94,15 +97,12 @@ class Layout:
     widths: tuple[int, ...]
 
     @classmethod
-    def make(cls, width: int, last_index: int = 0, last_step: int = 0, sort: str = "#", site_need: int = 0) -> Layout:
+    def make(cls, width: int, last_index: int = 0, last_step: int = 0, site_need: int = 0) -> Layout:
         """site_need: the longest site as `file.py:line` (no folder): the site column
         takes that much from `why` where it can, so no file name is cut."""
         shown = tuple(c for c in COLUMNS if c.narrow or width >= WIDE)
-        # Index and step never truncate: as wide as their largest number; the sorted
-        # column has room for its arrow.
+        # Index and step never truncate: as wide as their largest number.
         digits = {"#": len(str(last_index)), "step": len(str(last_step))}
-        if sort != "#":
-            digits[sort] = len(sort) + 1
         widths = [max(c.width, len(c.title), digits.get(c.title, 0)) if c.width else 0 for c in shown]
         free = max(0, width - sum(widths) - (len(shown) - 1))
         site = max(12, min(SITE_MAX, free // 2))
@@ -119,15 +119,35 @@ class Layout:
             parts.append(f"{cell:{column.align}{width}}")
         return " ".join(parts)
 
-    def header(self, sort: str = "#", descending: bool = False) -> str:
-        arrow = "▼" if descending else "▲"
-        return self.join([f"{c.title}{arrow}" if c.title == sort and sort != "#" else c.title
-                          for c in self.columns])
+    def header(self, sort: str = "#", descending: bool = False) -> Text:
+        """The column titles; the sorted one highlighted, its arrow in the space before
+        it (so no width moves when the sort changes)."""
+        text = Text(self.join([c.title for c in self.columns]), no_wrap=True, end="")
+        if sort == "#" and not descending:
+            return text
+        start = 0
+        for column, width in zip(self.columns, self.widths):
+            if column.title == sort:
+                text.stylize(SORTED_HEADING, start, start + width)
+                if start:
+                    text = text[:start - 1] + Text("▼" if descending else "▲", SORTED_HEADING) + text[start:]
+                break
+            start += width + 1
+        return text
+
+    def column_at(self, x: int) -> str | None:
+        """The title of the column at x (a click on the heading), None between columns."""
+        start = 0
+        for column, width in zip(self.columns, self.widths):
+            if start <= x < start + width:
+                return column.title
+            start += width + 1
+        return None
 
 
 def header_text(width: int, last_index: int = 0, last_step: int = 0, sort: str = "#",
-                descending: bool = False, site_need: int = 0) -> str:
-    return Layout.make(width - SCROLLBAR, last_index, last_step, sort, site_need).header(sort, descending)
+                descending: bool = False, site_need: int = 0) -> Text:
+    return Layout.make(width - SCROLLBAR, last_index, last_step, site_need).header(sort, descending)
 
 
 class ExecutionList(ScrollView, can_focus=True):
@@ -166,6 +186,7 @@ class ExecutionList(ScrollView, can_focus=True):
         self.count = 0  # rows of the table shown: those the last update said were whole
         self.order: list[int] | None = None  # positions in the table, in display order; None: as they ran
         self.sort = 0  # index into SORTS
+        self.reversed = False  # the sort the other way round (O)
         self.follow = True
         self.cwd = ""  # the run's folder: sites show relative to it
         self._site_width, self._sites_seen = 0, 0  # the longest file.py:line, over the kinds seen
@@ -225,10 +246,18 @@ class ExecutionList(ScrollView, can_focus=True):
             self.cursor = self._newest()
         self.post_message(self.FollowChanged(follow))
 
-    def cycle_sort(self, to: str | None = None) -> str:
-        """The next sort order (or the one named): the selected execution stays selected."""
+    def cycle_sort(self, to: str | None = None, reverse: bool = False) -> str:
+        """The next sort order among the columns on screen (or the one named; reverse:
+        the current one the other way round): the selected execution stays selected."""
         selected = self.selected
-        self.sort = next(i for i, s in enumerate(SORTS) if s[0] == to) if to else (self.sort + 1) % len(SORTS)
+        if reverse:
+            self.reversed = not self.reversed
+        else:
+            shown = {c.title for c in self.layout().columns}
+            offered = [i for i, s in enumerate(SORTS) if s[0] in shown]
+            self.sort = next(i for i, s in enumerate(SORTS) if s[0] == to) if to else \
+                next((i for i in offered if i > self.sort), offered[0])
+            self.reversed = False
         self._sort()
         if selected is not None:
             self.cursor = self.position_of(selected.index)
@@ -238,12 +267,19 @@ class ExecutionList(ScrollView, can_focus=True):
         self.refresh()
         return SORTS[self.sort][0]
 
+    @property
+    def descending(self) -> bool:
+        return SORTS[self.sort][2] != self.reversed
+
     def _sort(self, start: int = 0) -> None:
         """Sort the rows shown; from `start` on, rows just added go in among those sorted
         (timsort merges the two sorted runs: a live million-row table stays cheap)."""
-        _, make_key, descending = SORTS[self.sort]
+        _, make_key, _ = SORTS[self.sort]
+        descending = self.descending
         if make_key is None:
-            self.order = None
+            self.order = None if not self.reversed else list(range(self.count - 1, -1, -1))
+            if self.order is not None and start:
+                self.order = list(range(self.count - 1, -1, -1))
             return
         key = make_key(self.table)
         if start and self.order is not None:
@@ -259,7 +295,7 @@ class ExecutionList(ScrollView, can_focus=True):
         return self.table.index[self.count - 1], max(self.table.step[self.count - 1], 0)
 
     def layout(self) -> Layout:
-        return Layout.make(self.scrollable_content_region.width, *self._last(), SORTS[self.sort][0], self._site_need())
+        return Layout.make(self.scrollable_content_region.width, *self._last(), self._site_need())
 
     def _site_need(self) -> int:
         """The longest `file.py:line` among the kinds so far (kept up to date as kinds come)."""
@@ -270,14 +306,13 @@ class ExecutionList(ScrollView, can_focus=True):
         self._sites_seen = len(kinds)
         return self._site_width
 
-    def header(self, width: int) -> str:
-        name, _, descending = SORTS[self.sort]
-        return header_text(width, *self._last(), name, descending, self._site_need())
+    def header(self, width: int) -> Text:
+        return header_text(width, *self._last(), SORTS[self.sort][0], self.descending, self._site_need())
 
     def _check_layout(self, force: bool = False) -> None:
         index, step = self._last()
         key = (len(str(index)) if self.count else 0, len(str(step)) if self.count else 0, self.sort,
-               self._site_need())
+               self.reversed, self._site_need())
         if force or key != self._layout_key:
             self._layout_key = key
             self.post_message(self.LayoutChanged())
