@@ -110,6 +110,14 @@ async def test_keys_move_between_findings_table_and_details(sample_trace) -> Non
         titles = [command.title for command in app.get_system_commands(app.screen)]
         assert any(t.startswith("Go to finding 1: fallback") or t.startswith("Go to finding 1:") for t in titles)
         assert "Sort by nodes" in titles and "Export the selected graph as SVG" in titles
+        # A long headline is cut between words, and lazyviz's commands come before Textual's own.
+        for number, finding in enumerate(findings, 1):
+            from lazyviz.present import finding_headline
+            title = next(t for t in titles if t.startswith(f"Go to finding {number}: "))
+            shown = title.removeprefix(f"Go to finding {number}: ").removesuffix(" …")
+            full = finding_headline(finding)
+            assert full.startswith(shown) and (shown == full or full[len(shown)] == " ")
+        assert titles.index("Reverse the sort") < titles.index("Quit")
 
 
 async def test_a_killed_run_shows_how_long_it_ran_not_how_long_ago_it_started(tmp_path: Path) -> None:
@@ -333,6 +341,9 @@ def _case(sample: str, keys: list[str], size: tuple[int, int], what: str = "firs
     _case("item_in_loop", ["6"], (100, 30), "findings-tab"),
     _case("transformer_adamw", ["7"], (100, 30), "timing-tab"),
     _case("transformer_adamw", ["question_mark"], (80, 24), "help"),
+    # A light theme picked in the palette: every lazyviz colour readable on white.
+    _case("python_number_aliasing", ["theme:textual-light", "home", "down", "down", "down", "3"], (100, 30),
+          "light-theme-diff"),
 ])
 def test_snapshots(snap_compare, sample_trace, tmp_path: Path, sample: str, keys: list[str],
                    size: tuple[int, int]) -> None:
@@ -344,7 +355,12 @@ def test_snapshots(snap_compare, sample_trace, tmp_path: Path, sample: str, keys
         table = app.query_one(ExecutionList)
         await wait_for(pilot, lambda: app.run_info is not None and app.run_info.finished and table.rows
                        and app.latest is not None and app._opened)
-        await pilot.press(*keys)
+        for key in keys:
+            if key.startswith("theme:"):
+                app.theme = key.removeprefix("theme:")
+                await pilot.pause()
+            else:
+                await pilot.press(key)
         await wait_for(pilot, lambda: any("execution" in view(app, v) or "at " in view(app, v)
                                           for v in ("ir-view", "diff-view", "stack-view")))
         await pilot.wait_for_scheduled_animations()

@@ -4,6 +4,7 @@ findings, step timing and the script's output."""
 from __future__ import annotations
 
 import subprocess
+import textwrap
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -32,6 +33,7 @@ from lazyviz.trace.files import new_file, output_path
 from lazyviz.tui.details import graphs_with
 from lazyviz.tui.panels import AUTO_TABS, EXECUTION_PANELS, TABS, DetailContext, explaining_tab, tab_key
 from lazyviz.tui.screens import HelpScreen, QuitScreen
+from lazyviz.tui.theme import use as use_palette
 from lazyviz.tui.watcher import TraceUpdate, TraceWatcher
 from lazyviz.tui.widgets.code_view import CodeView
 from lazyviz.tui.widgets.executions import SORTS, ExecutionList
@@ -125,6 +127,8 @@ class LazyvizApp(App[str | None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        use_palette(self.current_theme.dark)
+        self.theme_changed_signal.subscribe(self, self._recolour)
         table = self.query_one(ExecutionList)
         table.why = self._why
         table.expected_miss = self._expected_miss
@@ -135,6 +139,22 @@ class LazyvizApp(App[str | None]):
         self.watch_trace()
         if self.ranks:
             self.load_ranks()
+
+    def _recolour(self, theme: object = None) -> None:
+        """A theme of the other darkness (ctrl+p -> theme): every lazyviz colour from the
+        palette readable on it."""
+        if not use_palette(self.current_theme.dark):
+            return
+        for view in self.query(CodeView):
+            view.recolour()
+        strip = self.query_one(FindingsStrip)
+        strip.redraw()
+        if self.latest is not None:
+            self.query_one(FindingsView).show(self.latest.findings, self.run_info.cwd if self.run_info else "")
+        self._show_fix(strip.highlighted)
+        self.query_one(StepChart).refresh()
+        self.query_one(ExecutionList).refresh()
+        self.refresh_header()
 
     # -- ranks of a multi-process run -----------------------------------------------------
     def action_switch_rank(self, direction: int) -> None:
@@ -489,7 +509,7 @@ class LazyvizApp(App[str | None]):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """The command palette (ctrl+p): lazyviz's own actions first."""
         for number, finding in enumerate(self.latest.findings if self.latest else [], 1):
-            yield SystemCommand(f"Go to finding {number}: {finding_headline(finding)[:70]}",
+            yield SystemCommand(f"Go to finding {number}: {textwrap.shorten(finding_headline(finding), 70, placeholder=' …')}",
                                 finding.message, lambda f=finding: self.go_to_finding(f))
         yield SystemCommand("Export the selected graph as SVG", "saved beside the trace, never over a file",
                             self.action_save_svg)

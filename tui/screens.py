@@ -14,7 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from lazyviz.tui.panels import TABS, tab_key
-from lazyviz.tui.theme import FALLBACK_COLOR, HIT_COLOR, MISS_COLOR, MUTED_COLOR, SYNC_COLOR
+from lazyviz.tui.theme import palette
 
 KEYS = [
     ("g", "go to the next finding: select its execution and open what explains it "
@@ -60,9 +60,9 @@ def _pairs(rows: list[tuple[str, str]], key_style: str) -> Table:
 
 def help_renderable() -> Group:
     colours = Text.assemble(
-        "Colours: ", ("miss", f"bold {MISS_COLOR}"), " compiled, ", ("hit", HIT_COLOR), " reused, ",
-        ("fallback", f"bold {FALLBACK_COLOR}"), " an op ran on the CPU, ",
-        ("item/print/...", f"bold {SYNC_COLOR}"), " a sync outside mark_step.")
+        "Colours: ", ("miss", f"bold {palette().miss}"), " compiled, ", ("hit", palette().hit), " reused, ",
+        ("fallback", f"bold {palette().fallback}"), " an op ran on the CPU, ",
+        ("item/print/...", f"bold {palette().sync}"), " a sync outside mark_step.")
     tabs = [(f"{tab_key(n)}  {tab.title}", tab.about) for n, tab in enumerate(TABS)]
     return Group(
         Text("lazyviz keys", style="bold"), _pairs(KEYS, "bold"), Text(""),
@@ -70,7 +70,7 @@ def help_renderable() -> Group:
         Text("Tabs (the row picks IR, Diff or Stack, whichever explains it; other tabs stay put)",
              style="bold"),
         _pairs(tabs, "bold"), Text(""),
-        Text("escape, q or ? closes this help; pgup/pgdn scroll it", style=MUTED_COLOR),
+        Text("escape, q or ? closes this help; pgup/pgdn scroll it", style=palette().muted),
     )
 
 

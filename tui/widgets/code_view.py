@@ -7,38 +7,40 @@ import textwrap
 from functools import lru_cache
 
 from rich.segment import Segment
-from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from lazyviz.tui.theme import palette
+
+# (pattern, role): the role's style comes from the theme's palette when a line is drawn.
 _IR_RULES = [
-    (re.compile(r"%\d+(\.\d+)?"), Style(color="cyan")),
-    (re.compile(r"\[[A-Za-z]+\[[^\]]*\](, [A-Za-z]+\[[^\]]*\])*\]"), Style(color="green")),
-    (re.compile(r"\b[a-z_]+::[\w.]+"), Style(color="bright_white", bold=True)),
-    (re.compile(r"\b[A-Za-z_]\w*(?==)"), Style(color="magenta")),
-    (re.compile(r"ROOT=\d+"), Style(color="yellow", bold=True)),
-    (re.compile(r"NodeType=\S+"), Style(color="grey42")),
-    (re.compile(r"  # \S+$"), Style(color="grey62", italic=True)),  # the line that built the node
+    (re.compile(r"%\d+(\.\d+)?"), "id"),
+    (re.compile(r"\[[A-Za-z]+\[[^\]]*\](, [A-Za-z]+\[[^\]]*\])*\]"), "type"),
+    (re.compile(r"\b[a-z_]+::[\w.]+"), "op"),
+    (re.compile(r"\b[A-Za-z_]\w*(?==)"), "name"),
+    (re.compile(r"ROOT=\d+"), "root"),
+    (re.compile(r"NodeType=\S+"), "dim"),
+    (re.compile(r"  # \S+$"), "note"),  # the line that built the node
 ]
 _TORCHSCRIPT_RULES = [
-    (re.compile(r"%[\w.]+"), Style(color="cyan")),
-    (re.compile(r"\b(aten|prim)::\w+"), Style(color="bright_white", bold=True)),
-    (re.compile(r"\b(Float|Double|Long|Int|Bool|Tensor)\([^)]*\)|\b(Tensor|int|float|bool)\b"), Style(color="green")),
-    (re.compile(r"#.*$"), Style(color="grey50", italic=True)),
+    (re.compile(r"%[\w.]+"), "id"),
+    (re.compile(r"\b(aten|prim)::\w+"), "op"),
+    (re.compile(r"\b(Float|Double|Long|Int|Bool|Tensor)\([^)]*\)|\b(Tensor|int|float|bool)\b"), "type"),
+    (re.compile(r"#.*$"), "note"),
 ]
 _STACK_RULES = [
-    (re.compile(r"^> .*"), Style(color="yellow", bold=True)),
-    (re.compile(r"^ *\d+ \|.*"), Style(color="grey62")),
-    (re.compile(r"^ *\d+ >.*"), Style(color="bright_white", bold=True)),
+    (re.compile(r"^> .*"), "mark"),
+    (re.compile(r"^ *\d+ \|.*"), "context"),
+    (re.compile(r"^ *\d+ >.*"), "marked"),
 ]
 _DIFF_RULES = [
-    (re.compile(r"^! .*"), Style(color="red", bold=True)),
-    (re.compile(r"^\+ .*"), Style(color="green")),
-    (re.compile(r"^- .*"), Style(color="red")),
-    (re.compile(r"^~ .*"), Style(color="yellow")),
-    (re.compile(r"^#.*"), Style(color="bright_white", bold=True)),
+    (re.compile(r"^! .*"), "origin"),
+    (re.compile(r"^\+ .*"), "added"),
+    (re.compile(r"^- .*"), "removed"),
+    (re.compile(r"^~ .*"), "carried"),
+    (re.compile(r"^#.*"), "title"),
 ]
 # The line a view opens centred on: the stack's marked source line (the user's line that
 # synced), which a long stack would otherwise push below the pane.
@@ -103,6 +105,11 @@ class CodeView(ScrollView, can_focus=True):
         if self.focus_line is not None:  # shown at last (a hidden tab has no height), or resized
             self._centre()
 
+    def recolour(self) -> None:
+        """Draw again in the theme's palette."""
+        self._highlight.cache_clear()
+        self.refresh()
+
     @property
     def text(self) -> str:
         """The text as given (not as wrapped on screen)."""
@@ -113,9 +120,10 @@ class CodeView(ScrollView, can_focus=True):
 
     def _highlight_line(self, index: int) -> list[Segment]:
         text = Text(self.lines[index].expandtabs(4), no_wrap=True)
-        for pattern, style in RULES.get(self.language, []):
+        styles = palette().code
+        for pattern, role in RULES.get(self.language, []):
             for match in pattern.finditer(text.plain):
-                text.stylize(style, match.start(), match.end())
+                text.stylize(styles[role], match.start(), match.end())
         return list(text.render(self.app.console))
 
     def render_line(self, y: int) -> Strip:

@@ -25,7 +25,7 @@ from lazyviz.present import site_text
 from lazyviz.trace.model import Execution
 from lazyviz.trace.table import ExecutionTable, Kind, Prefix
 from lazyviz.tui.details import matches
-from lazyviz.tui.theme import FALLBACK, HIT, MISS, MUTED, OTHER_CAUSE
+from lazyviz.tui.theme import palette
 
 SORTED_HEADING = Style(reverse=True)  # the heading of the column the rows are sorted by
 
@@ -401,10 +401,12 @@ class ExecutionList(ScrollView, can_focus=True):
         line = layout.join(cells)
         segments = []
         offset = 0
-        cause_style = MUTED if execution.cause == "mark_step" else (
-            FALLBACK if execution.cause == "fallback" else OTHER_CAUSE)
+        colours = palette()
+        cause_style = colours.muted_style if execution.cause == "mark_step" else (
+            colours.fallback_style if execution.cause == "fallback" else colours.sync_style)
         # Expected misses are dimmed, so the red ones are the recompiles to look at.
-        miss_style = (MUTED if self.expected_miss(execution) else MISS) if execution.is_miss else HIT
+        miss_style = ((colours.muted_style if self.expected_miss(execution) else colours.miss_style)
+                      if execution.is_miss else colours.hit_style)
         for column, cell_width in zip(layout.columns, layout.widths):
             chunk = line[offset:offset + cell_width + 1]
             style = None
@@ -413,7 +415,8 @@ class ExecutionList(ScrollView, can_focus=True):
             elif column.title == "cache":
                 style = miss_style
             elif column.title == "why" and chunk.strip():
-                style = FALLBACK if execution.cause == "fallback" else miss_style if execution.is_miss else OTHER_CAUSE
+                style = colours.fallback_style if execution.cause == "fallback" else \
+                    miss_style if execution.is_miss else colours.sync_style
             segments.append(Segment(chunk, style))
             offset += cell_width + 1
         strip = Strip(segments).crop(0, width).extend_cell_length(width)

@@ -6,7 +6,7 @@ from textual.widgets import Static
 
 from lazyviz.analysis.findings import Finding
 from lazyviz.present import CLEAN_RUN, site_text
-from lazyviz.tui.theme import HIT_COLOR, SEVERITY
+from lazyviz.tui.theme import palette
 
 
 class FindingsView(Static):
@@ -19,15 +19,15 @@ class FindingsView(Static):
 
     def show(self, findings: list[Finding], cwd: str = "") -> None:
         if not findings:
-            self.update(Text(f"no findings: {CLEAN_RUN}", HIT_COLOR))
+            self.update(Text(f"no findings: {CLEAN_RUN}", palette().hit))
             return
         text = Text()
         for finding in findings:
-            text.append(f"{finding.severity:<8}", SEVERITY.get(finding.severity, ""))
+            text.append(f"{finding.severity:<8}", palette().severity(finding.severity))
             text.append(f"{finding.kind}  ", "bold")
             if finding.frame:
-                text.append(site_text(finding.frame, cwd), "cyan")
+                text.append(site_text(finding.frame, cwd), palette().info)
             text.append(f"\n  {finding.message}\n")
             if finding.fix:
-                text.append(f"  fix: {finding.fix}\n", HIT_COLOR)
+                text.append(f"  fix: {finding.fix}\n", palette().hit)
         self.update(text)

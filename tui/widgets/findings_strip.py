@@ -9,7 +9,7 @@ from textual.widgets.option_list import Option
 
 from lazyviz.analysis.findings import Finding
 from lazyviz.present import CLEAN_RUN, KIND_LABELS, finding_headline
-from lazyviz.tui.theme import HIT_COLOR, KIND, MUTED_COLOR, SEVERITY
+from lazyviz.tui.theme import palette
 
 MARKS = {"error": "✖", "warning": "▲", "info": "•"}
 STILL_LOOKING = "… still looking for recompiles and loops unrolled into one graph"
@@ -31,7 +31,7 @@ class FindingsStrip(OptionList):
             self.finding = finding
 
     def __init__(self, **kwargs: object) -> None:
-        super().__init__(Option(Text("looking for problems…", MUTED_COLOR), disabled=True), **kwargs)
+        super().__init__(Option(Text("looking for problems…", palette().muted), disabled=True), **kwargs)
         self.findings: list[Finding] = []
         self._shown: list[tuple[str, str]] = []
         self._width = 0
@@ -39,6 +39,12 @@ class FindingsStrip(OptionList):
 
     def on_resize(self) -> None:
         if self._args is not None:
+            self.show(*self._args)
+
+    def redraw(self) -> None:
+        """The same findings drawn again (in another theme's colours)."""
+        if self._args is not None:
+            self._shown = []
             self.show(*self._args)
 
     def show(self, findings: list[Finding], cwd: str = "", finished: bool = False, complete: bool = True) -> None:
@@ -53,11 +59,11 @@ class FindingsStrip(OptionList):
         self.findings, self._shown, self._width = findings, lines, width
         self._args = (findings, cwd, finished, complete)
         if not complete and not findings:
-            self.set_options([Option(Text(STILL_LOOKING, MUTED_COLOR), disabled=True)])
+            self.set_options([Option(Text(STILL_LOOKING, palette().muted), disabled=True)])
             return
         if not findings:
             clean = f"clean: {CLEAN_RUN}" if finished else "no problems so far"
-            line = Text("✓ " + clean, HIT_COLOR, no_wrap=True, end="")
+            line = Text("✓ " + clean, palette().hit, no_wrap=True, end="")
             line.truncate(max(10, width), overflow="ellipsis")
             self.set_options([Option(line, disabled=True)])
             return
@@ -65,14 +71,14 @@ class FindingsStrip(OptionList):
         for number, (finding, (_, headline)) in enumerate(zip(findings, lines), 1):
             line = Text(no_wrap=True, overflow="ellipsis", end="")
             if len(findings) > 1:
-                line.append(f"{number}/{len(findings)} ", MUTED_COLOR)
-            line.append(f"{MARKS.get(finding.severity, '•')} ", SEVERITY.get(finding.severity, ""))
-            line.append(KIND_LABELS.get(finding.kind, finding.kind), KIND.get(finding.kind, ""))
+                line.append(f"{number}/{len(findings)} ", palette().muted)
+            line.append(f"{MARKS.get(finding.severity, '•')} ", palette().severity(finding.severity))
+            line.append(KIND_LABELS.get(finding.kind, finding.kind), palette().kind(finding.kind))
             line.append(f"  {headline}")
             line.truncate(max(10, width), overflow="ellipsis")  # one line each: the option list would wrap
             options.append(Option(line))
         if not complete:
-            options.append(Option(Text(STILL_LOOKING, MUTED_COLOR, no_wrap=True, overflow="ellipsis"), disabled=True))
+            options.append(Option(Text(STILL_LOOKING, palette().muted, no_wrap=True, overflow="ellipsis"), disabled=True))
         self.set_options(options)
         if highlighted is not None and highlighted < len(options):
             self.highlighted = highlighted

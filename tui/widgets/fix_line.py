@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from lazyviz.analysis.findings import Finding
-from lazyviz.tui.theme import HIT_COLOR
+from lazyviz.tui.theme import palette
 
 
 class FixLine(Static):
@@ -30,7 +30,7 @@ class FixLine(Static):
     def render(self) -> Text:
         line = Text(no_wrap=True, overflow="ellipsis", end="")
         if self.finding is not None and self.finding.fix:
-            line.append("fix: ", f"bold {HIT_COLOR}")
+            line.append("fix: ", f"bold {palette().hit}")
             line.append(self.finding.fix)
             line.truncate(max(10, self.size.width), overflow="ellipsis")
         return line

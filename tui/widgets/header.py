@@ -14,19 +14,19 @@ from lazyviz.analysis.failures import raising_line
 from lazyviz.present import short_path
 from lazyviz.trace.model import RunInfo
 from lazyviz.trace.table import ExecutionTable
-from lazyviz.tui.theme import FALLBACK_COLOR, HIT_COLOR, MISS_COLOR, MUTED_COLOR, SYNC_COLOR
+from lazyviz.tui.theme import palette
 
 
 def run_state(run: RunInfo | None, process_status: int | None) -> tuple[str, str]:
     """(state text, style) from the trace and, in a live run, the child's exit status."""
     if run is None:
-        return ("starting…", SYNC_COLOR) if process_status is None else (f"exited {process_status}", MISS_COLOR)
+        return ("starting…", palette().sync) if process_status is None else (f"exited {process_status}", palette().miss)
     if run.finished:
         ok = run.complete and run.exit_status == 0 and not run.error
-        return ending(run), HIT_COLOR if ok else f"bold {MISS_COLOR}"
+        return ending(run), palette().hit if ok else f"bold {palette().miss}"
     if process_status is not None:
-        return f"killed (status {process_status})", f"bold {MISS_COLOR}"
-    return "running", f"bold {SYNC_COLOR}"
+        return f"killed (status {process_status})", f"bold {palette().miss}"
+    return "running", f"bold {palette().sync}"
 
 
 def ending(run: RunInfo) -> str:
@@ -83,22 +83,22 @@ class RunHeader(Static):
         if len(state) > 60:  # a long ending: the summary has it whole
             state = state[:59] + "…"
         # The state and clock first: the command is what gets cut on a narrow terminal.
-        first = Text.assemble(("lazyviz ", "bold"), (rank, f"bold {FALLBACK_COLOR}"), (state, state_style),
+        first = Text.assemble(("lazyviz ", "bold"), (rank, f"bold {palette().fallback}"), (state, state_style),
                               f" · {elapsed_s:.1f}s · ", no_wrap=True, overflow="ellipsis", end="")
         if run is not None:
-            first.append(f"{run.backend} {run.capture} · ", MUTED_COLOR)
-            first.append(command_text(run), "bold cyan")
+            first.append(f"{run.backend} {run.capture} · ", palette().muted)
+            first.append(command_text(run), f"bold {palette().info}")
         else:
             first.append(source)
         steps = counts.last_step if run is None or run.steps is None else run.steps
         second = Text(f"steps {steps} · executions {counts.executions} · graphs {len(counts.graphs)} · ",
                       no_wrap=True, overflow="ellipsis", end="")
-        second.append(f"misses {counts.misses}", f"bold {MISS_COLOR}" if counts.misses else "")
+        second.append(f"misses {counts.misses}", f"bold {palette().miss}" if counts.misses else "")
         second.append(" · ")
-        second.append(f"fallbacks {counts.fallbacks}", f"bold {FALLBACK_COLOR}" if counts.fallbacks else "")
+        second.append(f"fallbacks {counts.fallbacks}", f"bold {palette().fallback}" if counts.fallbacks else "")
         live = run is None or not run.finished
         second.append((f" · follow {'on' if follow else 'off'}" if live else "") + (f" · sorted by {sort}" if sort else ""),
-                      MUTED_COLOR)
+                      palette().muted)
         width = max(10, self.size.width - 2)
         first.truncate(width, overflow="ellipsis")
         second.truncate(width, overflow="ellipsis")

@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from lazyviz.analysis.summary import StepTimes, chart_scale
-from lazyviz.tui.theme import MISS_COLOR, MUTED_COLOR
+from lazyviz.tui.theme import palette
 
 BARS = " ▁▂▃▄▅▆▇█"
 
@@ -47,11 +47,11 @@ class StepChart(Widget):
         rows = []
         for level in range(height, 0, -1):
             label = f"{top:.0f} ms" if level == height else "0 ms" if level == 1 else ""
-            row = Text(f"{label:>{axis - 1}}│", MUTED_COLOR)
+            row = Text(f"{label:>{axis - 1}}│", palette().muted)
             for total, missed, _ in columns:
                 filled = min(total, top) / top * height - (level - 1)
                 char = BARS[-1] if filled >= 1 else BARS[max(0, int(filled * 8))] if filled > 0 else " "
-                row.append(char * repeat, MISS_COLOR if missed else "cyan")
+                row.append(char * repeat, palette().miss if missed else palette().chart)
             rows.append(row)
         # The x axis: step numbers under the bars, as many as fit without touching.
         ticks = [" "] * (len(columns) * repeat)
@@ -62,7 +62,7 @@ class StepChart(Widget):
             free = all(c == " " for c in ticks[max(0, at - 1):at + len(label)])
             if number % every == 0 and at + len(label) <= len(ticks) and free:
                 ticks[at:at + len(label)] = label
-        rows.append(Text(f"{'step':>{axis - 1}} " + "".join(ticks), MUTED_COLOR))
+        rows.append(Text(f"{'step':>{axis - 1}} " + "".join(ticks), palette().muted))
         slowest = steps[max(range(len(steps)), key=totals.__getitem__)]
         trace_ms = sum(steps.trace_ms)
         sync_ms = sum(steps.sync_ms)
@@ -71,7 +71,7 @@ class StepChart(Widget):
             (f"{len(steps)} steps", "bold"),
             f"{f' ({per_column} per column)' if per_column > 1 else ''} · median {steps.median_ms:.1f} ms"
             f" · max {slowest.total_ms:.1f} ms (step {slowest.step}) · ",
-            ("■ compiled", MISS_COLOR), " ", ("■ cached", "cyan"),
+            ("■ compiled", palette().miss), " ", ("■ cached", palette().chart),
             f"\nsync (lower+compile+run) {sync_ms:.0f} ms = {share:.0f}% · python tracing {trace_ms:.0f} ms",
         )
         return Text("\n").join([*rows, legend])
