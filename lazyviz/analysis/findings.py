@@ -90,7 +90,7 @@ class RunFacts:
 FINDERS: tuple[Callable[[RunFacts], list[Finding]], ...] = (
     lambda facts: failure_findings(facts.run.failures if facts.run else (), facts.executions, facts.ir_texts),
     lambda facts: crash_findings(facts.run, facts.executions, facts.ir_texts) if facts.run else [],
-    lambda facts: recompile_findings(facts.recompiles, facts.steps),
+    lambda facts: recompile_findings(facts.recompiles, facts.steps, facts.ir_texts),
     lambda facts: extra_sync_findings(facts.executions, facts.steps, facts.names),
     lambda facts: fallback_findings(facts.executions, facts.steps,
                                     facts.run.fallbacks_after_last_execution if facts.run else {}),
@@ -194,7 +194,8 @@ def _blame_uncut_graph(findings: list[Finding], table: ExecutionTable, steps: in
     return blamed
 
 
-def recompile_findings(recompiles: list[Recompile | PendingRecompile], steps: int = 1) -> list[Finding]:
+def recompile_findings(recompiles: list[Recompile | PendingRecompile], steps: int = 1,
+                       ir_texts: Mapping[str, str] | None = None) -> list[Finding]:
     """One finding per recompile after warm-up, except that input shapes changing again
     and again at one site make a single dynamic-shape finding with their history, and
     the same kind of change again and again at one site (a Python number baked into
@@ -219,7 +220,7 @@ def recompile_findings(recompiles: list[Recompile | PendingRecompile], steps: in
     for recompile in after_warmup:
         origins = recompile.diff.origins if recompile.diff else ()
         site = (recompile.context, recompile.frame.site if recompile.frame else "?")
-        if origins and all(c.kind == "input_shape" for c in origins):
+        if origins and shape_change(recompile):
             shape_only[site].append(recompile)
         else:
             kinds = tuple(sorted({(c.kind, c.op) for c in origins})) or (("other", recompile.headline()[:40]),)
@@ -238,6 +239,8 @@ def recompile_findings(recompiles: list[Recompile | PendingRecompile], steps: in
         count = len(group) + more
         when = f"step {first.step}" if steps else f"execution {first.execution}"
         message = f"{when} recompiled: {first.headline()}"
+        if first.new_graph and ir_texts:  # which lines a new phase or branch runs
+            message += _lines_that_built(ir_texts.get(first.graph, ""))
         if count > 1:
             where = f"{count} steps" if steps else f"{count} syncs here"
             alike_text = ("each time the same kind of change" if not more
@@ -258,9 +261,9 @@ def recompile_findings(recompiles: list[Recompile | PendingRecompile], steps: in
         ))
     for _site, group in shape_only.items():
         history = [{"step": r.step, "execution": r.execution,
-                    "changes": [f"{c.node} {c.before} -> {c.after}" for c in r.diff.origins]}
+                    "changes": [f"{c.node} {c.before} -> {c.after}" for c in r.diff.origins if c.kind == "input_shape"]}
                    for r in group]
-        first = group[0].diff.origins[0]
+        first = next(c for c in group[0].diff.origins if c.kind == "input_shape")
         built = f", built at {first.source_line}" if first.location else ""
         # Several syncs of one step (a fallback's) recompile for one change: one step's change.
         once = len({r.step for r in group}) == 1 if steps else len(group) == 1
@@ -350,6 +353,23 @@ _NEW_GRAPH_FIX = ("the step ran code no earlier step ran at this site (a new pha
                   "if it recurs every few steps, make the steps alike or move it out of the step")
 
 
+# Ops a backend adds or drops for another layout of the same computation: PyTorch/XLA
+# adds a permute for a batch of 4 where 16 needed none. With an input shape change, they
+# are its consequence, not another code path.
+LAYOUT_OPS = frozenset({"permute", "transpose", "t", "view", "reshape", "expand", "copy", "squeeze", "unsqueeze",
+                        "as_strided", "select", "slice", "contiguous", "clone", "_to_copy"})
+
+
+def shape_change(recompile: Recompile | PendingRecompile) -> bool:
+    """Input shapes changed, and nothing else but the layout ops that follow from that."""
+    origins = recompile.diff.origins if getattr(recompile, "diff", None) else ()
+    if not origins or not any(c.kind == "input_shape" for c in origins):
+        return False
+    return all(c.kind == "input_shape" or (c.kind in ("op_added", "op_removed")
+                                           and c.op.rpartition("::")[2].split(".")[0] in LAYOUT_OPS)
+               for c in origins)
+
+
 def _recompile_fix(recompile: Recompile) -> str:
     """Advice that fits the change: batch advice only where input shapes alone changed."""
     if recompile.new_graph:
@@ -364,10 +384,10 @@ def _recompile_fix(recompile: Recompile) -> str:
     if any(c.kind == "dtype" and c.op.endswith("device_data") for c in recompile.diff.origins):
         # The casts that follow (an added _to_copy) are its consequence, not another path.
         return _DTYPE_FIX
+    if shape_change(recompile):
+        return _SHAPE_FIX
     if kinds & {"op_added", "op_removed", "structure"}:
         return _PATH_FIX
-    if kinds == {"input_shape"}:
-        return _SHAPE_FIX
     if "dtype" in kinds:
         return _DTYPE_FIX
     if "attribute" in kinds:

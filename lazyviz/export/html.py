@@ -188,6 +188,11 @@ def _diff_block(execution: Execution, executions: list[Execution],
         lines.append(f'<span class="{mark}">{escape(readable_ir(raw[node.line - 1].strip()))}</span>')
     if skipped:
         lines.append(f'<span class="same">… {skipped} unchanged nodes</span>')
+    if len(lines) > PAGE_MAX_LINES:  # changes all over a big graph
+        more = len(lines) - PAGE_MAX_LINES
+        lines = lines[:PAGE_MAX_LINES] + [f'<span class="same">… {more:,} more lines: the Diff tab of lazyviz view '
+                                          f"TRACE, or lazyviz export TRACE --execution {execution.index} --diff -o "
+                                          "diff.svg</span>"]
     origins = "".join(f"<li>{escape(c.describe())}</li>" for c in recompile.diff.origins)
     return (f"<p>against graph <code>{escape(str(recompile.closest))}</code> (execution "
             f"{recompile.closest_execution}): {escape(recompile.brief())}</p><ul>{origins}</ul>"

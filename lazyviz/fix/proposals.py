@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.findings import Finding, shape_change
 from lazyviz.analysis.ir import facts
 from lazyviz.analysis.run import Run
 from lazyviz.trace.model import Frame
@@ -415,10 +415,9 @@ _LEADING = re.compile(r"\[(\d+)")  # the first dimension of a shape such as Floa
 def _short_batch(finding: Finding, context: Context) -> bool:
     """The recompile is a smaller first dimension: the last, short batch of a loader."""
     recompile = context.run.recompile_at(finding.executions[0]) if finding.executions else None
-    origins = getattr(getattr(recompile, "diff", None), "origins", ())
-    if not origins:
+    if recompile is None or not shape_change(recompile):
         return False
-    for change in origins:
+    for change in (c for c in recompile.diff.origins if c.kind == "input_shape"):
         before, after = _LEADING.search(change.before), _LEADING.search(change.after)
         if not before or not after or int(after.group(1)) >= int(before.group(1)):
             return False
@@ -536,7 +535,7 @@ def _proposal(finding: Finding, context: Context) -> Proposal:
         return _mark_step(finding, context)
     if finding.kind == "extra_sync" and finding.details.get("cause") in ("item", "print", "tolist"):
         return _step_closure(finding, context)
-    if finding.kind in ("recompile", "dynamic_shape") and finding.details.get("changes") == ["input_shape"]:
+    if finding.kind in ("recompile", "dynamic_shape") and "input_shape" in finding.details.get("changes", ()):
         return _drop_last(finding, context)
     return Proposal(finding, finding.fix)
 

@@ -393,3 +393,35 @@ def test_fix_puts_torch_xla_sync_at_the_end_of_the_loop(tmp_path: Path) -> None:
     gone = result.stderr.split("findings gone:")[1]
     assert "grows by about" in gone
     assert "output: the same (8 lines" in result.stderr
+
+
+def test_a_last_short_batch_is_a_shape_change_with_its_fix_proved(tmp_path: Path) -> None:
+    # XLA adds a permute for the batch of 4 (100 = 6 x 16 + 4): a consequence of the
+    # shape, not "another code path".
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "short_batch.py").write_text(
+        "import torch\nimport torch_xla\nimport torch_xla.core.xla_model as xm\n\n"
+        "device = torch_xla.device()\ntorch.manual_seed(0)\n"
+        "data = torch.utils.data.TensorDataset(torch.randn(100, 32), torch.randn(100, 1))\n"
+        "loader = torch.utils.data.DataLoader(data, batch_size=16)\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)).to(device)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "for epoch in range(2):\n"
+        "    for inputs, targets in loader:\n"
+        "        inputs, targets = inputs.to(device), targets.to(device)\n"
+        "        optimizer.zero_grad()\n"
+        "        loss = ((model(inputs) - targets) ** 2).mean()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        xm.mark_step()\n")
+    trace = tmp_path / "short.trace"
+    assert cli("run", "--no-tui", "-o", trace, "short_batch.py", cwd=folder).status == 0
+    [finding] = report(trace)["findings"]
+    assert "input shape f32[16,1] -> f32[4,1]" in finding["message"]
+    assert "drop_last=True" in finding["fix"] and "another path" not in finding["fix"]
+    result = cli("fix", trace, "--try", cwd=folder)
+    assert result.status == 0, result.stderr
+    assert "+loader = torch.utils.data.DataLoader(data, batch_size=16, drop_last=True)" in result.stdout
+    cells = next(line for line in result.stderr.splitlines() if "recompiles after warm-up" in line).split()[-2:]
+    assert cells == ["1", "0"]
