@@ -12,7 +12,7 @@ from typing import Any
 from lazyviz.analysis.diff import Change, GraphDiff, diff_texts
 from lazyviz.analysis.ir import IRGraph, facts, parsed
 from lazyviz.trace.model import Execution, Frame
-from lazyviz.trace.table import ExecutionTable
+from lazyviz.trace.table import ExecutionTable, Kind
 
 # Misses in the first steps are warm-up: step 0 also runs initialisation, step 1 is the
 # first steady-state step (optimizer state now exists).
@@ -158,6 +158,15 @@ EAGER_WARMUP_NODES = 20_000
 EXPLAINED_PER_SITE = 8
 
 
+def role(item: Execution | Kind) -> str:
+    """What a graph is compared within: its sync site; for a library's own syncs (cause
+    other) the whole call path too, since one call may sync several different graphs
+    (xm.mesh_reduce: a size, then the payload), none a recompile of another."""
+    if item.cause == "other" and item.stack_id is not None:
+        return f"{item.site}#{item.stack_id}"
+    return item.site
+
+
 def explain_recompiles(
     executions: Sequence[Execution], ir_texts: Mapping[str, str], warmup_steps: int = WARMUP_STEPS
 ) -> list[Recompile | PendingRecompile]:
@@ -174,7 +183,7 @@ def explain_recompiles(
     first_step = {context: table.step[table.positions[numbers[0]][0]]
                   for (context,), numbers in table.kinds_by(lambda kind: (kind.context,)).items()}
     stepless = not any(table.step)
-    kinds_at = table.kinds_by(lambda kind: (kind.context, kind.site)) if stepless else {}  # site -> its kinds
+    kinds_at = table.kinds_by(lambda kind: (kind.context, role(kind))) if stepless else {}  # site -> its kinds
     explained: list[Recompile | PendingRecompile] = []
     eager_nodes = 0
     explained_at: Counter[tuple[str | None, str]] = Counter()  # structure changes after warm-up, per site
@@ -186,7 +195,7 @@ def explain_recompiles(
         execution = table[position]
         context = execution.context
         start = first_step[context]
-        site = (context, execution.site)
+        site = (context, role(execution))
         earlier = compiled.setdefault(context, [])
         at_site = compiled_at.setdefault(site, [])
         if site in seen_sites:
@@ -262,7 +271,7 @@ def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[
              warmup: bool, at_site: list[Execution] | None = None) -> Recompile:
     """at_site: those of compiled run at the execution's site (found when not given)."""
     if at_site is None:
-        at_site = [e for e in compiled if e.site == execution.site]
+        at_site = [e for e in compiled if role(e) == role(execution)]
     same_site = [e for e in at_site if e.graph != execution.graph]
     candidates = same_site or [e for e in compiled if e.graph != execution.graph]
     new = parsed(ir_texts.get(execution.graph, ""))

@@ -425,3 +425,25 @@ def test_a_last_short_batch_is_a_shape_change_with_its_fix_proved(tmp_path: Path
     assert "+loader = torch.utils.data.DataLoader(data, batch_size=16, drop_last=True)" in result.stdout
     cells = next(line for line in result.stderr.splitlines() if "recompiles after warm-up" in line).split()[-2:]
     assert cells == ["1", "0"]
+
+
+def test_a_library_calls_own_syncs_are_not_compared_as_recompiles(tmp_path: Path) -> None:
+    # xm.mesh_reduce syncs twice, two different graphs (a size, then the payload): not
+    # one graph recompiled as the other ("dtype s32[1] -> u8[1261]: cast it once").
+    script = tmp_path / "mesh.py"
+    script.write_text(
+        "import torch\nimport torch_xla\nimport torch_xla.core.xla_model as xm\n\n"
+        "device = torch_xla.device()\nmodel = torch.nn.Linear(8, 1).to(device)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(6):\n"
+        "    loss = model(torch.ones(4, 8, device=device)).pow(2).mean()\n"
+        "    loss.backward()\n    optimizer.step()\n    optimizer.zero_grad()\n    xm.mark_step()\n"
+        "    if step % 2 == 1:\n        total = xm.mesh_reduce('loss', loss.item(), sum)\n")
+    trace = tmp_path / "mesh.trace"
+    assert cli("run", "--no-tui", "-o", trace, script).status == 0
+    findings = report(trace)["findings"]
+    assert [f["kind"] for f in findings] == ["extra_sync"]
+    assert findings[0]["message"].startswith("xm.mesh_reduce() forces 2 extra executions per step")
+    with open_trace(trace) as opened:
+        reduces = [e for e in opened.executions() if e.detail == "xm.mesh_reduce()"]
+    assert len({e.graph for e in reduces}) == 2 and len({e.stack_id for e in reduces}) == 2
