@@ -160,8 +160,11 @@ class Tracer:
             for site in self.backend.sync_sites():
                 original = getattr(site.owner, site.attribute, None)
                 if original is not None:
-                    ends_step = site.cause == "mark_step" and not site.runs_closures and not site.polls_around
-                    if site.polls_around:
+                    ends_step = site.cause == "mark_step" and not (site.runs_closures or site.polls_around
+                                                                   or site.starts_processes)
+                    if site.starts_processes:
+                        wrapper = self._wrap_launcher(original)
+                    elif site.polls_around:
                         wrapper = self._wrap_poll_point(original)
                     elif site.runs_closures:
                         wrapper = self.backend.wrap_sync_site(original, site.cause, site.label, self._counts,
@@ -251,6 +254,19 @@ class Tracer:
             return result
 
         return step_limit
+
+    def _wrap_launcher(self, original: Callable) -> Callable:
+        """A call that starts processes: they inherit the environment as untraced."""
+        tracer = self
+
+        @functools.wraps(original)
+        def launcher(*args: object, **kwargs: object) -> object:
+            if _Process.current is not tracer:
+                return original(*args, **kwargs)
+            with tracer.backend.children_untraced():
+                return original(*args, **kwargs)
+
+        return launcher
 
     def _wrap_poll_point(self, original: Callable) -> Callable:
         """Poll before and after a call that may run graphs without a Python frame: what

@@ -5,6 +5,7 @@ this package touch torch's private lazy APIs.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -46,6 +47,9 @@ class SyncSite:
     # Not a sync: a call during which the backend may run graphs it reports without a
     # frame (autograd's thread in backward); polled around, they get this call's line.
     polls_around: bool = False
+    # Not a sync: it starts processes that run the graphs (torch_xla.launch). They run as
+    # untraced, with the user's own environment (LazyBackend.children_untraced).
+    starts_processes: bool = False
 
 
 class SyncCause(threading.local):
@@ -161,6 +165,11 @@ class LazyBackend(ABC):
         execution hook answered) that failed to compile or run. Backends whose hook
         passes the error with the execution itself (TorchScript) leave this empty."""
         return []
+
+    def children_untraced(self) -> contextlib.AbstractContextManager[None]:
+        """While a call starts processes: the environment they inherit as untraced (the
+        settings lazyviz made for this process's backend taken back meanwhile)."""
+        return contextlib.nullcontext()
 
     def sync_state(self) -> SyncCause:
         """Where this thread's running sync site is read (`.cause`, `.detail`): the one

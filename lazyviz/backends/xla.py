@@ -17,6 +17,7 @@ All of it must be set before torch_xla is imported, which `init()` does.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -24,12 +25,27 @@ import sys
 import tempfile
 import zlib
 from collections import deque
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 
 from lazyviz.backends import BackendError, CompiledGraph, ExecuteTimeHook, ExecutionHook, LazyBackend, SyncSite
 from lazyviz.backends._sites import collective_sites, tensor_sync_sites
 from lazyviz.backends.xla_reports import GraphDumpParser, Report, ReportParser
+
+# The settings lazyviz makes for XLA's reports (_set_up_reports): taken back for the
+# processes a launcher starts (children_untraced).
+OUR_SETTINGS = ("PT_XLA_DEBUG_FILE", "PT_XLA_DEBUG_LEVEL", "XLA_IR_DEBUG", "XLA_SAVE_TENSORS_FILE",
+                "XLA_SAVE_TENSORS_FMT")
+LAUNCHED = ("torch_xla.launch (or xmp.spawn) started processes: lazyviz traces only the process it started, so the "
+            "graphs those processes ran are not in this trace; they ran as untraced, with your settings")
+
+
+def launchers() -> list[tuple[object, str, str]]:
+    """The calls that start processes running the graphs: (owner, attribute, label)."""
+    import torch_xla
+    import torch_xla.distributed.xla_multiprocessing as xmp
+
+    return [(torch_xla, "launch", "torch_xla.launch()"), (xmp, "spawn", "xmp.spawn()")]
 
 _NS_PER_MS = 1e6
 _FRAME_LINE = re.compile(r"^[\w ]+Analysis:\s+\S.*? \((.+):\d+\)$")  # "...Analysis:   fn (file:line)"
@@ -137,6 +153,7 @@ class XlaBackend(LazyBackend):
         self._dump: Path | None = None  # the tensors dump lazyviz reads (full capture)
         self._echo: int | None = None  # the user's debug level, when lazyviz prints XLA's analyses on stderr
         self._notes: list[str] = []  # how the user's own XLA debug output differs from untraced
+        self._users_settings: dict[str, str | None] = {}  # what lazyviz changed in the environment: the user's values
         self._user_ir_debug = False
         self._dump_sizes: dict[Path, int] = {}
         self._report_parser = ReportParser()
@@ -182,6 +199,35 @@ class XlaBackend(LazyBackend):
         """Turn on the reports lazyviz reads, keeping what the user asked XLA for: their
         analysis file and tensors dump are read where they are (and stay theirs); the
         analyses their level would print on stderr are passed on to stderr."""
+        before = {name: env.get(name) for name in OUR_SETTINGS}
+        try:
+            self._set_up(env)
+        finally:
+            self._users_settings = {name: value for name, value in before.items() if env.get(name) != value}
+
+    @contextlib.contextmanager
+    def children_untraced(self) -> Iterator[None]:
+        """Processes started meanwhile (torch_xla.launch, xmp.spawn) import torch_xla with
+        the user's own settings: they would write their analyses into this process's
+        report file, and lazyviz would read them as its own. They run untraced."""
+        changed = {name: os.environ.get(name) for name in self._users_settings}
+        for name, value in self._users_settings.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        if LAUNCHED not in self._notes:
+            self._notes.append(LAUNCHED)
+        try:
+            yield
+        finally:
+            for name, value in changed.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+    def _set_up(self, env: MutableMapping[str, str]) -> None:
         user_level = _debug_level(env)
         user_file = env.get("PT_XLA_DEBUG_FILE", "")
         if user_file:
@@ -463,6 +509,8 @@ class XlaBackend(LazyBackend):
             # Library calls that sync in the middle of a step, each a sync of its own.
             SyncSite(xm, "broadcast_master_param", "other", "xm.broadcast_master_param()"),
             SyncSite(xm, "mesh_reduce", "other", "xm.mesh_reduce()"),
+            # Not syncs: they start the processes that run the graphs.
+            *(SyncSite(owner, name, "other", label, starts_processes=True) for owner, name, label in launchers()),
             # Not Tensor.to: it builds device_data nodes, and XLA_IR_DEBUG records the
             # innermost Python frame as their location, which would be our wrapper.
             *(site for site in tensor_sync_sites() if site.attribute != "to"),

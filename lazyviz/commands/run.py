@@ -224,7 +224,7 @@ def _summary_text(trace_path: Path, status: int) -> str:
                 return ""
             if not executions and not run.fallbacks_after_last_execution and not run.device_used:
                 return (f"lazyviz: {run.script} ran no lazy-tensor graph (nothing on device '{run.device}'), "
-                        f"{run.state}; trace: {trace_path}")
+                        f"{run.state}; trace: {trace_path}" + "".join(f"\n  note: {note}" for note in run.notes))
             return text_report(recorded)
     except TraceError as error:
         return f"lazyviz: cannot read the trace: {error}"

@@ -447,3 +447,27 @@ def test_a_library_calls_own_syncs_are_not_compared_as_recompiles(tmp_path: Path
     with open_trace(trace) as opened:
         reduces = [e for e in opened.executions() if e.detail == "xm.mesh_reduce()"]
     assert len({e.graph for e in reduces}) == 2 and len({e.stack_id for e in reduces}) == 2
+
+
+def test_processes_a_launcher_starts_run_untraced_and_are_not_read_as_ours(tmp_path: Path) -> None:
+    # torch_xla.launch's processes inherited lazyviz's report file: the launching process
+    # read their analyses as its own ("4 executions, no steps, cause other, 0 ms").
+    script = tmp_path / "spawned.py"
+    script.write_text(
+        "import torch\nimport torch_xla\nimport torch_xla.core.xla_model as xm\nimport torch_xla.runtime\n\n\n"
+        "def train(index):\n    torch.manual_seed(0)\n    device = torch_xla.device()\n"
+        "    model = torch.nn.Linear(8, 1).to(device)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for step in range(4):\n"
+        "        loss = model(torch.ones(4, 8, device=device)).pow(2).mean()\n"
+        "        loss.backward()\n        optimizer.step()\n        optimizer.zero_grad()\n        xm.mark_step()\n"
+        "    print(f'rank {torch_xla.runtime.global_ordinal()} loss {loss.item():.4f}', flush=True)\n\n\n"
+        "if __name__ == '__main__':\n    torch_xla.launch(train, args=())\n")
+    untraced = python(script)
+    assert untraced.status == 0, untraced.stderr
+    trace = tmp_path / "spawned.trace"
+    traced = cli("run", "--no-tui", "-o", trace, script)
+    assert traced.status == 0 and traced.stdout == untraced.stdout
+    assert "ran no lazy-tensor graph" in traced.stderr and "lazyviz traces only the process it started" in traced.stderr
+    with open_trace(trace) as opened:
+        assert opened.executions() == []
