@@ -89,8 +89,9 @@ def finding_key(finding: Finding) -> tuple[str, str, str]:
 # -- the copy -----------------------------------------------------------------------------
 def copy_root(info: RunInfo, files: list[str]) -> Path:
     """The folder to copy: the script's, or the one holding it and every patched file."""
-    script = Path(info.cwd, info.script).resolve()
-    folders = [str(script.parent), *(os.path.dirname(f) for f in files)]
+    # A module (-m) is found from the folder it was run in: that folder is the project.
+    start = Path(info.cwd) if info.module else Path(info.cwd, info.script).resolve().parent
+    folders = [str(start), *(os.path.dirname(f) for f in files)]
     return Path(os.path.commonpath(folders))
 
 
@@ -135,12 +136,12 @@ def run_side(side: Side, info: RunInfo, root: Path, steps: int | None, timeout: 
     cwd = Path(info.cwd)
     inside = cwd == root or root in cwd.parents
     run_in = _in_copy(cwd, root, side.folder) if inside else cwd
-    script = str(_in_copy(Path(cwd, info.script).resolve(), root, side.folder))
     command = [sys.executable, "-m", "lazyviz", "run", "--no-tui", "--backend", info.backend,
                "--capture", info.capture if info.capture in ("full", "light") else "full", "-o", str(side.trace)]
     if steps is not None:
         command += ["--steps", str(steps)]
-    command += ["-m", info.argv[0]] if info.module else [script]
+    command += ["-m", info.argv[0]] if info.module else [str(_in_copy(Path(cwd, info.script).resolve(), root,
+                                                                       side.folder))]
     command += info.argv[1:]
     try:
         done = subprocess.run(command, cwd=run_in, capture_output=True, text=True, timeout=timeout,
