@@ -189,7 +189,7 @@ def test_report_json_contract(sample_trace) -> None:
 def test_report_text_names_sites(sample_trace) -> None:
     result = cli("report", sample_trace("fallback_mse"))
     assert result.status == 0
-    assert "12 executions in 4 steps" in result.stdout
+    assert "12 graph executions in 4 steps" in result.stdout
     assert "aten::mse_loss x4" in result.stdout and "fallback_mse.py" in result.stdout
 
 

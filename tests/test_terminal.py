@@ -142,7 +142,7 @@ def test_leaving_the_ui_lets_the_script_finish_traced(tmp_path: Path) -> None:
         terminal.wait_for(lambda s: "the script goes on, traced" in s)
         after = terminal.wait_for(lambda s: re.search(r"^EXIT=\d+$", s, re.MULTILINE) is not None, scrollback=200)
         assert re.search(r"^EXIT=0$", after, re.MULTILINE) and "stopped the script" not in after
-        assert re.search(r"12 executions in\s+12 steps", after)  # the summary may wrap
+        assert re.search(r"12 graph\s+executions in\s+12 steps", after)  # the summary may wrap
         import lazyviz
 
         with lazyviz.open(trace) as opened:

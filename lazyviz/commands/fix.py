@@ -14,6 +14,7 @@ from lazyviz.analysis.run import Run
 from lazyviz.commands.base import CliError, open_trace, regular_file, say, step_count
 from lazyviz.fix.proposals import Change, Proposal, apply_changes, propose, unified_diff
 from lazyviz.fix.trial import DEFAULT_STEPS, trial_record, try_patch
+from lazyviz.present import KIND_LABELS
 from lazyviz.trace.files import add_run_fields
 
 
@@ -75,8 +76,8 @@ class FixCommand:
                 problem = add_run_fields(Path(options.trace), {"fix_trial": json.dumps(record)})
                 if problem:
                     say(f"lazyviz: could not keep the measurement in the trace: {problem}")
-            if after.exit_status not in (before.exit_status, None) or (after.exit_status is None):
-                say(f"lazyviz: the patched copy did not end as the original did ({after.state})")
+            if after.exit_status != before.exit_status:
+                say(f"lazyviz: the patched copy did not end as the original did: {after.state}, not {before.state}")
                 return 1
         if options.write:
             self._write(changes, texts, info.sources)
@@ -120,8 +121,9 @@ class FixCommand:
                 run_end += 1
             where = f" [{finding.frame.site.rpartition('/')[2]}]" if finding.frame else ""
             if run_end - number > 1:
-                say(f"  {number + 1}-{run_end}. {finding.severity}: {run_end - number} more {finding.kind} findings"
-                    f"{where}: the same edit as {proposal.same_as + 1}")
+                label = KIND_LABELS.get(finding.kind, finding.kind)
+                say(f"  {number + 1}-{run_end}. {finding.severity}: {run_end - number} {label} findings{where}: "
+                    f"the same edit as {proposal.same_as + 1}")
             elif proposal.same_as is not None:
                 say(f"  {number + 1}. {finding.severity}: {(finding.short or finding.message)[:160]}{where}")
                 say(f"     edit: the same as {proposal.same_as + 1}")

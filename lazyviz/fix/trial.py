@@ -223,7 +223,7 @@ def _shown(value: float | int | None, unit: str = "", digits: int = 0) -> str:
     return f"{value:,.{digits}f}{unit}"
 
 
-def comparison(before: Measures, after: Measures, steps: int, expected: Sequence[str] = ()) -> str:
+def comparison(before: Measures, after: Measures, expected: Sequence[str] = ()) -> str:
     """Before and after side by side; expected: how the edits change the script's results."""
     rows = [
         ("exit", _ending(before.state), _ending(after.state)),
@@ -314,7 +314,7 @@ def try_patch(info: RunInfo, patched: Mapping[str, str], steps: int, timeout: fl
         # An original without steps ran to its end: so does the patched copy, for a fair
         # comparison (the patch gives it steps, which the bound would cut short).
         after = run_side(sides[1], info, root, steps if before.steps else None, timeout)
-        text = comparison(before, after, steps, expected)
+        text = comparison(before, after, expected)
         if keep:
             text += f"\n  the copies and their traces: {work}"
         return text, before, after

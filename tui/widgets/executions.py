@@ -53,7 +53,7 @@ COLUMNS = [
     Column("why", 0, "<", lambda e: ""),
 ]
 SITE_MAX = 40  # at 200 columns the site stops here and `why` gets the rest
-WHY_MIN = 14  # what `why` keeps when the site column widens for a long file name
+WHY_MIN = 20  # what `why` keeps when the site column widens for a long file name ("shape 16->24 at :28")
 
 
 def _cut_site(site: str, width: int) -> str:
