@@ -440,6 +440,7 @@ async def test_a_live_run_moves_to_its_worst_finding_when_it_ends(tmp_path: Path
         process.wait(timeout=120)
 
 
+@pytest.mark.torch  # traces a script of its own
 async def test_the_stack_tab_opens_on_the_users_line_centred(tmp_path: Path) -> None:
     # 27 frames of stack come first: the source line that synced would be below the pane.
     script = tmp_path / "deep.py"
