@@ -276,10 +276,8 @@ class ExecutionList(ScrollView, can_focus=True):
         (timsort merges the two sorted runs: a live million-row table stays cheap)."""
         _, make_key, _ = SORTS[self.sort]
         descending = self.descending
-        if make_key is None:
-            self.order = None if not self.reversed else list(range(self.count - 1, -1, -1))
-            if self.order is not None and start:
-                self.order = list(range(self.count - 1, -1, -1))
+        if make_key is None:  # the order they ran in, or newest first
+            self.order = list(range(self.count - 1, -1, -1)) if self.reversed else None
             return
         key = make_key(self.table)
         if start and self.order is not None:
