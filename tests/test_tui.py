@@ -530,3 +530,7 @@ async def test_sorting_by_heading_reversing_and_only_visible_columns(sample_trac
         assert nodes == sorted(nodes) and "▲nodes" in str(heading.render())
         await pilot.click("#columns", offset=(x + 1, 0))  # the sorted heading again: reversed back
         assert table.descending
+        await pilot.press("o", "o", "o", "o")  # on round to the order they ran in; O: newest first
+        assert SORTS[table.sort][0] == "#"
+        await pilot.press("O")
+        assert [table.row(i).index for i in range(3)] == sorted((e.index for e in table.rows), reverse=True)[:3]
