@@ -216,8 +216,7 @@ class XlaBackend(LazyBackend):
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        if LAUNCHED not in self._notes:
-            self._notes.append(LAUNCHED)
+        executed = self._executed
         try:
             yield
         finally:
@@ -226,6 +225,9 @@ class XlaBackend(LazyBackend):
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
+            # debug_single_process=True runs it here, traced as usual: no processes to speak of.
+            if self._executed == executed and LAUNCHED not in self._notes:
+                self._notes.append(LAUNCHED)
 
     def _set_up(self, env: MutableMapping[str, str]) -> None:
         user_level = _debug_level(env)

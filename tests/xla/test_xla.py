@@ -471,3 +471,8 @@ def test_processes_a_launcher_starts_run_untraced_and_are_not_read_as_ours(tmp_p
     assert "ran no lazy-tensor graph" in traced.stderr and "lazyviz traces only the process it started" in traced.stderr
     with open_trace(trace) as opened:
         assert opened.executions() == []
+    # debug_single_process=True runs it in this process: traced as usual, no such note.
+    script.write_text(script.read_text().replace("args=())", "args=(), debug_single_process=True)"))
+    single = cli("run", "--no-tui", "-o", tmp_path / "single.trace", script)
+    assert single.status == 0 and "4 graph executions in 4 steps" in single.stderr
+    assert "lazyviz traces only the process it started" not in single.stderr
