@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import datetime
 import functools
-import hashlib
 import os
 import platform
 import sqlite3
@@ -30,7 +29,7 @@ from lazyviz.backends import BACKENDS, BackendError, LazyBackend, get_backend
 from lazyviz.errors import LazyvizError
 from lazyviz.export.notebook import summary_html
 from lazyviz.export.report import json_report
-from lazyviz.fix.proposals import Proposal, propose
+from lazyviz.fix.proposals import Proposal, file_hash, propose
 from lazyviz.trace.files import TraceClaim, claim_trace_path, free_trace_path, held_apart, numbered_path
 from lazyviz.trace.reader import Trace
 from lazyviz.trace.writer import TraceWriter
@@ -282,15 +281,8 @@ MAX_HASHED = 200  # user files hashed at the end of a run (`lazyviz fix --write`
 def source_hashes(files: list[str]) -> dict[str, str]:
     """{absolute path: sha256} of the user's source files, as they were when the run
     ended: `lazyviz fix --write` edits only a file that still has its hash."""
-    hashes: dict[str, str] = {}
-    for file in files[:MAX_HASHED]:
-        path = os.path.abspath(file)
-        try:
-            with open(path, "rb") as source:
-                hashes[path] = hashlib.sha256(source.read()).hexdigest()
-        except OSError:
-            continue  # gone, or not a file: nothing to check it against
-    return hashes
+    hashes = {path: file_hash(path) for path in map(os.path.abspath, files[:MAX_HASHED])}
+    return {path: digest for path, digest in hashes.items() if digest is not None}  # gone: nothing to check
 
 
 # -- notebooks -------------------------------------------------------------------------

@@ -53,9 +53,8 @@ class TracerBusy(LazyvizError):
 class StepLimitReached(SystemExit):
     """How `lazyviz run --steps N` ends a script: a clean exit (status 0) after step N."""
 
-    def __init__(self, steps: int) -> None:
+    def __init__(self) -> None:
         super().__init__(0)
-        self.steps = steps
 
 
 class _Process:
@@ -160,8 +159,7 @@ class Tracer:
             for site in self.backend.sync_sites():
                 original = getattr(site.owner, site.attribute, None)
                 if original is not None:
-                    ends_step = site.cause == "mark_step" and not (site.runs_closures or site.polls_around
-                                                                   or site.starts_processes)
+                    ends_step = site.cause == "mark_step" and not site.runs_closures
                     if site.starts_processes:
                         wrapper = self._wrap_launcher(original)
                     elif site.polls_around:
@@ -250,7 +248,7 @@ class Tracer:
                     and threading.current_thread() is threading.main_thread()):
                 if tracer.stopped_at_step is None:
                     tracer.stopped_at_step = counts[1]
-                raise StepLimitReached(limit)
+                raise StepLimitReached()
             return result
 
         return step_limit

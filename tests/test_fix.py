@@ -169,6 +169,11 @@ def test_write_edits_only_files_unchanged_since_the_trace(tmp_path: Path) -> Non
     refused = cli("fix", trace, "--write", cwd=folder)
     assert refused.status == 2 and "changed since the trace was recorded" in refused.stderr
     assert script.read_text() == edited  # nothing written
+    # The report shows no edit for a changed file either: its lines may have moved.
+    page = tmp_path / "report.html"
+    assert cli("report", trace, "-o", page).status == 0
+    html = page.read_text()
+    assert "proposed edit" not in html and "item_in_loop.py changed since the trace was recorded" in html
     script.write_text(original)
     diff = cli("fix", trace, cwd=folder).stdout
     written = cli("fix", trace, "--write", cwd=folder)

@@ -5,6 +5,7 @@ with torch's own cpp_extension and cached per torch version and source.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -419,11 +420,8 @@ def prepare() -> None:
 def build_main() -> int:
     """`python -m lazyviz.backends.ts`: build the hook ahead of time (CI, images)."""
     try:
-        if hook_is_built():
+        with contextlib.nullcontext() if hook_is_built() else _Building():
             load_hook()
-        else:
-            with _Building():
-                load_hook()
     except BackendError as error:
         print(f"lazyviz: {error}", file=sys.stderr)
         return 1

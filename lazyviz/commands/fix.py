@@ -4,7 +4,6 @@ patch on a copy, `--write` applies it to the user's files when they are unchange
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import tempfile
@@ -12,17 +11,10 @@ from pathlib import Path
 
 from lazyviz.analysis.run import Run
 from lazyviz.commands.base import CliError, open_trace, regular_file, say, step_count
-from lazyviz.fix.proposals import Change, Proposal, apply_changes, propose, unified_diff
+from lazyviz.fix.proposals import Change, Proposal, apply_changes, file_hash, propose, unified_diff
 from lazyviz.fix.trial import DEFAULT_STEPS, trial_record, try_patch
 from lazyviz.present import KIND_LABELS
 from lazyviz.trace.files import add_run_fields
-
-
-def _hash(path: str) -> str | None:
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError:
-        return None
 
 
 class FixCommand:
@@ -53,7 +45,7 @@ class FixCommand:
                 raise CliError(f"--try: {options.trace} was recorded from Python ({info.source}), not by "
                                "`lazyviz run`, so there is no script to re-run; the diff stands without it")
             proposals = propose(run)
-        proposals, changed = self._unchanged_files_only(proposals, info.sources)
+        changed = [p.stale for p in proposals if p.stale]
         self._describe(proposals)
         if changed and options.write:
             raise CliError(f"--write: {changed[0]} changed since the trace was recorded: run it again")
@@ -88,20 +80,6 @@ class FixCommand:
         """Enough steps to see each fixed finding again (a last short batch is late)."""
         seen = [run.execution(e).step for p in proposals if p.mechanical for e in p.finding.executions[-1:]]
         return max([DEFAULT_STEPS, *(step + 2 for step in seen)])
-
-    @staticmethod
-    def _unchanged_files_only(proposals: list[Proposal], hashes: dict[str, str]) -> tuple[list[Proposal], list[str]]:
-        """An edit made from a file that changed since the trace would land on the wrong
-        lines: those become words. Returns the proposals and the files that changed."""
-        kept, changed_files = [], []
-        for proposal in proposals:
-            changed = sorted({c.file for c in proposal.changes if c.file in hashes and _hash(c.file) != hashes[c.file]})
-            if changed:
-                changed_files += changed
-                proposal = Proposal(proposal.finding, f"{proposal.finding.fix} ({os.path.basename(changed[0])} "
-                                                      "changed since the trace was recorded: run it again for an edit)")
-            kept.append(proposal)
-        return kept, changed_files
 
     @staticmethod
     def _describe(proposals: list[Proposal]) -> None:
@@ -140,7 +118,7 @@ class FixCommand:
             raise CliError(f"--write: the trace has no record of {unknown[0]} as it was when recorded, so lazyviz "
                            "cannot tell it is unchanged: apply the diff yourself")
         for file in files:  # all checked before any is written
-            if _hash(file) != hashes[file]:
+            if file_hash(file) != hashes[file]:
                 raise CliError(f"--write: {file} changed since the trace was recorded: run it again")
         for file, text in apply_changes(texts, changes).items():
             folder = os.path.dirname(file)

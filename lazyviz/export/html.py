@@ -201,6 +201,9 @@ def _diff_block(execution: Execution, executions: list[Execution],
 
 def _edit_html(proposal: Proposal | None, trial: dict, cwd: str, proposals: list[Proposal]) -> str:
     """The proposed edit (its diff behind a click) and, once `lazyviz fix --try` ran, what it measured."""
+    if proposal is not None and proposal.stale:
+        return (f'<br><span class="fix">no edit: {escape(os.path.basename(proposal.stale))} changed since the trace '
+                "was recorded (run it again for one)</span>")
     if proposal is None or not proposal.mechanical:
         return ""
     if proposal.same_as is not None:

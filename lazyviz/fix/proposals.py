@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import hashlib
 import os
 import re
 from collections import Counter
@@ -48,6 +49,7 @@ class Proposal:
     changes: tuple[Change, ...] = ()
     alters_results: str = ""  # how the edit changes what the script computes, where it does
     same_as: int | None = None  # the earlier proposal (0-based) whose edit fixes this one too
+    stale: str = ""  # a file the edit was for, changed since the trace was recorded: no edit then
 
     @property
     def mechanical(self) -> bool:
@@ -83,6 +85,14 @@ class Source:
 
     def newline(self) -> str:
         return "\r\n" if self.lines and self.lines[0].endswith("\r\n") else "\n"
+
+
+def file_hash(path: str) -> str | None:
+    """SHA-256 of a file as the trace records the user's files (RunInfo.sources)."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def read_source(path: str) -> Source | None:
@@ -222,6 +232,16 @@ class Context:
         if path not in self._sources:
             self._sources[path] = self._read(path) if self._users(path) else None
         return self._sources[path]
+
+    def unless_stale(self, proposal: Proposal) -> Proposal:
+        """An edit made from a file that changed since the trace would land on the wrong
+        lines: then words, saying so."""
+        recorded = self.run.info.sources
+        for file in dict.fromkeys(c.file for c in proposal.changes):
+            if file in recorded and file_hash(file) != recorded[file]:
+                return Proposal(proposal.finding, f"{proposal.finding.fix} ({os.path.basename(file)} changed since "
+                                                  "the trace was recorded: run it again for an edit)", stale=file)
+        return proposal
 
     def _users(self, path: str) -> bool:
         if not os.path.isabs(path) or INSTALLED.intersection(Path(path).parts):
@@ -547,7 +567,7 @@ def propose(run: Run, read: Callable[[str], Source | None] = read_source) -> lis
     proposals: list[Proposal] = []
     taken: dict[Change, int] = {}  # change -> the proposal that makes it
     for finding in run.findings:
-        proposal = _proposal(finding, context)
+        proposal = context.unless_stale(_proposal(finding, context))
         if proposal.changes:
             new = [c for c in proposal.changes if c not in taken]
             main = proposal.changes[0]  # the edit itself (the rest: imports, the `continue`s)
