@@ -16,6 +16,7 @@ import os
 import platform
 import sqlite3
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -30,10 +31,18 @@ from lazyviz.errors import LazyvizError
 from lazyviz.export.notebook import summary_html
 from lazyviz.export.report import json_report
 from lazyviz.fix.proposals import Proposal, file_hash, propose
-from lazyviz.trace.files import TraceClaim, claim_trace_path, free_trace_path, held_apart, numbered_path
+from lazyviz.trace.files import (
+    TraceClaim,
+    claim_trace_path,
+    free_trace_path,
+    held_apart,
+    launch_folder,
+    numbered_path,
+    rank_trace,
+)
 from lazyviz.trace.reader import Trace
 from lazyviz.trace.writer import TraceWriter
-from lazyviz.tracer import Tracer, refuse_if_busy
+from lazyviz.tracer import Tracer, refuse_if_busy, tracing
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -97,6 +106,9 @@ class Recorder:
         self._calls = 0  # as a decorator: calls traced so far
         self.step_limit: int | None = None  # end the script after this many steps (lazyviz run --steps)
         self._script: list[str] = []  # the script lazyviz run started, as an absolute path
+        self.rank: dict[str, str] | None = None  # a launched process's place among its launcher's (else torchrun's)
+        self.after_launch = False  # recording in a process torch_xla.launch started (Launched)
+        self.replicas = 1  # threads running a replica each of the same steps (Launched: one per device)
 
     @classmethod
     def for_runner(cls, path: str, *, capture: str, backend: str, source_lines: bool, argv: list[str],
@@ -131,6 +143,7 @@ class Recorder:
         started = self._started
         name = self.backend_name or ("xla" if "torch_xla" in sys.modules else "ts")
         backend = _backend(name, self.capture)
+        backend.after_launch = self.after_launch
         claim = claim_trace_path(self.path, self.force, force_hint="force=True") if self._claims else None
         try:
             writer = TraceWriter(self.path)
@@ -141,7 +154,9 @@ class Recorder:
         # keep_graphs: a later trace in this process finds the graphs the backend has cached.
         tracer = Tracer(backend, writer, self.capture, started=started, outer_files=outer_files,
                         file_label=file_label, keep_graphs=self._claims, source_lines=self.source_lines,
-                        step_limit=self.step_limit)
+                        step_limit=self.step_limit, launched=self._launched)
+        if self.replicas > 1:
+            tracer.count_steps_of_replicas(self.replicas)
         try:
             tracer.install()
         except BaseException as error:
@@ -164,11 +179,18 @@ class Recorder:
             start_time=(datetime.datetime.now(datetime.timezone.utc)
                         - datetime.timedelta(seconds=time.perf_counter() - started)).isoformat(timespec="milliseconds"),
             pid=os.getpid(), cwd=os.getcwd(),
-            rank={key: os.environ[var] for var, key in _RANK_VARIABLES.items() if var in os.environ},
+            rank=self.rank if self.rank is not None
+            else {key: os.environ[var] for var, key in _RANK_VARIABLES.items() if var in os.environ},
         )
         self._tracer, self._writer, self._claim = tracer, writer, claim
         atexit.register(self.stop)  # started and never stopped: the trace still ends complete
         return self
+
+    def _launched(self, fn: Callable) -> Launched:
+        """What a launcher (torch_xla.launch) runs in the processes it starts instead of
+        `fn`: each of them records its own trace in the folder beside this one."""
+        return Launched(fn, str(launch_folder(self.path.resolve())), capture=self.capture,
+                        source_lines=self.source_lines, argv=self.argv, module=self.module, source=self.source)
 
     def _give_up(self, claim: TraceClaim | None) -> None:
         """Nothing was recorded: leave no half trace behind (only a file this recorder made)."""
@@ -273,6 +295,72 @@ class Recorder:
     def __repr__(self) -> str:
         state = "recording" if self._tracer else "recorded" if self._ended else "not started"
         return f"<lazyviz trace {str(self.path)!r} {state}, capture={self.capture}>"
+
+
+class Launched:
+    """The function a launcher runs in each process it starts (torch_xla.launch,
+    xmp.spawn), as lazyviz hands it over: the process records its own trace,
+    rank<R>.trace in `folder`, as a torchrun rank does. It is pickled to the process, and
+    called there once per device thread: the first call starts the trace, the last one
+    to return ends it. The launcher has imported torch_xla and started its runtime by
+    then, but run no graph, and XLA reads its debug settings at the first one. Called in
+    a process that records already (debug_single_process=True), it is only `fn`."""
+
+    _lock = threading.Lock()
+    _calls = 0  # calls running in this process
+    _recorder: Recorder | None = None
+
+    def __init__(self, fn: Callable, folder: str, *, capture: str, source_lines: bool, argv: list[str],
+                 module: bool, source: str) -> None:
+        self.fn, self.folder, self.capture, self.source_lines = fn, folder, capture, source_lines
+        self.argv, self.module, self.source = argv, module, source
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        cls = type(self)
+        with cls._lock:
+            if cls._calls == 0 and not tracing():
+                cls._recorder = self._start()
+            cls._calls += 1
+        error: BaseException | None = None
+        try:
+            return self.fn(*args, **kwargs)
+        except BaseException as raised:
+            error = raised
+            raise
+        finally:
+            with cls._lock:
+                cls._calls -= 1
+                if cls._calls == 0 and cls._recorder is not None:
+                    recorder, cls._recorder = cls._recorder, None
+                    recorder.stop(error)
+
+    def _start(self) -> Recorder | None:
+        """This process's recording, or None (said on stderr) where it cannot start: then
+        the function runs untraced."""
+        import torch_xla.core.xla_model as xm
+        import torch_xla.runtime as xr
+
+        rank = xr.process_index()
+        recorder = Recorder(rank_trace(Path(self.folder), rank), capture=self.capture, backend="xla",
+                            source=self.source, source_lines=self.source_lines)
+        recorder.argv, recorder.module, recorder.after_launch = self.argv, self.module, True
+        recorder._script = [] if self.module or not self.argv else [os.path.abspath(self.argv[0])]
+        recorder.rank = {"rank": str(rank), "local_rank": os.environ.get("PJRT_LOCAL_PROCESS_RANK", "0"),
+                         "world_size": str(xr.process_count())}
+        # The launcher runs the function in a thread per device of the process.
+        recorder.replicas = len(xm.get_xla_supported_devices())
+        try:
+            os.makedirs(self.folder, exist_ok=True)
+            recorder.start()
+        except (LazyvizError, OSError) as error:
+            print(f"lazyviz: process {rank} of torch_xla.launch runs untraced: {error}", file=sys.stderr)
+            return None
+        if recorder.replicas > 1 and recorder._tracer is not None:
+            recorder._tracer.notes.append(
+                f"this process ran the function on {recorder.replicas} devices, a thread each: every step has an "
+                "execution per device, and a graph compiles once per device")
+        return recorder
 
 
 MAX_HASHED = 200  # user files hashed at the end of a run (`lazyviz fix --write` checks them)

@@ -76,6 +76,11 @@ class _Process:
             cls.current = None  # the child runs on untraced, and may start a trace of its own
 
 
+def tracing() -> bool:
+    """Does a trace record in this process now?"""
+    return _Process.current is not None
+
+
 def refuse_if_busy() -> None:
     """Raise TracerBusy while a trace records in this process: traces do not nest."""
     if _Process.current is not None:
@@ -87,15 +92,19 @@ class Tracer:
     def __init__(self, backend: LazyBackend, writer: TraceWriter, capture: str = "full",
                  started: float | None = None, outer_files: frozenset[str] = frozenset(),
                  file_label: Callable[[str], str] | None = None, keep_graphs: bool = False,
-                 source_lines: bool = True, step_limit: int | None = None) -> None:
+                 source_lines: bool = True, step_limit: int | None = None,
+                 launched: Callable[[Callable], Callable] | None = None) -> None:
         """outer_files: files whose frames are below the traced code (a runner, a
         notebook's shell): stack walks stop there. file_label: how to name a code
         object's file in the trace (a notebook cell as "In [3]"). keep_graphs: keep every
         compiled graph for later tracers in this process (costs their texts' memory).
         source_lines: with capture full, tag every IR node with the user's line that
         built it (about 0.5-1 us per node). step_limit: end the script (SystemExit 0)
-        when this many steps have ended (`lazyviz run --steps N`)."""
+        when this many steps have ended (`lazyviz run --steps N`). launched: what the
+        function a launcher runs in the processes it starts becomes, so that each of them
+        records a trace of its own."""
         self.source_lines = source_lines
+        self._launched = launched
         self.step_limit = step_limit
         self.backend = backend
         self.writer = writer
@@ -128,6 +137,10 @@ class Tracer:
         self._file_label = file_label
         self._wrapped: list[tuple[object, str, Callable, Callable]] = []  # owner, name, original, wrapper
         self._step_call_depth = [0]  # step-ending calls in progress (xm.optimizer_step calls sync)
+        # Where threads run one replica each of the same steps (a launcher's thread per
+        # device): the steps each thread has ended; the run's steps are the fewest.
+        self._replica_steps: dict[int, int] | None = None
+        self._replicas = 1
         self.stopped_at_step: int | None = None  # the step after which step_limit ended the script
 
     @property
@@ -191,6 +204,8 @@ class Tracer:
         sync = self._sync
         counts = self._counts  # [executions, steps]: shared with the backend, read as it counts
         empty_sync_ends_step = self.backend.empty_sync_ends_step
+        replicas = self._replica_steps
+        syncing = self.backend.syncing
 
         @functools.wraps(original)
         def sync_site(*args: object, **kwargs: object) -> object:
@@ -213,6 +228,8 @@ class Tracer:
             executions_before = counts[0]
             if not sync.in_closure:
                 sync.closures_from = None
+            thread = threading.get_ident()
+            syncing.add(thread)
             try:
                 result = original(*args, **kwargs)
                 if poll is not None:
@@ -220,7 +237,10 @@ class Tracer:
                 # Only the step's own graph ends it, not one its closures ran.
                 ran = (counts[0] if sync.closures_from is None else sync.closures_from) > executions_before
                 if ends and (empty_sync_ends_step or ran):
-                    counts[1] += 1
+                    if replicas is None:
+                        counts[1] += 1
+                    else:
+                        tracer._replica_step_ended(thread)
                 return result
             except Exception as error:
                 if poll is not None:  # a polling backend learns of a failed graph only here
@@ -228,6 +248,7 @@ class Tracer:
                 raise
             finally:
                 sync.cause = None
+                syncing.discard(thread)
 
         return sync_site
 
@@ -254,17 +275,58 @@ class Tracer:
         return step_limit
 
     def _wrap_launcher(self, original: Callable) -> Callable:
-        """A call that starts processes: they inherit the environment as untraced."""
+        """A call that starts processes to run a function (its first argument, or `fn`):
+        they inherit the environment as untraced, and the function they get is the one
+        `launched` makes of it, which records each process's own trace."""
         tracer = self
 
         @functools.wraps(original)
         def launcher(*args: object, **kwargs: object) -> object:
             if _Process.current is not tracer:
                 return original(*args, **kwargs)
-            with tracer.backend.children_untraced():
-                return original(*args, **kwargs)
+            folder = None
+            if tracer._launched is not None:
+                if args:
+                    args = (launched := tracer._launched(args[0]), *args[1:])  # type: ignore[arg-type]
+                    folder = getattr(launched, "folder", None)
+                elif "fn" in kwargs:
+                    kwargs["fn"] = launched = tracer._launched(kwargs["fn"])  # type: ignore[arg-type]
+                    folder = getattr(launched, "folder", None)
+            executed = tracer._counts[0]
+            try:
+                with tracer.backend.children_untraced():
+                    return original(*args, **kwargs)
+            finally:
+                tracer._note_launch(folder, ran_here=tracer._counts[0] > executed)
 
         return launcher
+
+    def count_steps_of_replicas(self, threads: int) -> None:
+        """`threads` threads each run a replica of the same steps (call before install):
+        a step has ended when every replica has ended it."""
+        self._replica_steps, self._replicas = {}, threads
+
+    def _replica_step_ended(self, thread: int) -> None:
+        steps = self._replica_steps
+        assert steps is not None
+        steps[thread] = steps.get(thread, 0) + 1
+        if len(steps) >= self._replicas:
+            self._counts[1] = max(self._counts[1], min(steps.values()))
+
+    def _note_launch(self, folder: str | None, ran_here: bool) -> None:
+        """Where the graphs of a launcher's processes are: their own traces, or nowhere
+        (they ran untraced, and said why). debug_single_process=True runs the function
+        in this process, traced here: nothing to say."""
+        if ran_here:
+            return
+        if folder is not None and any(Path(folder).glob("rank*.trace")):
+            note = (f"torch_xla.launch ran the function in processes of its own, each traced in {folder} "
+                    f"(rank<R>.trace): lazyviz report {folder}")
+        else:
+            note = ("torch_xla.launch ran the function in processes of its own, untraced (each said why on "
+                    "stderr): their graphs are not in this trace")
+        if note not in self.notes:
+            self.notes.append(note)
 
     def _wrap_poll_point(self, original: Callable) -> Callable:
         """Poll before and after a call that may run graphs without a Python frame: what

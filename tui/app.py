@@ -29,7 +29,7 @@ from lazyviz.analysis.summary import StepTimes
 from lazyviz.export.graphviz import ExportError, execution_dot, render_svg
 from lazyviz.present import divergence_text, finding_headline, why_text
 from lazyviz.trace import Execution, RunInfo, Trace, TraceError
-from lazyviz.trace.files import new_file, output_path
+from lazyviz.trace.files import launch_folder, new_file, output_path
 from lazyviz.tui.details import graphs_with
 from lazyviz.tui.panels import AUTO_TABS, EXECUTION_PANELS, TABS, DetailContext, explaining_tab, tab_key
 from lazyviz.tui.screens import HelpScreen, QuitScreen
@@ -139,6 +139,8 @@ class LazyvizApp(App[str | None]):
         self.watch_trace()
         if self.ranks:
             self.load_ranks()
+        elif self.process is not None:
+            self._launch_timer = self.set_interval(1.0, self._follow_launched)
 
     def _recolour(self, theme: object = None) -> None:
         """A theme of the other darkness (ctrl+p -> theme): every lazyviz colour from the
@@ -173,6 +175,25 @@ class LazyvizApp(App[str | None]):
         self.query_one(ExecutionList).show_rows(self.watcher.executions, 0)
         self.query_one(OutputView).clear()
         self.notify(f"rank {rank}: {self.trace_path.name}")
+        self.watch_trace()
+
+    def _follow_launched(self) -> None:
+        """The live script ran no graph itself but torch_xla.launch started processes that
+        trace their own: show theirs (the first process, [ and ] for the others)."""
+        if self.count or self.process is None:
+            self._launch_timer.stop()
+            return
+        traces = {int(path.stem[4:]): path for path in launch_folder(self.trace_path).glob("rank*.trace")
+                  if path.stem[4:].isdigit()}
+        if not traces:
+            return
+        self._launch_timer.stop()
+        self.ranks = traces
+        rank = min(traces)
+        self.workers.cancel_group(self, "watch")
+        self.watcher, self.trace_path = self.watcher.for_trace(traces[rank]), traces[rank]
+        self._reset()
+        self.notify(f"torch_xla.launch started processes: showing process {rank}'s trace ({traces[rank].name})")
         self.watch_trace()
 
     @work(thread=True, group="ranks", exit_on_error=False, description="all ranks")

@@ -67,6 +67,13 @@ class TraceWatcher:
         self._reading_in = False  # the last update was a full batch
         self._quick_sent = False  # the first analysis of a trace with much IR went out quick
 
+    def for_trace(self, path: Path) -> TraceWatcher:
+        """A watcher of another trace of the same live run (a process torch_xla.launch
+        started): the script's output goes on from where this one read it."""
+        watcher = TraceWatcher(path, self.process, self.output, self.poll_s)
+        watcher._output_offset = self._output_offset
+        return watcher
+
     def run(self, emit: Callable[[TraceUpdate], None], cancelled: Callable[[], bool]) -> None:
         while not cancelled():
             try:

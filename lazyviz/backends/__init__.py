@@ -47,8 +47,8 @@ class SyncSite:
     # Not a sync: a call during which the backend may run graphs it reports without a
     # frame (autograd's thread in backward); polled around, they get this call's line.
     polls_around: bool = False
-    # Not a sync: it starts processes that run the graphs (torch_xla.launch). They run as
-    # untraced, with the user's own environment (LazyBackend.children_untraced).
+    # Not a sync: it starts processes that run the graphs (torch_xla.launch). They start
+    # with the user's own environment (LazyBackend.children_untraced), each traced apart.
     starts_processes: bool = False
 
 
@@ -128,9 +128,15 @@ class LazyBackend(ABC):
     # True where the backend's reporting is set up at import time (XLA's debug files):
     # then lazyviz.trace can record only one trace per process.
     one_trace_per_process: bool = False
+    # In a process a launcher started (torch_xla.launch): the backend was imported and
+    # initialised by the launcher, and may still be set up as long as it ran no graph.
+    after_launch: bool = False
 
     def __init__(self, capture_ir: bool = True) -> None:
         self.capture_ir = capture_ir
+        # Threads inside a sync site's call now (the tracer's Python wrappers keep it): a
+        # polling backend's counters may include another thread's execution in progress.
+        self.syncing: set[int] = set()
 
     @abstractmethod
     def init(self) -> None:

@@ -13,7 +13,9 @@ writes and reads it at every sync site (checked on torch_xla 2.9):
   execution. Execution is asynchronous: an execute time usually arrives at the next
   poll and is filled in then.
 
-All of it must be set before torch_xla is imported, which `init()` does.
+XLA reads these settings when it first needs them (at import for XLA_IR_DEBUG), so
+`init()` sets them up before torch_xla is imported; or, in a process a launcher started
+(torch_xla.launch imported torch_xla and started the runtime there), before its first graph.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import zlib
 from collections import deque
 from collections.abc import Iterator, MutableMapping
@@ -36,8 +39,6 @@ from lazyviz.backends.xla_reports import GraphDumpParser, Report, ReportParser
 # processes a launcher starts (children_untraced).
 OUR_SETTINGS = ("PT_XLA_DEBUG_FILE", "PT_XLA_DEBUG_LEVEL", "XLA_IR_DEBUG", "XLA_SAVE_TENSORS_FILE",
                 "XLA_SAVE_TENSORS_FMT")
-LAUNCHED = ("torch_xla.launch (or xmp.spawn) started processes: lazyviz traces only the process it started, so the "
-            "graphs those processes ran are not in this trace; they ran as untraced, with your settings")
 
 
 def launchers() -> list[tuple[object, str, str]]:
@@ -177,23 +178,33 @@ class XlaBackend(LazyBackend):
         self._frameless_graphs: dict[tuple, str] = {}  # light capture: Python stack -> graph last compiled there
         self._last_compile: Report | None = None  # the last compile report, until an execution follows it
         self._unexpected: Report | None = None  # a sync inside torch_xla.compile(full_graph=True)
+        # Threads that sync (a launcher's thread per device) poll one at a time: the reports
+        # and counters are the process's.
+        self._polling = threading.RLock()
 
     # -- set-up -------------------------------------------------------------------
     def init(self) -> None:
         self._user_ir_debug = "XLA_IR_DEBUG" in os.environ
-        if "torch_xla" in sys.modules:
+        imported = "torch_xla" in sys.modules
+        if imported and not self.after_launch:
             shutil.rmtree(self._folder, ignore_errors=True)
             raise BackendError("torch_xla was imported before lazyviz could set XLA's debug reports up")
+        if imported and any(self._xla_counts()):
+            shutil.rmtree(self._folder, ignore_errors=True)
+            raise BackendError("this process ran XLA graphs before lazyviz could set XLA's debug reports up")
         self._set_up_reports(os.environ)
         try:
             import torch_xla
-            import torch_xla.debug.metrics  # noqa: F401
+            import torch_xla.debug.metrics
         except ImportError as error:
             shutil.rmtree(self._folder, ignore_errors=True)  # nothing will read it
             raise BackendError(
                 f"cannot import torch_xla ({error}); install torch and torch-xla of the same "
                 "version, e.g. pip install torch==2.9.0 torch-xla==2.9.0"
             ) from None
+        if imported and self.capture_ir and not self._user_ir_debug:
+            # XLA_IR_DEBUG is read at import: turned on where XLA reads it since.
+            torch_xla._XLAC._set_ir_debug(True)
 
     def _set_up_reports(self, env: MutableMapping[str, str]) -> None:
         """Turn on the reports lazyviz reads, keeping what the user asked XLA for: their
@@ -208,15 +219,15 @@ class XlaBackend(LazyBackend):
     @contextlib.contextmanager
     def children_untraced(self) -> Iterator[None]:
         """Processes started meanwhile (torch_xla.launch, xmp.spawn) import torch_xla with
-        the user's own settings: they would write their analyses into this process's
-        report file, and lazyviz would read them as its own. They run untraced."""
+        the user's own settings: with ours they would write their analyses into this
+        process's report file, and lazyviz would read them as its own. Each sets up its
+        own reports, if traced, before its first graph."""
         changed = {name: os.environ.get(name) for name in self._users_settings}
         for name, value in self._users_settings.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        executed = self._executed
         try:
             yield
         finally:
@@ -225,9 +236,6 @@ class XlaBackend(LazyBackend):
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
-            # debug_single_process=True runs it here, traced as usual: no processes to speak of.
-            if self._executed == executed and LAUNCHED not in self._notes:
-                self._notes.append(LAUNCHED)
 
     def _set_up(self, env: MutableMapping[str, str]) -> None:
         user_level = _debug_level(env)
@@ -292,6 +300,10 @@ class XlaBackend(LazyBackend):
     def poll(self, final: bool = False) -> None:
         if not self._enabled:
             return
+        with self._polling:
+            self._poll(final)
+
+    def _poll(self, final: bool) -> None:
         if final:
             import torch_xla.core.xla_model as xm
 
@@ -304,6 +316,12 @@ class XlaBackend(LazyBackend):
             self._read_graphs()
         executed, compiled = self._xla_counts()
         frameless = executed - self._executed - len(self._pending)
+        if frameless > 0 and len(self.syncing) > (threading.get_ident() in self.syncing):
+            # Another thread is inside a sync: what XLA counted beyond the reports may be
+            # its execution, whose report is not written yet. Left for a later poll.
+            executed -= frameless
+            compiled = self._compiled
+            frameless = 0
         if self._pending or frameless > 0:
             self._take_compile_times()
             self._hand_on_pending(max(frameless, 0), compiled - self._compiled)
@@ -379,22 +397,23 @@ class XlaBackend(LazyBackend):
         is handed on now, as an execution that never ran. A graph that failed to run was
         handed on at its sync; the error surfaces at the next read of its results, so it
         is the last execution."""
-        self._read_reports()
-        if self._unexpected is not None:
-            # A sync inside a compiled function that forbids them: XLA refused to run it.
-            report, self._unexpected = self._unexpected, None
-            self._executed += 1  # XLA counted its cache lookup: not a frameless execution
+        with self._polling:  # threads: one at a time
+            self._read_reports()
+            if self._unexpected is not None:
+                # A sync inside a compiled function that forbids them: XLA refused to run it.
+                report, self._unexpected = self._unexpected, None
+                self._executed += 1  # XLA counted its cache lookup: not a frameless execution
+                self.poll()
+                return [self._hand_on(report, {}, ran=False)]
+            if self._last_compile is not None:
+                report, self._last_compile = self._last_compile, None
+                # XLA counted its cache lookup as an execution: not a frameless one.
+                self._executed += 1
+                self.poll()  # the executions reported before it
+                self._take_compile_times()  # XLA times a compile that failed too
+                return [self._hand_on(report, {}, ran=False)]
             self.poll()
-            return [self._hand_on(report, {}, ran=False)]
-        if self._last_compile is not None:
-            report, self._last_compile = self._last_compile, None
-            # XLA counted its cache lookup as an execution: not a frameless one.
-            self._executed += 1
-            self.poll()  # the executions reported before it
-            self._take_compile_times()  # XLA times a compile that failed too
-            return [self._hand_on(report, {}, ran=False)]
-        self.poll()
-        return [self._last_index] if self._last_index is not None else []
+            return [self._last_index] if self._last_index is not None else []
 
     def _hand_on(self, report: Report, counters: dict[str, int], ran: bool = True) -> int:
         graph_hash = report.graph_hash

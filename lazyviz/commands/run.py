@@ -23,6 +23,7 @@ from lazyviz.trace.files import (
     default_rank_folder,
     default_trace_path,
     held_apart,
+    launch_folder,
     output_path,
     rank_trace,
 )
@@ -208,6 +209,7 @@ class RunCommand:
             text = _summary_text(trace_path, status)
             if text:
                 say(text, report=True)
+            say(_launched_text(trace_path), report=True)
             say(held_apart(trace_path) or "")  # the last checkpoint had no room
         return status
 
@@ -223,11 +225,29 @@ def _summary_text(trace_path: Path, status: int) -> str:
             if not run.argv:
                 return ""
             if not executions and not run.fallbacks_after_last_execution and not run.device_used:
+                if any(launch_folder(trace_path).glob("rank*.trace")):
+                    return ""  # the launched processes ran the graphs: their summary says it (_launched_text)
                 return (f"lazyviz: {run.script} ran no lazy-tensor graph (nothing on device '{run.device}'), "
                         f"{run.state}; trace: {trace_path}" + "".join(f"\n  note: {note}" for note in run.notes))
             return text_report(recorded)
     except TraceError as error:
         return f"lazyviz: cannot read the trace: {error}"
+
+
+def _launched_text(trace_path: Path) -> str:
+    """The summary of the first process a launcher (torch_xla.launch) started, as
+    torchrun's rank 0 prints its own, with where the others are."""
+    folder = launch_folder(trace_path)
+    traces = sorted(folder.glob("rank*.trace"), key=lambda path: (len(path.name), path.name))
+    if not traces:
+        return ""
+    try:
+        with open_trace(traces[0]) as trace:
+            text = text_report(Run(trace))
+    except TraceError as error:
+        text = f"lazyviz: cannot read {traces[0]}: {error}"
+    return (f"lazyviz: torch_xla.launch's processes: {len(traces)} trace(s) in {folder} (lazyviz report "
+            f"{folder}, lazyviz view {folder}); {traces[0].stem}:\n{text}")
 
 
 def _script_traceback(trace_path: Path) -> str:

@@ -49,6 +49,12 @@ def rank_trace(folder: Path, rank: int | str) -> Path:
     return folder / f"rank{rank}.trace"
 
 
+def launch_folder(trace: Path) -> Path:
+    """Where the processes a launcher (torch_xla.launch) started put their rank<R>.trace:
+    beside the launching process's trace, named after it."""
+    return trace.with_suffix(".ranks") if trace.suffix == ".trace" else Path(f"{trace}.ranks")
+
+
 def output_path(trace: Path) -> Path:
     """Where the script's own output goes when it is not on the terminal (the live UI,
     torchrun's ranks other than 0): beside the trace, which owns it."""

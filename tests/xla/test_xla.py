@@ -449,30 +449,97 @@ def test_a_library_calls_own_syncs_are_not_compared_as_recompiles(tmp_path: Path
     assert len({e.graph for e in reduces}) == 2 and len({e.stack_id for e in reduces}) == 2
 
 
-def test_processes_a_launcher_starts_run_untraced_and_are_not_read_as_ours(tmp_path: Path) -> None:
+LAUNCHED = (
+    "import torch\nimport torch_xla\nimport torch_xla.core.xla_model as xm\nimport torch_xla.debug.metrics as met\n"
+    "import torch_xla.runtime\n\n\n"
+    "def train(index):\n    device = torch_xla.device()\n"
+    "    model = torch.nn.Linear(8, 1).to(device)\n"
+    "    torch.nn.init.constant_(model.weight, 0.1)\n    torch.nn.init.zeros_(model.bias)\n"
+    "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "    for step in range(4):\n"
+    "        loss = model(torch.ones(4, 8, device=device)).pow(2).mean()\n"
+    "        loss.backward()\n        optimizer.step()\n        optimizer.zero_grad()\n        xm.mark_step()\n"
+    "    print(f'rank {torch_xla.runtime.global_ordinal()} loss {loss.item():.4f}', flush=True)\n"
+    "    print('XLA', met.counter_value('CachedCompile') or 0, met.counter_value('UncachedCompile') or 0, "
+    "file=__import__('sys').stderr, flush=True)\n\n\n"
+    "if __name__ == '__main__':\n    torch_xla.launch(train, args=())\n")
+
+
+def xla_counts(stderr: str) -> tuple[int, int]:
+    """(executions, compiles) as torch_xla's counters in the launched process say, at the
+    end of its last thread."""
+    counts = [tuple(map(int, line.split()[1:])) for line in stderr.splitlines() if line.startswith("XLA ")]
+    cached, uncached = max(counts)
+    return cached + uncached, uncached
+
+
+@pytest.mark.parametrize("env", [{}, {"PJRT_LOCAL_PROCESS_RANK": "1"}, {"CPU_NUM_DEVICES": "2"}],
+                         ids=["rank0", "counters-only", "thread-per-device"])
+def test_each_process_a_launcher_starts_records_its_own_trace(tmp_path: Path, env: dict[str, str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     # torch_xla.launch's processes inherited lazyviz's report file: the launching process
-    # read their analyses as its own ("4 executions, no steps, cause other, 0 ms").
+    # read their analyses as its own ("4 executions, no steps, cause other, 0 ms"). Now
+    # each writes rank<R>.trace beside the launching process's trace, as under torchrun.
+    # XLA writes its analyses only where PJRT_LOCAL_PROCESS_RANK is 0: elsewhere the trace
+    # comes from its counters alone. PJRT on CPU starts one process, with a thread per
+    # device (CPU_NUM_DEVICES).
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     script = tmp_path / "spawned.py"
-    script.write_text(
-        "import torch\nimport torch_xla\nimport torch_xla.core.xla_model as xm\nimport torch_xla.runtime\n\n\n"
-        "def train(index):\n    torch.manual_seed(0)\n    device = torch_xla.device()\n"
-        "    model = torch.nn.Linear(8, 1).to(device)\n"
-        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "    for step in range(4):\n"
-        "        loss = model(torch.ones(4, 8, device=device)).pow(2).mean()\n"
-        "        loss.backward()\n        optimizer.step()\n        optimizer.zero_grad()\n        xm.mark_step()\n"
-        "    print(f'rank {torch_xla.runtime.global_ordinal()} loss {loss.item():.4f}', flush=True)\n\n\n"
-        "if __name__ == '__main__':\n    torch_xla.launch(train, args=())\n")
+    script.write_text(LAUNCHED)
     untraced = python(script)
     assert untraced.status == 0, untraced.stderr
+    executed, compiled = xla_counts(untraced.stderr)
     trace = tmp_path / "spawned.trace"
     traced = cli("run", "--no-tui", "-o", trace, script)
-    assert traced.status == 0 and traced.stdout == untraced.stdout
-    assert "ran no lazy-tensor graph" in traced.stderr and "lazyviz traces only the process it started" in traced.stderr
+    # Device threads print in either order.
+    assert traced.status == 0 and sorted(traced.stdout.splitlines()) == sorted(untraced.stdout.splitlines())
+    assert xla_counts(traced.stderr) == (executed, compiled)
+    folder = tmp_path / "spawned.ranks"
+    assert sorted(path.name for path in folder.iterdir()) == ["rank0.trace"]
+    devices = int(env.get("CPU_NUM_DEVICES", "1"))
+    assert f"torch_xla.launch's processes: 1 trace(s) in {folder}" in traced.stderr
+    assert f"{executed} graph executions in 4 steps" in traced.stderr and "ran no lazy-tensor graph" not in traced.stderr
+    with open_trace(folder / "rank0.trace") as opened:
+        executions = opened.executions()
+        assert opened.run.rank == {"rank": "0", "local_rank": env.get("PJRT_LOCAL_PROCESS_RANK", "0"),
+                                   "world_size": "1"}
+        assert opened.run.exit_status == 0 and opened.run.finished
+    assert len(executions) == executed == 4 * devices
+    assert sum(e.cache == "miss" for e in executions) == compiled
+    assert {(e.cause, e.frame.line) for e in executions} == {("mark_step", line_of(script, "xm.mark_step()"))}
     with open_trace(trace) as opened:
         assert opened.executions() == []
-    # debug_single_process=True runs it in this process: traced as usual, no such note.
-    script.write_text(script.read_text().replace("args=())", "args=(), debug_single_process=True)"))
+        assert any(f"each traced in {folder}" in note for note in opened.run.notes)
+    rank_report = json.loads(cli("report", "--format", "json", folder).stdout)
+    assert [r["rank"] for r in rank_report["ranks"]] == [0]
+    assert report(folder / "rank0.trace")["findings"] == []
+    assert cli("check", folder).status == 0
+
+
+def test_debug_single_process_is_traced_in_the_launching_process(tmp_path: Path) -> None:
+    script = tmp_path / "single.py"
+    script.write_text(LAUNCHED.replace("args=())", "args=(), debug_single_process=True)"))
     single = cli("run", "--no-tui", "-o", tmp_path / "single.trace", script)
     assert single.status == 0 and "4 graph executions in 4 steps" in single.stderr
-    assert "lazyviz traces only the process it started" not in single.stderr
+    assert "torch_xla.launch" not in single.stderr and not (tmp_path / "single.ranks").exists()
+
+
+async def test_the_live_ui_shows_the_launched_process(tmp_path: Path) -> None:
+    # The launching script runs no graph itself: the UI goes to the trace of the process
+    # torch_xla.launch started, once it is there.
+    script = tmp_path / "spawned.py"
+    script.write_text(LAUNCHED)
+    assert cli("run", "--no-tui", "-o", tmp_path / "spawned.trace", script).status == 0
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    app = build_app(tmp_path / "spawned.trace", ended)
+    async with app.run_test(size=(100, 32)) as pilot:
+        table = app.query_one(ExecutionList)
+        for _ in range(200):
+            if len(table.rows) == 4 and app.latest is not None:
+                break
+            await pilot.pause(0.05)
+        assert app.trace_path == tmp_path / "spawned.ranks" / "rank0.trace"
+        assert [e.cause for e in table.rows] == ["mark_step"] * 4
+        assert "spawned.py" in table.render_line(0).text
