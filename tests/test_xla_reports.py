@@ -20,6 +20,7 @@ def test_reports_in_order_with_hash_and_frames() -> None:
     assert first.frames[0] == ("/venv/site-packages/torch_xla/torch_xla.py", 87, "sync")
     assert first.frames[1:] == [("/repo/batch_size_change.py", 34, "main"), ("/repo/batch_size_change.py", 39, "<module>")]
     assert first.field("Number of Graph Inputs") == "9"
+    assert first.cause == "user torch_xla.sync"
 
 
 def test_reports_split_across_reads() -> None:

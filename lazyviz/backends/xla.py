@@ -20,6 +20,7 @@ XLA reads these settings when it first needs them (at import for XLA_IR_DEBUG), 
 from __future__ import annotations
 
 import contextlib
+import linecache
 import os
 import re
 import shutil
@@ -31,7 +32,15 @@ from collections import deque
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 
-from lazyviz.backends import BackendError, CompiledGraph, ExecuteTimeHook, ExecutionHook, LazyBackend, SyncSite
+from lazyviz.backends import (
+    BackendError,
+    CompiledGraph,
+    ExecuteTimeHook,
+    ExecutionHook,
+    LazyBackend,
+    SyncCause,
+    SyncSite,
+)
 from lazyviz.backends._sites import collective_sites, tensor_sync_sites
 from lazyviz.backends.xla_reports import GraphDumpParser, Report, ReportParser
 
@@ -49,6 +58,7 @@ def launchers() -> list[tuple[object, str, str]]:
     return [(torch_xla, "launch", "torch_xla.launch()"), (xmp, "spawn", "xmp.spawn()")]
 
 _NS_PER_MS = 1e6
+_HOST_READ = "trying to access tensor value"  # XLA's cause for a sync that reads values on the host
 _FRAME_LINE = re.compile(r"^[\w ]+Analysis:\s+\S.*? \((.+):\d+\)$")  # "...Analysis:   fn (file:line)"
 
 
@@ -135,6 +145,15 @@ def echoed(text: str, level: int) -> str:
     return "".join(lines)
 
 
+def _read_call(frames: list[tuple[str, int, str]]) -> str:
+    """What read values on the host at the user's line XLA names: `.to(...)` where the
+    line says so (the one such call lazyviz does not wrap), else a read in general."""
+    for file, line, _function in frames:
+        if not file.startswith(_LAZYVIZ_DIR) and "site-packages" not in file:
+            return "Tensor.to()" if ".to(" in linecache.getline(file, line) else "a read of tensor values"
+    return "a read of tensor values"
+
+
 class XlaBackend(LazyBackend):
     name = "xla"
     device = "xla"
@@ -181,6 +200,7 @@ class XlaBackend(LazyBackend):
         # Threads that sync (a launcher's thread per device) poll one at a time: the reports
         # and counters are the process's.
         self._polling = threading.RLock()
+        self._sync = SyncCause()  # the sync-site call running on each thread, as the tracer's wrappers set it
 
     # -- set-up -------------------------------------------------------------------
     def init(self) -> None:
@@ -432,8 +452,19 @@ class XlaBackend(LazyBackend):
                 compile_ms=self._compile_ms.popleft() if self._compile_ms else 0.0,
             )
         assert self._on_execution is not None
-        # The execute time comes with XLA's ExecuteTime sample, usually by the next poll.
-        index = self._on_execution(int(graph_hash[:16] or "0", 16), graph, 0.0, counters, report.frames).index
+        sync = self._sync
+        # A read of values no sync site of ours saw (`.to("cpu")`, left unwrapped: see
+        # sync_sites): XLA says it was one. An op that fell back (aten::equal) says more.
+        host_read = (sync.cause is None and _HOST_READ in report.cause
+                     and not any(name.startswith("aten::") for name in counters))
+        if host_read:
+            sync.cause, sync.detail = "cpu", _read_call(report.frames)
+        try:
+            # The execute time comes with XLA's ExecuteTime sample, usually by the next poll.
+            index = self._on_execution(int(graph_hash[:16] or "0", 16), graph, 0.0, counters, report.frames).index
+        finally:
+            if host_read:
+                sync.cause = sync.detail = None
         if ran:  # a graph that never ran gets no ExecuteTime sample
             self._awaiting_execute.append(index)
             self._last_index = index
@@ -498,6 +529,9 @@ class XlaBackend(LazyBackend):
             if not self._awaiting_execute:
                 break
             self._on_execute_time(self._awaiting_execute.popleft(), execute_ms)
+
+    def sync_state(self) -> SyncCause:
+        return self._sync
 
     # -- what the tracer asks ----------------------------------------------------------
     def counters(self) -> dict[str, int]:

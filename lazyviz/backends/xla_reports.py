@@ -34,6 +34,13 @@ class Report:
         return next((line.strip()[len(prefix):] for line in self.lines if line.strip().startswith(prefix)), "")
 
     @property
+    def cause(self) -> str:
+        """XLA's words for why it ran: "user torch_xla.sync", "most likely user code trying
+        to access tensor value before torch_xla.sync"."""
+        at = next((i for i, line in enumerate(self.lines) if line.endswith(" Cause")), None)
+        return self.lines[at + 1].strip() if at is not None and at + 1 < len(self.lines) else ""
+
+    @property
     def graph_hash(self) -> str:
         return self.field("Graph Hash")
 

@@ -543,3 +543,24 @@ async def test_the_live_ui_shows_the_launched_process(tmp_path: Path) -> None:
         assert app.trace_path == tmp_path / "spawned.ranks" / "rank0.trace"
         assert [e.cause for e in table.rows] == ["mark_step"] * 4
         assert "spawned.py" in table.render_line(0).text
+
+
+def test_reads_on_the_host_are_named_by_what_read(tmp_path: Path) -> None:
+    # `.to("cpu")` is not wrapped on XLA (XLA_IR_DEBUG would give every .to(device) input
+    # our wrapper as its location): it was cause `other`. XLA says it read values.
+    script = tmp_path / "reads.py"
+    script.write_text(
+        "import torch\nimport torch_xla\n\ndevice = torch_xla.device()\nx = torch.randn(4, 4, device=device)\n"
+        "torch_xla.sync()\nmoved = (x * 2).to('cpu')\ncopied = (x * 3).cpu()\nsame = torch.equal(x * 4, x)\n"
+        "if (x * 5).sum() > 0:\n    pass\n")
+    trace = tmp_path / "reads.trace"
+    assert cli("run", "--no-tui", "-o", trace, script).status == 0
+    with open_trace(trace) as opened:
+        found = [(e.frame.line, e.cause, e.detail) for e in opened.executions()]
+    assert found == [
+        (line_of(script, "torch_xla.sync()"), "mark_step", "torch_xla.sync()"),
+        (line_of(script, ".to('cpu')"), "cpu", "Tensor.to()"),
+        (line_of(script, ".cpu()"), "cpu", "Tensor.cpu()"),
+        (line_of(script, "torch.equal"), "fallback", "aten::equal"),
+        (line_of(script, "if (x * 5)"), "bool", "bool(tensor)"),
+    ]
