@@ -58,6 +58,40 @@ def compiles_text(misses: int, after_warmup: int) -> str:
     return text + f", {expected} of them the usual warm-up" if expected else text + ", none of them warm-up"
 
 
+def size_text(size: float) -> str:
+    """Bytes as a person reads them: 4 B, 1.2 KB, 4.9 MB, 2.0 GB (powers of 1024)."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"
+
+
+def transfers_text(summary: Summary) -> str:
+    """Host<->device copies per step (or in all, without steps), where the backend
+    counted them: "to the device 2.0 (4.9 MB), from it 1.0 (4 B) per step"."""
+    transfers = summary.transfers
+    if not transfers:
+        return ""
+    per = max(summary.steps, 1)
+
+    def part(way: str, name: str) -> str:
+        count, size = transfers.get(name, 0), transfers.get(f"{name}Bytes", 0)
+        return f"{way} {count / per:.1f} ({size_text(size / per)})" if summary.steps else f"{way} {count} ({size_text(size)})"
+
+    return (f"{part('to the device', 'TransferToDevice')}, {part('from it', 'TransferFromDevice')}"
+            + (" per step" if summary.steps else " in all"))
+
+
+MEMORY_NAMES = {"inputs": "inputs", "outputs": "outputs", "intermediates": "intermediates", "program": "program",
+                "aliased_inputs": "aliased inputs"}
+
+
+def memory_text(memory: dict[str, int]) -> str:
+    """A graph's memory after compiling, as XLA reported it (graph_memory)."""
+    return ", ".join(f"{MEMORY_NAMES[key]} {size_text(size)}" for key, size in memory.items() if key in MEMORY_NAMES)
+
+
 def site_text(frame: Frame | None, cwd: str | None = None, width: int = 0) -> str:
     """file:line relative to the run's folder; width: when longer than this, the file's
     base name (width=1: always)."""

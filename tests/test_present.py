@@ -4,11 +4,23 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from builders import IR16, IR24
+from builders import IR16, IR24, ex
 
 from lazyviz.analysis.diff import diff_texts
 from lazyviz.analysis.findings import Finding
-from lazyviz.present import ADDED, CARRIED, ORIGIN, diff_marks, finding_groups, short_path, site_text
+from lazyviz.analysis.summary import graph_memory, summarize
+from lazyviz.present import (
+    ADDED,
+    CARRIED,
+    ORIGIN,
+    diff_marks,
+    finding_groups,
+    memory_text,
+    short_path,
+    site_text,
+    size_text,
+    transfers_text,
+)
 from lazyviz.trace.model import Frame
 
 
@@ -40,3 +52,22 @@ def test_findings_of_one_kind_at_one_site_are_one_group_worst_first() -> None:
     groups = finding_groups([*repeated, fallback, crash])
     # Errors first, then the root cause (a missing mark_step) before a costlier symptom.
     assert [len(g) for g in groups] == [1, 13, 1] and groups[0][0] is crash and groups[2][0] is fallback
+
+
+def test_xla_memory_and_copies_in_words() -> None:
+    # XLA's Post Compilation Analysis, as the XLA backend keeps it in the backend text.
+    text = ("Graph Hash: abc\n\nGraph input size: 0.000305 GB\nGraph output size: 0.000000 GB\n"
+            "Aliased Input size: 0.000000 GB\nIntermediate tensor size: 1.500000 GB\nCompiled program size: x GB\n")
+    memory = graph_memory(text)
+    assert memory == {"inputs": 327491, "outputs": 0, "aliased_inputs": 0, "intermediates": 3 << 29}
+    assert memory_text(memory) == "inputs 319.8 KB, outputs 0 B, aliased inputs 0 B, intermediates 1.5 GB"
+    assert graph_memory("graph(%x : Tensor):\n  return (%x)") == {}  # TorchScript says nothing of it
+    assert [size_text(n) for n in (4, 1023, 1024, 5 << 20)] == ["4 B", "1023 B", "1.0 KB", "5.0 MB"]
+
+
+def test_copies_per_step_only_where_counted() -> None:
+    copies = {"TransferToDevice": 1, "TransferToDeviceBytes": 65536}
+    summary = summarize([ex(0, step=1, counters=copies), ex(1, step=2, counters=copies)], steps=2)
+    assert summary.transfers == {"TransferToDevice": 2, "TransferToDeviceBytes": 131072}
+    assert transfers_text(summary) == "to the device 1.0 (64.0 KB), from it 0.0 (0 B) per step"
+    assert transfers_text(summarize([ex(0)])) == ""  # TorchScript counts none

@@ -17,7 +17,8 @@ from textual.widget import Widget
 
 from lazyviz.analysis.ir import parsed
 from lazyviz.analysis.recompiles import Recompile, explain_execution
-from lazyviz.present import readable_backend, readable_ir
+from lazyviz.analysis.summary import graph_memory
+from lazyviz.present import memory_text, readable_backend, readable_ir
 from lazyviz.trace import Execution, Trace
 from lazyviz.trace.table import ExecutionTable
 from lazyviz.tui.details import counters_text, diff_text, stack_text
@@ -71,7 +72,11 @@ class BackendPanel(ExecutionPanel):
         graph = context.trace.graph(execution.graph)
         if not graph or not graph.backend_text:
             return "no backend text"
-        return graph.backend_text if context.raw else readable_backend(graph.backend_text)
+        if context.raw:
+            return graph.backend_text
+        memory = graph_memory(graph.backend_text)
+        head = f"# memory after compiling: {memory_text(memory)}\n\n" if memory else ""
+        return head + readable_backend(graph.backend_text)
 
 
 class DiffPanel(ExecutionPanel):

@@ -5,7 +5,7 @@ import statistics
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import islice
 from typing import overload
@@ -38,21 +38,50 @@ class Summary:
     sync_ms: float
     trace_ms: float
     sites: list[SiteStats]  # every sync site, most executions first
+    # Host<->device copies the backend counted (XLA): TRANSFERS' names -> the run's total.
+    transfers: dict[str, int] = field(default_factory=dict)
 
     @property
     def slowest_sites(self) -> list[SiteStats]:
         return sorted(self.sites, key=lambda s: s.total_ms, reverse=True)
 
 
+# The counters the XLA backend adds for host<->device copies: how many, and their bytes.
+TRANSFERS = ("TransferToDevice", "TransferToDeviceBytes", "TransferFromDevice", "TransferFromDeviceBytes")
+
+# XLA's Post Compilation Analysis, in GB with six decimals: "Graph input size: 0.001049 GB".
+_MEMORY = {"Graph input size": "inputs", "Graph output size": "outputs", "Aliased Input size": "aliased_inputs",
+           "Intermediate tensor size": "intermediates", "Compiled program size": "program"}
+
+
+def graph_memory(backend_text: str) -> dict[str, int]:
+    """A graph's memory as XLA reported it after compiling it (inputs, outputs, aliased
+    inputs, intermediates, program), in bytes; {} where the backend says nothing of it."""
+    memory = {}
+    for line in backend_text.splitlines():
+        name, sep, value = line.partition(": ")
+        key = _MEMORY.get(name.strip())
+        if sep and key and value.endswith(" GB"):
+            try:
+                memory[key] = round(float(value[:-3]) * (1 << 30))
+            except ValueError:
+                continue
+    return memory
+
+
 def summarize(executions: Sequence[Execution], steps: int | None = None) -> Summary:
     table = ExecutionTable.of(executions)
     causes: Counter[str] = Counter()
     fallbacks: Counter[str] = Counter()
+    transfers: Counter[str] = Counter()
     sync_ms = table.sync_ms
     for kind, positions in zip(table.kinds, table.positions):
         causes[kind.cause] += len(positions)
         for op, calls in kind.fallback_ops.items():
             fallbacks[op] += calls * len(positions)
+        for name in TRANSFERS:
+            if name in kind.counters:
+                transfers[name] += kind.counters[name] * len(positions)
     sites = []
     for site, numbers in table.kinds_by(lambda kind: kind.site).items():
         first = table.kinds[numbers[0]]
@@ -75,6 +104,7 @@ def summarize(executions: Sequence[Execution], steps: int | None = None) -> Summ
         sync_ms=sum(sync_ms),
         trace_ms=sum(table.trace_ms),
         sites=sites,
+        transfers=dict(transfers),
     )
 
 

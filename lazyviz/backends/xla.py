@@ -58,6 +58,10 @@ def launchers() -> list[tuple[object, str, str]]:
     return [(torch_xla, "launch", "torch_xla.launch()"), (xmp, "spawn", "xmp.spawn()")]
 
 _NS_PER_MS = 1e6
+# XLA metrics of host<->device copies -> (counter name, take the total (bytes), not the count).
+_TRANSFER_METRICS = (("TransferToDeviceTime", "TransferToDevice", False), ("OutboundData", "TransferToDeviceBytes", True),
+                     ("TransferFromDeviceTime", "TransferFromDevice", False),
+                     ("InboundData", "TransferFromDeviceBytes", True))
 _HOST_READ = "trying to access tensor value"  # XLA's cause for a sync that reads values on the host
 _FRAME_LINE = re.compile(r"^[\w ]+Analysis:\s+\S.*? \((.+):\d+\)$")  # "...Analysis:   fn (file:line)"
 
@@ -535,9 +539,16 @@ class XlaBackend(LazyBackend):
 
     # -- what the tracer asks ----------------------------------------------------------
     def counters(self) -> dict[str, int]:
+        """XLA's counters, and its host<->device copies (counted as metrics) as counters of
+        lazyviz's naming (analysis.summary.TRANSFERS): how many, and their bytes."""
         import torch_xla.debug.metrics as metrics
 
-        return {name: metrics.counter_value(name) or 0 for name in metrics.counter_names()}
+        counters = {name: metrics.counter_value(name) or 0 for name in metrics.counter_names()}
+        for metric, name, total in _TRANSFER_METRICS:
+            data = metrics.metric_data(metric)
+            if data:
+                counters[name] = int(data[1]) if total else data[0]
+        return counters
 
     def sync_sites(self) -> list[SyncSite]:
         import torch

@@ -15,7 +15,7 @@ from lazyviz.analysis.ir import parse_location
 from lazyviz.analysis.ranks import Divergence
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile, recompiles_after_warmup
 from lazyviz.analysis.run import Run
-from lazyviz.analysis.summary import graph_stats
+from lazyviz.analysis.summary import graph_memory, graph_stats
 from lazyviz.export import Renderer, RenderOptions
 from lazyviz.present import (
     CLEAN_RUN,
@@ -23,10 +23,12 @@ from lazyviz.present import (
     compiles_text,
     divergence_text,
     finding_groups,
+    memory_text,
     plural,
     short_path,
     site_text,
     steps_text,
+    transfers_text,
 )
 from lazyviz.trace.model import Execution
 from lazyviz.trace.table import ExecutionTable
@@ -182,7 +184,7 @@ def json_report(recorded: Run, lines: bool = False) -> dict:
         },
         "steps": summary.steps,
         "executions": ExecutionLines(executions) if lines else _executions_json(executions),
-        "graphs": graph_stats(executions),
+        "graphs": _with_memory(graph_stats(executions), recorded),
         "fallbacks": summary.fallbacks,
         "recompiles": RecompileDicts(analysis.recompiles) if lines else list(recompiles_json(analysis.recompiles)),
         "findings": [f.to_json() for f in analysis.findings],
@@ -193,6 +195,7 @@ def json_report(recorded: Run, lines: bool = False) -> dict:
             "causes": summary.causes,
             "sync_ms": round(summary.sync_ms, 3),
             "trace_ms": round(summary.trace_ms, 3),
+            "transfers": summary.transfers,
         },
     }
 
@@ -261,6 +264,11 @@ def text_report(recorded: Run, all_findings: bool = False) -> str:
         lines.append(f"  causes: {causes}")
     if summary.fallbacks:
         lines.append("  fallbacks: " + ", ".join(f"{op} x{n}" for op, n in summary.fallbacks.items()))
+    if summary.transfers:
+        lines.append(f"  host<->device copies: {transfers_text(summary)}")
+    largest = _largest_memory(recorded)
+    if largest:
+        lines.append(f"  largest graph in memory: {largest}")
     if summary.sites:
         lines.append("  most frequent sync sites:")
         for site in summary.sites[:3]:
@@ -278,6 +286,24 @@ def text_report(recorded: Run, all_findings: bool = False) -> str:
     if trace_path is not None:
         lines.append(f"  trace: {trace_path}")
     return "\n".join(lines) + "\n"
+
+
+def _with_memory(graphs: list[dict], recorded: Run) -> list[dict]:
+    """On XLA, each graph's memory after compiling (bytes), as XLA reported it."""
+    if recorded.info.backend != "xla":
+        return graphs
+    memory = {graph.id: graph_memory(graph.backend_text) for graph in recorded.graphs}
+    return [{**graph, "memory": memory[graph["id"]]} if memory.get(graph["id"]) else graph for graph in graphs]
+
+
+def _largest_memory(recorded: Run) -> str:
+    """The graph whose compiled form needs the most memory, as XLA reported it."""
+    if recorded.info.backend != "xla":
+        return ""
+    memories = [(graph_memory(graph.backend_text), graph.id) for graph in recorded.graphs]
+    total, memory, graph_id = max(((sum(m.values()) - m.get("aliased_inputs", 0), m, g) for m, g in memories if m),
+                                  default=(0, {}, ""))
+    return f"graph {graph_id[:8]}: {memory_text(memory)}" if total else ""
 
 
 # Colour for a terminal: the same text, its parts styled by what they are.

@@ -564,3 +564,29 @@ def test_reads_on_the_host_are_named_by_what_read(tmp_path: Path) -> None:
         (line_of(script, "torch.equal"), "fallback", "aten::equal"),
         (line_of(script, "if (x * 5)"), "bool", "bool(tensor)"),
     ]
+
+
+def test_host_device_copies_and_graph_memory_as_xla_counts_them(tmp_path: Path) -> None:
+    script = tmp_path / "copies.py"
+    script.write_text(
+        "import sys\nimport torch\nimport torch_xla\nimport torch_xla.debug.metrics as met\n\n"
+        "device = torch_xla.device()\nw = torch.randn(256, 256, device=device)\ntorch_xla.sync()\nlast = None\n"
+        "for step in range(4):\n    if last is not None:\n        print(last.cpu().item() > 0)\n"
+        "    x = torch.randn(64, 256).to(device)\n    last = (x @ w).relu().sum()\n    torch_xla.sync()\n"
+        "print('XLA', *(met.metric_data(name)[i] for name, i in (('TransferToDeviceTime', 0), ('OutboundData', 1), "
+        "('TransferFromDeviceTime', 0), ('InboundData', 1))), file=sys.stderr)\n")
+    trace = tmp_path / "copies.trace"
+    result = cli("run", "--no-tui", "-o", trace, script)
+    assert result.status == 0, result.stderr
+    to_count, to_bytes, from_count, from_bytes = (int(float(word)) for word in
+                                                  next(line for line in result.stderr.splitlines()
+                                                       if line.startswith("XLA ")).split()[1:])
+    assert (to_count, to_bytes, from_count, from_bytes) == (5, 8 + 4 * 64 * 256 * 4, 3, 3 * 4)  # the seed, x, reads
+    summary = report(trace)["summary"]
+    assert summary["transfers"] == {"TransferToDevice": to_count, "TransferToDeviceBytes": to_bytes,
+                                    "TransferFromDevice": from_count, "TransferFromDeviceBytes": from_bytes}
+    assert "host<->device copies: to the device 1.0 (51.2 KB), from it 0.6 (2 B) per step" in result.stderr
+    graphs = report(trace)["graphs"]
+    # w's graph: 256x256 f32 out, as XLA said after compiling it (in GB to six places: 1 KB).
+    assert any(abs(g.get("memory", {}).get("outputs", 0) - 256 * 256 * 4) < 1024 for g in graphs)
+    assert "largest graph in memory: graph" in result.stderr
