@@ -457,18 +457,21 @@ class XlaBackend(LazyBackend):
             )
         assert self._on_execution is not None
         sync = self._sync
+        outer = sync.cause, sync.detail
         # A read of values no sync site of ours saw (`.to("cpu")`, left unwrapped: see
         # sync_sites): XLA says it was one. An op that fell back (aten::equal) says more.
-        host_read = (sync.cause is None and _HOST_READ in report.cause
-                     and not any(name.startswith("aten::") for name in counters))
-        if host_read:
+        if sync.cause is None and _HOST_READ in report.cause and not any(name.startswith("aten::")
+                                                                         for name in counters):
             sync.cause, sync.detail = "cpu", _read_call(report.frames)
+        elif sync.cause is not None and (name := report.field("Graph Name")):
+            # The name torch_xla.compile gave the graph (the function's, or name=...).
+            base, pending = name.removesuffix("_clear_pending"), name.endswith("_clear_pending")
+            sync.detail = f"torch_xla.compile({base})" + (" (ops pending before it)" if pending else "")
         try:
             # The execute time comes with XLA's ExecuteTime sample, usually by the next poll.
             index = self._on_execution(int(graph_hash[:16] or "0", 16), graph, 0.0, counters, report.frames).index
         finally:
-            if host_read:
-                sync.cause = sync.detail = None
+            sync.cause, sync.detail = outer
         if ran:  # a graph that never ran gets no ExecuteTime sample
             self._awaiting_execute.append(index)
             self._last_index = index

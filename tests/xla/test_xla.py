@@ -230,6 +230,9 @@ def test_steps_are_the_step_ending_calls_not_every_library_sync(tmp_path: Path) 
     assert [e["detail"] for e in closure] == ["Tensor.item() in a step closure"] * 2
     assert {e["frame"]["line"] for e in closure} == {line_of(program, "torch.isnan(loss).item()")}
     assert [e["detail"] for e in executions if e["cause"] == "other"] == ["xm.broadcast_master_param()"]
+    # The compiled step's graph goes by the name torch_xla.compile gave it.
+    compiled = [e for e in executions if e["detail"] == "torch_xla.compile(step_fn)"]
+    assert len(compiled) == 8 and {e["cause"] for e in compiled} == {"mark_step"}
     assert [r["step"] for r in data["recompiles"] if not r["warmup"]] == []
     assert {f["severity"] for f in data["findings"]} <= {"info"}, data["findings"]
     check = cli("check", tmp_path / f"{program.stem}.trace")
