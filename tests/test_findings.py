@@ -100,6 +100,25 @@ def test_recompiles_from_one_line_at_several_sites_are_one_finding() -> None:
     assert len(finding.executions) == sum(not r.warmup for r in recompiles)
 
 
+def test_a_lines_several_syncs_in_a_step_are_each_compared_with_their_own_before() -> None:
+    # clip_grad_norm_'s fallback syncs once per parameter at one line; two parameters'
+    # graphs can print the same IR. Each step's k-th sync there is compared with the k-th
+    # of the steps before (the slice bound changed), not with its neighbour (the same IR:
+    # "inputs share buffers differently" was the finding, with a wrong fix).
+    executions, irs = [], {}
+    for step in range(6):
+        for parameter in ("w1", "w2"):
+            graph = f"{parameter}-{step}"
+            irs[graph] = SLICE_IR.format(start=step * 20, end=step * 20 + 20, line=193)
+            executions.append(ex(len(executions), step=step, graph=graph, cache="miss", line=193, cause="fallback",
+                                 detail="aten::linalg_vector_norm"))
+    recompiles = [r for r in explain_recompiles(executions, irs) if not r.warmup]
+    assert [r.closest for r in recompiles] == [f"{p}-{s - 1}" for s in range(2, 6) for p in ("w1", "w2")]
+    findings = [f for f in analyze(run_info(steps=6), executions, irs).findings if f.kind == "recompile"]
+    assert findings and all("share buffers" not in f.message for f in findings)
+    assert "start=" in findings[0].message or "slice" in findings[0].fix
+
+
 def test_check_fails_a_run_without_steps_that_misses_the_cache() -> None:
     executions = [ex(i, step=0, cause="item", graph=f"g{i}", cache="miss", nodes=5) for i in range(12)]
     breaches = check_budget(run_info(steps=0, complete=True), executions, [], Budget(allowed_fallbacks=None))

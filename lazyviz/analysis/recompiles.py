@@ -167,6 +167,30 @@ def role(item: Execution | Kind) -> str:
     return item.site
 
 
+class _Roles:
+    """Where a run has steps, a sync's role is also its place among its site's syncs in
+    its step: one line may sync several different graphs in every step (clip_grad_norm_'s
+    fallback, once per parameter; MultiheadAttention's isneginf, all and where), and the
+    k-th is compared with the k-th of the steps before, never with its neighbours."""
+
+    def __init__(self, table: ExecutionTable, stepless: bool) -> None:
+        self.table, self.stepless = table, stepless
+        self._kinds_at = table.kinds_by(lambda kind: (kind.context, role(kind)))
+        self._merged: dict[tuple, Sequence[int]] = {}
+
+    def of(self, position: int) -> tuple:
+        table = self.table
+        kind = table.kind_at(position)
+        site = (kind.context, role(kind))
+        if self.stepless:
+            return site
+        merged = self._merged.get(site)
+        if merged is None:
+            merged = self._merged[site] = table.merged(self._kinds_at[site])
+        step_start = bisect.bisect_left(table.step, table.step[position])
+        return (*site, bisect.bisect_left(merged, position) - bisect.bisect_left(merged, step_start))
+
+
 def explain_recompiles(
     executions: Sequence[Execution], ir_texts: Mapping[str, str], warmup_steps: int = WARMUP_STEPS
 ) -> list[Recompile | PendingRecompile]:
@@ -178,24 +202,25 @@ def explain_recompiles(
     table = ExecutionTable.of(executions)
     compiled: dict[str | None, list[Execution]] = {}  # context -> earlier misses, one per distinct graph
     compiled_graphs: dict[str | None, set[str]] = {}  # context -> those misses' graphs
-    compiled_at: dict[tuple[str | None, str], list[Execution]] = {}  # the same, per site
+    compiled_at: dict[tuple, list[Execution]] = {}  # the same, per role (_Roles)
     # Each test's first step: the step of its first execution.
     first_step = {context: table.step[table.positions[numbers[0]][0]]
                   for (context,), numbers in table.kinds_by(lambda kind: (kind.context,)).items()}
     stepless = not any(table.step)
     kinds_at = table.kinds_by(lambda kind: (kind.context, role(kind))) if stepless else {}  # site -> its kinds
+    roles = _Roles(table, stepless)
     explained: list[Recompile | PendingRecompile] = []
     eager_nodes = 0
-    explained_at: Counter[tuple[str | None, str]] = Counter()  # structure changes after warm-up, per site
+    explained_at: Counter[tuple] = Counter()  # structure changes after warm-up, per role
     structures: dict[str | None, _Structures] = {}  # context -> the structures it compiled
     # Only misses are walked; a stepless site's syncs before one are counted.
     misses = table.where(lambda kind: kind.is_miss)
-    seen_sites: set[tuple[str | None, str]] = set()  # sites that compiled before
+    seen_sites: set[tuple] = set()  # roles that compiled before
     for position in misses:
         execution = table[position]
         context = execution.context
         start = first_step[context]
-        site = (context, role(execution))
+        site = roles.of(position)
         earlier = compiled.setdefault(context, [])
         at_site = compiled_at.setdefault(site, [])
         if site in seen_sites:
@@ -350,15 +375,20 @@ def explain_execution(
     if position is None:
         return None
     target = table[position]
+    roles = _Roles(table, not any(table.step))
+    wanted = roles.of(position)
     compiled: list[Execution] = []
+    at_site: list[Execution] = []
     misses = table.where(lambda kind: kind.is_miss)
     for miss in misses[:bisect.bisect_left(misses, position)]:
         execution = table[miss]
         if all(e.graph != execution.graph for e in compiled):
             compiled.append(execution)
+            if roles.of(miss) == wanted:
+                at_site.append(execution)
     if not any(e.graph != target.graph for e in compiled):
         return None
-    return _explain(target, compiled, ir_texts, target.step < warmup_steps)
+    return _explain(target, compiled, ir_texts, target.step < warmup_steps, at_site)
 
 
 def recompiles_after_warmup(recompiles: Iterable[Recompile | PendingRecompile]) -> int:
