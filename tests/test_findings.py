@@ -119,6 +119,19 @@ def test_a_lines_several_syncs_in_a_step_are_each_compared_with_their_own_before
     assert "start=" in findings[0].message or "slice" in findings[0].fix
 
 
+def test_a_loop_that_starts_later_has_its_own_warm_up() -> None:
+    # An evaluation loop after 10 training steps: `correct = 0; correct += ...` makes its
+    # first graph take a Python number and its second a tensor. That is its warm-up, as
+    # steps 0 and 1 are the training loop's; a change at its third step is not.
+    executions = [ex(i, step=i, graph="train", cache="miss" if i == 0 else "hit", line=10) for i in range(10)]
+    executions += [ex(10, step=10, graph="eval-0", cache="miss", line=20),
+                   ex(11, step=11, graph="eval-1", cache="miss", line=20),
+                   ex(12, step=12, graph="eval-2", cache="miss", line=20)]
+    irs = {"train": IR16, "eval-0": IR16, "eval-1": IR24, "eval-2": chain_ir(6, rows=32)}
+    recompiles = explain_recompiles(executions, irs)
+    assert [(r.execution, r.warmup) for r in recompiles] == [(11, True), (12, False)]
+
+
 def test_check_fails_a_run_without_steps_that_misses_the_cache() -> None:
     executions = [ex(i, step=0, cause="item", graph=f"g{i}", cache="miss", nodes=5) for i in range(12)]
     breaches = check_budget(run_info(steps=0, complete=True), executions, [], Budget(allowed_fallbacks=None))

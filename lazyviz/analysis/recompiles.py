@@ -15,7 +15,8 @@ from lazyviz.trace.model import Execution, Frame
 from lazyviz.trace.table import ExecutionTable, Kind
 
 # Misses in the first steps are warm-up: step 0 also runs initialisation, step 1 is the
-# first steady-state step (optimizer state now exists).
+# first steady-state step (optimizer state now exists). Counted from the run's first step,
+# or for a sync site that first syncs later (an evaluation loop) from its first step.
 WARMUP_STEPS = 2
 MAX_RANKED = 64  # the most recent candidates ranked by shared ops: bounded time on sites with hundreds
 MAX_DIFFED = 3  # of those, the best few are diffed node by node
@@ -178,17 +179,27 @@ class _Roles:
         self._kinds_at = table.kinds_by(lambda kind: (kind.context, role(kind)))
         self._merged: dict[tuple, Sequence[int]] = {}
 
-    def of(self, position: int) -> tuple:
-        table = self.table
-        kind = table.kind_at(position)
+    def _syncs(self, position: int) -> tuple[tuple, Sequence[int]]:
+        """The site (context, role) of the sync at this position, and all its syncs' positions."""
+        kind = self.table.kind_at(position)
         site = (kind.context, role(kind))
-        if self.stepless:
-            return site
         merged = self._merged.get(site)
         if merged is None:
-            merged = self._merged[site] = table.merged(self._kinds_at[site])
+            merged = self._merged[site] = self.table.merged(self._kinds_at[site])
+        return site, merged
+
+    def of(self, position: int) -> tuple:
+        table = self.table
+        site, merged = self._syncs(position)
+        if self.stepless:
+            return site
         step_start = bisect.bisect_left(table.step, table.step[position])
         return (*site, bisect.bisect_left(merged, position) - bisect.bisect_left(merged, step_start))
+
+    def first_step(self, position: int) -> int:
+        """The step in which the sync's site first synced: a phase that starts later (an
+        evaluation loop after training) has its own warm-up."""
+        return self.table.step[self._syncs(position)[1][0]]
 
 
 def explain_recompiles(
@@ -228,7 +239,7 @@ def explain_recompiles(
                 syncs = 1 + sum(bisect.bisect_left(table.positions[n], position) for n in kinds_at[site])
                 warmup = syncs <= warmup_steps
             else:
-                warmup = execution.step - start < warmup_steps
+                warmup = execution.step - max(start, roles.first_step(position)) < warmup_steps
             values_only = structures.setdefault(context, _Structures(ir_texts)).repeats(execution)
             if warmup and eager_nodes + execution.nodes > EAGER_WARMUP_NODES:
                 explained.append(PendingRecompile(execution, earlier, at_site, ir_texts))
@@ -388,7 +399,8 @@ def explain_execution(
                 at_site.append(execution)
     if not any(e.graph != target.graph for e in compiled):
         return None
-    return _explain(target, compiled, ir_texts, target.step < warmup_steps, at_site)
+    warmup = target.step - (0 if roles.stepless else roles.first_step(position)) < warmup_steps
+    return _explain(target, compiled, ir_texts, warmup, at_site)
 
 
 def recompiles_after_warmup(recompiles: Iterable[Recompile | PendingRecompile]) -> int:
