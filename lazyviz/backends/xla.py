@@ -338,9 +338,13 @@ class XlaBackend(LazyBackend):
         self._read_reports()
         if self.capture_ir:
             self._read_graphs()
+        if not final and self.syncing and threading.get_ident() not in self.syncing:
+            # Another thread is inside a sync (a launcher's thread per device): what ran is
+            # handed on by that thread's own poll, with its cause, not this one's.
+            return
         executed, compiled = self._xla_counts()
         frameless = executed - self._executed - len(self._pending)
-        if frameless > 0 and len(self.syncing) > (threading.get_ident() in self.syncing):
+        if frameless > 0 and len(self.syncing) > 1:
             # Another thread is inside a sync: what XLA counted beyond the reports may be
             # its execution, whose report is not written yet. Left for a later poll.
             executed -= frameless
