@@ -201,6 +201,14 @@ class Recorder:
     def stop(self, error: BaseException | None = None) -> None:
         """Stop recording and close the trace, complete. error: what ended the traced
         code, kept in the trace as `lazyviz run` keeps a script's exception."""
+        if isinstance(error, SystemExit):  # sys.exit(N): a status, as the shell would see it
+            code = error.code
+            status = 0 if code is None else code & 0xFF if isinstance(code, int) else 1
+            if status == 0:
+                self.finish(exit_status=0)
+                return
+            self.finish(exit_status=status, error=f"SystemExit: {code}")
+            return
         text = None
         if error is not None:
             text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
@@ -341,19 +349,20 @@ class Launched:
         import torch_xla.core.xla_model as xm
         import torch_xla.runtime as xr
 
-        rank = xr.process_index()
-        recorder = Recorder(rank_trace(Path(self.folder), rank), capture=self.capture, backend="xla",
-                            source=self.source, source_lines=self.source_lines)
-        recorder.argv, recorder.module, recorder.after_launch = self.argv, self.module, True
-        recorder._script = [] if self.module or not self.argv else [os.path.abspath(self.argv[0])]
-        recorder.rank = {"rank": str(rank), "local_rank": os.environ.get("PJRT_LOCAL_PROCESS_RANK", "0"),
-                         "world_size": str(xr.process_count())}
-        # The launcher runs the function in a thread per device of the process.
-        recorder.replicas = len(xm.get_xla_supported_devices())
+        rank = os.environ.get("PJRT_LOCAL_PROCESS_RANK", "?")
         try:
+            rank = str(xr.process_index())
+            recorder = Recorder(rank_trace(Path(self.folder), rank), capture=self.capture, backend="xla",
+                                source=self.source, source_lines=self.source_lines)
+            recorder.argv, recorder.module, recorder.after_launch = self.argv, self.module, True
+            recorder._script = [] if self.module or not self.argv else [os.path.abspath(self.argv[0])]
+            recorder.rank = {"rank": rank, "local_rank": os.environ.get("PJRT_LOCAL_PROCESS_RANK", "0"),
+                             "world_size": str(xr.process_count())}
+            # The launcher runs the function in a thread per device of the process.
+            recorder.replicas = len(xm.get_xla_supported_devices())
             os.makedirs(self.folder, exist_ok=True)
             recorder.start()
-        except (LazyvizError, OSError) as error:
+        except Exception as error:  # never the script's failure: it runs on, untraced
             print(f"lazyviz: process {rank} of torch_xla.launch runs untraced: {error}", file=sys.stderr)
             return None
         if recorder.replicas > 1 and recorder._tracer is not None:

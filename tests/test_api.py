@@ -338,3 +338,22 @@ def test_the_hooks_ir_text_is_torchs_line_for_line(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     plain, with_lines = map(int, result.stdout.split()[1:])
     assert plain > 300 and with_lines == plain  # the last graph: a transformer step's backward
+
+
+def test_sys_exit_in_a_with_block_is_the_exit_status_it_names(tmp_path: Path) -> None:
+    done = run_python(tmp_path, """
+        with lazyviz.trace("three.trace"):
+            step(4)
+            sys.exit(3)
+    """)
+    assert done.returncode == 3, done.stderr
+    with open_trace(tmp_path / "three.trace") as trace:
+        assert (trace.run.exit_status, trace.run.error, trace.run.finished) == (3, "SystemExit: 3", True)
+    clean = run_python(tmp_path, """
+        with lazyviz.trace("zero.trace"):
+            step(4)
+            sys.exit()
+    """)
+    assert clean.returncode == 0, clean.stderr
+    with open_trace(tmp_path / "zero.trace") as trace:
+        assert (trace.run.exit_status, trace.run.error) == (0, None)
