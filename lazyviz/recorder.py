@@ -155,7 +155,7 @@ class Recorder:
         tracer = Tracer(backend, writer, self.capture, started=started, outer_files=outer_files,
                         file_label=file_label, keep_graphs=self._claims, source_lines=self.source_lines,
                         step_limit=self.step_limit, launched=self._launched)
-        if self.replicas > 1:
+        if self.after_launch:  # the function runs in a thread per device, even with one device
             tracer.count_steps_of_replicas(self.replicas)
         try:
             tracer.install()
@@ -190,7 +190,8 @@ class Recorder:
         """What a launcher (torch_xla.launch) runs in the processes it starts instead of
         `fn`: each of them records its own trace in the folder beside this one."""
         return Launched(fn, str(launch_folder(self.path.resolve())), capture=self.capture,
-                        source_lines=self.source_lines, argv=self.argv, module=self.module, source=self.source)
+                        source_lines=self.source_lines, argv=self.argv, module=self.module, source=self.source,
+                        step_limit=self.step_limit)
 
     def _give_up(self, claim: TraceClaim | None) -> None:
         """Nothing was recorded: leave no half trace behind (only a file this recorder made)."""
@@ -319,9 +320,9 @@ class Launched:
     _recorder: Recorder | None = None
 
     def __init__(self, fn: Callable, folder: str, *, capture: str, source_lines: bool, argv: list[str],
-                 module: bool, source: str) -> None:
+                 module: bool, source: str, step_limit: int | None = None) -> None:
         self.fn, self.folder, self.capture, self.source_lines = fn, folder, capture, source_lines
-        self.argv, self.module, self.source = argv, module, source
+        self.argv, self.module, self.source, self.step_limit = argv, module, source, step_limit
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
 
     def __call__(self, *args: object, **kwargs: object) -> object:
@@ -355,6 +356,7 @@ class Launched:
             recorder = Recorder(rank_trace(Path(self.folder), rank), capture=self.capture, backend="xla",
                                 source=self.source, source_lines=self.source_lines)
             recorder.argv, recorder.module, recorder.after_launch = self.argv, self.module, True
+            recorder.step_limit = self.step_limit  # lazyviz run --steps: each process ends after them
             recorder._script = [] if self.module or not self.argv else [os.path.abspath(self.argv[0])]
             recorder.rank = {"rank": rank, "local_rank": os.environ.get("PJRT_LOCAL_PROCESS_RANK", "0"),
                              "world_size": str(xr.process_count())}

@@ -51,9 +51,10 @@ class TracerBusy(LazyvizError):
 
 
 class StepLimitReached(SystemExit):
-    """How `lazyviz run --steps N` ends a script: a clean exit (status 0) after step N."""
+    """How `lazyviz run --steps N` ends a script: a clean exit (status 0) after step N.
+    Pickled back from a launched process (torch_xla.launch), it is rebuilt with its args."""
 
-    def __init__(self) -> None:
+    def __init__(self, *_: object) -> None:
         super().__init__(0)
 
 
@@ -136,7 +137,7 @@ class Tracer:
         self._outer_files = RUNNER_FILES | outer_files
         self._file_label = file_label
         self._wrapped: list[tuple[object, str, Callable, Callable]] = []  # owner, name, original, wrapper
-        self._step_call_depth = [0]  # step-ending calls in progress (xm.optimizer_step calls sync)
+        self._step_calls = threading.local()  # .depth: step-ending calls in progress (xm.optimizer_step calls sync)
         # Where threads run one replica each of the same steps (a launcher's thread per
         # device): the steps each thread has ended; the run's steps are the fewest.
         self._replica_steps: dict[int, int] | None = None
@@ -255,20 +256,28 @@ class Tracer:
     def _wrap_step_limit(self, wrapper: Callable, limit: int) -> Callable:
         """End the script once `limit` steps have ended: SystemExit(0) from the outermost
         step-ending call of the main thread, after its step is recorded, so the script's
-        own `finally` blocks and atexit handlers run as at any exit."""
-        tracer, counts, depth = self, self._counts, self._step_call_depth
+        own `finally` blocks and atexit handlers run as at any exit. In a launched process,
+        from each device thread's own: the launcher hands the exit back to the script."""
+        tracer, counts, calls = self, self._counts, self._step_calls
 
         @functools.wraps(wrapper)
         def step_limit(*args: object, **kwargs: object) -> object:
-            depth[0] += 1
+            depth = getattr(calls, "depth", 0)
+            calls.depth = depth + 1
             try:
                 result = wrapper(*args, **kwargs)
             finally:
-                depth[0] -= 1
-            if (counts[1] >= limit and not depth[0] and _Process.current is tracer
-                    and threading.current_thread() is threading.main_thread()):
+                calls.depth = depth
+            if depth or _Process.current is not tracer:
+                return result
+            replicas = tracer._replica_steps
+            if replicas is None:
+                steps = counts[1] if threading.current_thread() is threading.main_thread() else 0
+            else:  # each device thread ends its replica at the same step, so none waits for another
+                steps = replicas.get(threading.get_ident(), 0)
+            if steps >= limit:
                 if tracer.stopped_at_step is None:
-                    tracer.stopped_at_step = counts[1]
+                    tracer.stopped_at_step = steps
                 raise StepLimitReached()
             return result
 

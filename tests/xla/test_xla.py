@@ -593,3 +593,16 @@ def test_host_device_copies_and_graph_memory_as_xla_counts_them(tmp_path: Path) 
     # w's graph: 256x256 f32 out, as XLA said after compiling it (in GB to six places: 1 KB).
     assert any(abs(g.get("memory", {}).get("outputs", 0) - 256 * 256 * 4) < 1024 for g in graphs)
     assert "largest graph in memory: graph" in result.stderr
+
+
+def test_steps_bound_each_launched_process(tmp_path: Path) -> None:
+    # lazyviz run --steps N (and fix --try's bounded re-runs) on a script whose steps run
+    # in torch_xla.launch's processes: each ends after N steps, and the script exits 0.
+    script = tmp_path / "spawned.py"
+    script.write_text(LAUNCHED)
+    result = cli("run", "--no-tui", "--steps", "2", "-o", tmp_path / "spawned.trace", script)
+    assert result.status == 0, result.stderr
+    assert "loss" not in result.stdout  # the function ended before its last line
+    with open_trace(tmp_path / "spawned.ranks" / "rank0.trace") as opened:
+        assert (opened.run.stopped_after_steps, opened.run.exit_status) == (2, 0)
+        assert len(opened.executions()) == 2
