@@ -25,6 +25,7 @@ from lazyviz.analysis.run import Run
 from lazyviz.errors import LazyvizError
 from lazyviz.trace import TraceError
 from lazyviz.trace import open as open_trace
+from lazyviz.trace.files import launch_folder, rank_trace
 from lazyviz.trace.model import RunInfo
 
 DEFAULT_STEPS = WARMUP_STEPS + 3  # a few steps past warm-up: recompiles after it show
@@ -148,8 +149,10 @@ def run_side(side: Side, info: RunInfo, root: Path, steps: int | None, timeout: 
                               stdin=subprocess.DEVNULL, check=False)
     except subprocess.TimeoutExpired:
         raise LazyvizError(f"the {side.name} run took longer than {timeout:.0f} s: lower --steps") from None
+    # Where torch_xla.launch ran the steps in processes of their own, the first one's trace.
+    launched = rank_trace(launch_folder(side.trace), 0)
     try:
-        with open_trace(side.trace) as trace:
+        with open_trace(launched if launched.exists() else side.trace) as trace:
             return measure(Run(trace).analysed(), done.stdout)
     except TraceError:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]

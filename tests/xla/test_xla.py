@@ -372,6 +372,23 @@ def test_fix_moves_the_read_into_xm_step_closure_and_proves_it(tmp_path: Path) -
     assert "output: the same (6 lines" in result.stderr
 
 
+def test_fix_is_proved_on_the_processes_torch_xla_launch_starts(tmp_path: Path) -> None:
+    # The read is in the launched function: the finding is in rank0.trace, and the trial
+    # measures both sides' launched processes, each bounded by --steps.
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "spawned.py").write_text(LAUNCHED.replace(
+        "        xm.mark_step()\n",
+        "        print(f'step {step} loss {loss.item():.4f}')\n        xm.mark_step()\n"))
+    assert cli("run", "--no-tui", "-o", tmp_path / "spawned.trace", "spawned.py", cwd=folder).status == 0
+    result = cli("fix", tmp_path / "spawned.ranks" / "rank0.trace", "--try", cwd=folder)
+    assert result.status == 0, result.stderr
+    assert "xm.add_step_closure(lambda step, loss: print(" in result.stdout
+    cells = next(line for line in result.stderr.splitlines() if "executions per step" in line).split()[-2:]
+    assert cells == ["2.0", "1.0"]
+    assert "output: the same" in result.stderr
+
+
 def test_fix_puts_torch_xla_sync_at_the_end_of_the_loop(tmp_path: Path) -> None:
     folder = tmp_path / "project"
     folder.mkdir()
