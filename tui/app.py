@@ -139,7 +139,7 @@ class LazyvizApp(App[str | None]):
         self.watch_trace()
         if self.ranks:
             self.load_ranks()
-        elif self.process is not None:
+        else:
             self._launch_timer = self.set_interval(1.0, self._follow_launched)
 
     def _recolour(self, theme: object = None) -> None:
@@ -178,9 +178,10 @@ class LazyvizApp(App[str | None]):
         self.watch_trace()
 
     def _follow_launched(self) -> None:
-        """The live script ran no graph itself but torch_xla.launch started processes that
-        trace their own: show theirs (the first process, [ and ] for the others)."""
-        if self.count or self.process is None:
+        """The script (live or saved) ran no graph itself but torch_xla.launch started
+        processes that trace their own: show theirs (the first process, [ and ] for the
+        others)."""
+        if self.count:
             self._launch_timer.stop()
             return
         traces = {int(path.stem[4:]): path for path in launch_folder(self.trace_path).glob("rank*.trace")

@@ -545,7 +545,7 @@ def test_debug_single_process_is_traced_in_the_launching_process(tmp_path: Path)
     assert "torch_xla.launch" not in single.stderr and not (tmp_path / "single.ranks").exists()
 
 
-async def test_the_live_ui_shows_the_launched_process(tmp_path: Path) -> None:
+async def test_the_ui_shows_the_launched_process_live_and_saved(tmp_path: Path) -> None:
     # The launching script runs no graph itself: the UI goes to the trace of the process
     # torch_xla.launch started, once it is there.
     script = tmp_path / "spawned.py"
@@ -563,6 +563,14 @@ async def test_the_live_ui_shows_the_launched_process(tmp_path: Path) -> None:
         assert app.trace_path == tmp_path / "spawned.ranks" / "rank0.trace"
         assert [e.cause for e in table.rows] == ["mark_step"] * 4
         assert "spawned.py" in table.render_line(0).text
+    # lazyviz view on the launching script's saved trace goes there too.
+    app = build_app(tmp_path / "spawned.trace")
+    async with app.run_test(size=(100, 32)) as pilot:
+        for _ in range(200):
+            if len(app.query_one(ExecutionList).rows) == 4:
+                break
+            await pilot.pause(0.05)
+        assert app.trace_path == tmp_path / "spawned.ranks" / "rank0.trace"
 
 
 def test_reads_on_the_host_are_named_by_what_read(tmp_path: Path) -> None:
