@@ -196,6 +196,8 @@ class LazyvizApp(App[str | None]):
         self._reset()
         self.notify(f"torch_xla.launch started processes: showing process {rank}'s trace ({traces[rank].name})")
         self.watch_trace()
+        if len(traces) > 1:
+            self.load_ranks()
 
     @work(thread=True, group="ranks", exit_on_error=False, description="all ranks")
     def load_ranks(self) -> None:
