@@ -251,12 +251,17 @@ _RUN_FIELDS: dict[str, tuple[type | tuple[type, ...], object]] = {
 
 
 _OPEN: WeakSet[Trace] = WeakSet()  # every Trace open in this process (close_all)
+_EXITING = False  # close_all ran: the process is about to exit, and opens no trace again
 
 
 def close_all() -> None:
     """Close every trace this process has open: before it exits without its normal
     teardown (os._exit after a closed terminal), so no reader's connection keeps the
-    -wal and -shm beside a finished trace. Best effort."""
+    -wal and -shm beside a finished trace. From then on no trace opens: a UI's reader
+    thread that opened one meanwhile kept the trace's WAL from being folded in. Best
+    effort."""
+    global _EXITING
+    _EXITING = True
     for trace in list(_OPEN):
         try:
             trace.close()
@@ -286,6 +291,8 @@ class Trace:
 
     def _connect(self) -> sqlite3.Connection:
         path = self.path
+        if _EXITING:
+            raise TraceError(f"{path}: not opened: this process is exiting")
         if not os.path.lexists(path):
             raise TraceError(f"{path}: no such trace file")
         if not path.is_file():
