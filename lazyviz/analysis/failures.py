@@ -137,8 +137,10 @@ def _built(node: Node) -> str:
     return f", built at {node.source_line}" if node.location else ""
 
 
-# The lazy core's words when a CPU tensor reaches a lazy op (TorchScript backend, XLA).
-_NOT_LAZY = re.compile(r"is not a lazy tensor|is not an XLA tensor|[Ee]xpected .* to be on the same device")
+# The lazy core's words when a CPU tensor reaches a lazy op (TorchScript backend, XLA); in
+# a list of tensors (torch.cat) an internal assert says it.
+_NOT_LAZY = re.compile(r"is not a lazy tensor|is not an XLA tensor|[Ee]xpected .* to be on the same device"
+                       r"|GetTensorList only supports lists of valid tensors")
 # torch.save (or .numpy()) of a lazy tensor: it has no host storage to read.
 _NO_STORAGE = re.compile(r"data pointer on an invalid python storage")
 # Ops that return several tensors: falling back, they hand back CPU tensors marked lazy.
