@@ -143,7 +143,7 @@ class Recorder:
         started = self._started
         name = self.backend_name or ("xla" if "torch_xla" in sys.modules else "ts")
         backend = _backend(name, self.capture)
-        backend.after_launch = self.after_launch
+        backend.after_launch, backend.replicas = self.after_launch, self.replicas
         claim = claim_trace_path(self.path, self.force, force_hint="force=True") if self._claims else None
         try:
             writer = TraceWriter(self.path)

@@ -131,6 +131,9 @@ class LazyBackend(ABC):
     # In a process a launcher started (torch_xla.launch): the backend was imported and
     # initialised by the launcher, and may still be set up as long as it ran no graph.
     after_launch: bool = False
+    # Threads running the same steps, one per device (a launched process's): their
+    # executions and compiles interleave.
+    replicas: int = 1
 
     def __init__(self, capture_ir: bool = True) -> None:
         self.capture_ir = capture_ir

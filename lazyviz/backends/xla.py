@@ -158,6 +158,27 @@ def _read_call(frames: list[tuple[str, int, str]]) -> str:
     return "a read of tensor values"
 
 
+def _on_this_thread(frames: list[tuple[str, int, str]]) -> bool:
+    """Is the user's line that XLA's report names (its innermost one outside the
+    frameworks and lazyviz) on this thread's stack now?"""
+    user = next(((file, line) for file, line, _ in frames
+                 if not file.startswith(_LAZYVIZ_DIR) and "site-packages" not in file), None)
+    frame = sys._getframe(1)
+    while frame is not None:
+        if (frame.f_code.co_filename, frame.f_lineno) == user:
+            return True
+        frame = frame.f_back
+    return user is None
+
+
+def _xla_cause(words: str) -> tuple[str, str | None]:
+    """A cause from XLA's own words for why a graph ran: "user mark_step" (or
+    torch_xla.sync, xm.optimizer_step) ends a step; anything else is other."""
+    if words.startswith("user "):
+        return "mark_step", f"{words.removeprefix('user ')}()"
+    return "other", None
+
+
 class XlaBackend(LazyBackend):
     name = "xla"
     device = "xla"
@@ -446,26 +467,41 @@ class XlaBackend(LazyBackend):
     def _hand_on(self, report: Report, counters: dict[str, int], ran: bool = True) -> int:
         graph_hash = report.graph_hash
         graph = None
-        if any(c.graph_hash == graph_hash for c in self._compiles):
-            # A compile that never ran (a cache warm-up) is dropped with its time.
-            while (compile_report := self._compiles.popleft()).graph_hash != graph_hash:
-                if self._compile_ms:
-                    self._compile_ms.popleft()
+        at = next((i for i, c in enumerate(self._compiles) if c.graph_hash == graph_hash), None)
+        if at is not None:
+            if self.replicas > 1:
+                # Device threads compile at their own pace: a compile before this one may be
+                # another thread's, whose execution is still to come.
+                compile_report = self._compiles[at]
+                del self._compiles[at]
+                compile_ms = self._compile_ms[at] if at < len(self._compile_ms) else 0.0
+                if at < len(self._compile_ms):
+                    del self._compile_ms[at]
+            else:
+                # A compile that never ran (a cache warm-up) is dropped with its time.
+                while (compile_report := self._compiles.popleft()).graph_hash != graph_hash:
+                    if self._compile_ms:
+                        self._compile_ms.popleft()
+                compile_ms = self._compile_ms.popleft() if self._compile_ms else 0.0
             ir_text = self._ir.get(graph_hash, "")
             graph = CompiledGraph(
                 graph_id=graph_hash[:16],
                 nodes=ir_text.count("\n  %"),  # 0: not known without the IR (light capture)
                 ir_text=ir_text,
                 backend_text="\n".join(compile_report.lines),
-                compile_ms=self._compile_ms.popleft() if self._compile_ms else 0.0,
+                compile_ms=compile_ms,
             )
         assert self._on_execution is not None
         sync = self._sync
         outer = sync.cause, sync.detail
+        if self.replicas > 1 and (sync.cause is None or not _on_this_thread(report.frames)):
+            # A thread per device: this thread may hand on another's execution, whose
+            # cause is XLA's word for it.
+            sync.cause, sync.detail = _xla_cause(report.cause)
         # A read of values no sync site of ours saw (`.to("cpu")`, left unwrapped: see
         # sync_sites): XLA says it was one. An op that fell back (aten::equal) says more.
-        if sync.cause is None and _HOST_READ in report.cause and not any(name.startswith("aten::")
-                                                                         for name in counters):
+        elif (sync.cause is None and _HOST_READ in report.cause
+                and not any(name.startswith("aten::") for name in counters)):
             sync.cause, sync.detail = "cpu", _read_call(report.frames)
         elif sync.cause is not None and (name := report.field("Graph Name")):
             # The name torch_xla.compile gave the graph (the function's, or name=...).
