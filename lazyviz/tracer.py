@@ -229,8 +229,8 @@ class Tracer:
             executions_before = counts[0]
             if not sync.in_closure:
                 sync.closures_from = None
-            thread = threading.get_ident()
-            syncing.add(thread)
+            thread, caller = threading.get_ident(), sys._getframe(1)
+            syncing[thread] = (sync.cause, sync.detail, (caller.f_code.co_filename, caller.f_lineno))
             try:
                 result = original(*args, **kwargs)
                 if poll is not None:
@@ -249,7 +249,7 @@ class Tracer:
                 raise
             finally:
                 sync.cause = None
-                syncing.discard(thread)
+                syncing.pop(thread, None)
 
         return sync_site
 

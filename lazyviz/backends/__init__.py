@@ -137,9 +137,10 @@ class LazyBackend(ABC):
 
     def __init__(self, capture_ir: bool = True) -> None:
         self.capture_ir = capture_ir
-        # Threads inside a sync site's call now (the tracer's Python wrappers keep it): a
-        # polling backend's counters may include another thread's execution in progress.
-        self.syncing: set[int] = set()
+        # Threads inside a sync site's call now, with its cause, detail and calling line
+        # (the tracer's Python wrappers keep it): a polling backend's counters and reports
+        # may hold another thread's execution.
+        self.syncing: dict[int, tuple[str | None, str | None, tuple[str, int]]] = {}
 
     @abstractmethod
     def init(self) -> None:

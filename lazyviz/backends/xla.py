@@ -158,25 +158,20 @@ def _read_call(frames: list[tuple[str, int, str]]) -> str:
     return "a read of tensor values"
 
 
-def _on_this_thread(frames: list[tuple[str, int, str]]) -> bool:
-    """Is the user's line that XLA's report names (its innermost one outside the
-    frameworks and lazyviz) on this thread's stack now?"""
-    user = next(((file, line) for file, line, _ in frames
+def _user_line(frames: list[tuple[str, int, str]]) -> tuple[str, int] | None:
+    """The innermost line outside the frameworks and lazyviz of XLA's report's frames."""
+    return next(((file, line) for file, line, _ in frames
                  if not file.startswith(_LAZYVIZ_DIR) and "site-packages" not in file), None)
+
+
+def _on_this_thread(user: tuple[str, int] | None) -> bool:
+    """Is this line on this thread's stack now?"""
     frame = sys._getframe(1)
     while frame is not None:
         if (frame.f_code.co_filename, frame.f_lineno) == user:
             return True
         frame = frame.f_back
     return user is None
-
-
-def _xla_cause(words: str) -> tuple[str, str | None]:
-    """A cause from XLA's own words for why a graph ran: "user mark_step" (or
-    torch_xla.sync, xm.optimizer_step) ends a step; anything else is other."""
-    if words.startswith("user "):
-        return "mark_step", f"{words.removeprefix('user ')}()"
-    return "other", None
 
 
 class XlaBackend(LazyBackend):
@@ -226,6 +221,7 @@ class XlaBackend(LazyBackend):
         # and counters are the process's.
         self._polling = threading.RLock()
         self._sync = SyncCause()  # the sync-site call running on each thread, as the tracer's wrappers set it
+        self._line_causes: dict[tuple[str, int] | None, tuple[str, str | None]] = {}  # a thread per device: by line
 
     # -- set-up -------------------------------------------------------------------
     def init(self) -> None:
@@ -494,10 +490,16 @@ class XlaBackend(LazyBackend):
         assert self._on_execution is not None
         sync = self._sync
         outer = sync.cause, sync.detail
-        if self.replicas > 1 and (sync.cause is None or not _on_this_thread(report.frames)):
-            # A thread per device: this thread may hand on another's execution, whose
-            # cause is XLA's word for it.
-            sync.cause, sync.detail = _xla_cause(report.cause)
+        if self.replicas > 1:
+            # A thread per device: this thread may hand on another's execution. Its cause is
+            # that of the sync its thread is in at the line XLA names, else the last one seen
+            # there (threads run the same code).
+            user = _user_line(report.frames)
+            if sync.cause is None or not _on_this_thread(user):
+                sync.cause, sync.detail = next(
+                    ((cause, detail) for cause, detail, line in list(self.syncing.values()) if line == user),
+                    self._line_causes.get(user, ("other", None)))
+            self._line_causes[user] = sync.cause, sync.detail
         # A read of values no sync site of ours saw (`.to("cpu")`, left unwrapped: see
         # sync_sites): XLA says it was one. An op that fell back (aten::equal) says more.
         elif (sync.cause is None and _HOST_READ in report.cause
