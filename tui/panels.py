@@ -75,8 +75,9 @@ class BackendPanel(ExecutionPanel):
         if context.raw:
             return graph.backend_text
         memory = graph_memory(graph.backend_text)
-        head = f"# memory after compiling: {memory_text(memory)}\n\n" if memory else ""
-        return head + readable_backend(graph.backend_text)
+        # One size a line: the pane may be 80 columns wide, and code lines do not wrap.
+        head = "".join(f"#   {part}\n" for part in memory_text(memory).split(", "))
+        return (f"# memory after compiling:\n{head}\n" if memory else "") + readable_backend(graph.backend_text)
 
 
 class DiffPanel(ExecutionPanel):

@@ -15,6 +15,7 @@ from conftest import SAMPLES, cli, line_of, python
 
 from lazyviz.trace import open as open_trace
 from lazyviz.tui.app import build_app
+from lazyviz.tui.widgets.code_view import CodeView
 from lazyviz.tui.widgets.executions import ExecutionList
 
 pytest.importorskip("torch_xla")
@@ -594,7 +595,8 @@ def test_reads_on_the_host_are_named_by_what_read(tmp_path: Path) -> None:
     ]
 
 
-def test_host_device_copies_and_graph_memory_as_xla_counts_them(tmp_path: Path) -> None:
+def copies_run(tmp_path: Path) -> tuple[Path, str]:
+    """A loop that copies to the device and back every step: (its trace, lazyviz run's stderr)."""
     script = tmp_path / "copies.py"
     script.write_text(
         "import sys\nimport torch\nimport torch_xla\nimport torch_xla.debug.metrics as met\n\n"
@@ -606,18 +608,42 @@ def test_host_device_copies_and_graph_memory_as_xla_counts_them(tmp_path: Path) 
     trace = tmp_path / "copies.trace"
     result = cli("run", "--no-tui", "-o", trace, script)
     assert result.status == 0, result.stderr
+    return trace, result.stderr
+
+
+def test_host_device_copies_and_graph_memory_as_xla_counts_them(tmp_path: Path) -> None:
+    trace, stderr = copies_run(tmp_path)
     to_count, to_bytes, from_count, from_bytes = (int(float(word)) for word in
-                                                  next(line for line in result.stderr.splitlines()
+                                                  next(line for line in stderr.splitlines()
                                                        if line.startswith("XLA ")).split()[1:])
     assert (to_count, to_bytes, from_count, from_bytes) == (5, 8 + 4 * 64 * 256 * 4, 3, 3 * 4)  # the seed, x, reads
     summary = report(trace)["summary"]
     assert summary["transfers"] == {"TransferToDevice": to_count, "TransferToDeviceBytes": to_bytes,
                                     "TransferFromDevice": from_count, "TransferFromDeviceBytes": from_bytes}
-    assert "host<->device copies: to the device 1.0 (51.2 KB), from it 0.6 (2 B) per step" in result.stderr
+    assert "host<->device copies: to the device 1.0 (51.2 KB), from it 0.6 (2 B) per step" in stderr
     graphs = report(trace)["graphs"]
     # w's graph: 256x256 f32 out, as XLA said after compiling it (in GB to six places: 1 KB).
     assert any(abs(g.get("memory", {}).get("outputs", 0) - 256 * 256 * 4) < 1024 for g in graphs)
-    assert "largest graph in memory: graph" in result.stderr
+    assert "largest graph in memory: graph" in stderr
+
+
+async def test_the_backend_tab_heads_with_the_graphs_memory(tmp_path: Path) -> None:
+    trace, _ = copies_run(tmp_path)
+    app = build_app(trace)
+    async with app.run_test(size=(80, 30)) as pilot:
+        table = app.query_one(ExecutionList)
+        for _ in range(200):
+            if len(table.rows) == 5:
+                break
+            await pilot.pause(0.05)
+        await pilot.press("home")
+        for _ in range(100):
+            if "graph" in app.query_one("#backend-view", CodeView).text:
+                break
+            await pilot.pause(0.05)
+        text = app.query_one("#backend-view", CodeView).text
+        # w's graph: 256x256 f32 out (XLA says it in GB to six places: 255.9 KB).
+        assert text.startswith("# memory after compiling:\n#   inputs ") and "#   outputs 255.9 KB\n" in text
 
 
 def test_steps_bound_each_launched_process(tmp_path: Path) -> None:
