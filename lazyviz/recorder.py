@@ -155,8 +155,6 @@ class Recorder:
         tracer = Tracer(backend, writer, self.capture, started=started, outer_files=outer_files,
                         file_label=file_label, keep_graphs=self._claims, source_lines=self.source_lines,
                         step_limit=self.step_limit, launched=self._launched)
-        if self.after_launch:  # the function runs in a thread per device, even with one device
-            tracer.count_steps_of_replicas(self.replicas)
         try:
             tracer.install()
         except BaseException as error:

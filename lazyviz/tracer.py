@@ -138,10 +138,10 @@ class Tracer:
         self._file_label = file_label
         self._wrapped: list[tuple[object, str, Callable, Callable]] = []  # owner, name, original, wrapper
         self._step_calls = threading.local()  # .depth: step-ending calls in progress (xm.optimizer_step calls sync)
-        # Where threads run one replica each of the same steps (a launcher's thread per
-        # device): the steps each thread has ended; the run's steps are the fewest.
+        # Where threads run one replica each of the same steps (a launched process, whose
+        # function runs in a thread per device, backend.replicas of them): the steps each
+        # thread has ended; the run's steps are the fewest.
         self._replica_steps: dict[int, int] | None = None
-        self._replicas = 1
         self.stopped_at_step: int | None = None  # the step after which step_limit ended the script
 
     @property
@@ -161,6 +161,8 @@ class Tracer:
         self._not_user += self.backend.framework_paths()
         self.backend.install_hook(self._on_execution, self._on_execute_time)
         self._sync = self.backend.sync_state()
+        if self.backend.after_launch:  # a thread per device, even with one device
+            self._replica_steps = {}
         self._take_repeated = self.backend.record_repeats(self._counts, self._started)
         self.writer.set_source(self._take_repeated)
         if self.capture == "full" and self.source_lines:
@@ -229,8 +231,10 @@ class Tracer:
             executions_before = counts[0]
             if not sync.in_closure:
                 sync.closures_from = None
-            thread, caller = threading.get_ident(), sys._getframe(1)
-            syncing[thread] = (sync.cause, sync.detail, (caller.f_code.co_filename, caller.f_lineno))
+            thread = threading.get_ident()
+            # The calling line only where threads run replicas (the backend matches reports to it).
+            caller = sys._getframe(1) if replicas is not None else None
+            syncing[thread] = (sync.cause, sync.detail, caller and (caller.f_code.co_filename, caller.f_lineno))
             try:
                 result = original(*args, **kwargs)
                 if poll is not None:
@@ -310,16 +314,12 @@ class Tracer:
 
         return launcher
 
-    def count_steps_of_replicas(self, threads: int) -> None:
-        """`threads` threads each run a replica of the same steps (call before install):
-        a step has ended when every replica has ended it."""
-        self._replica_steps, self._replicas = {}, threads
-
     def _replica_step_ended(self, thread: int) -> None:
+        """A step has ended when every replica has ended it."""
         steps = self._replica_steps
         assert steps is not None
         steps[thread] = steps.get(thread, 0) + 1
-        if len(steps) >= self._replicas:
+        if len(steps) >= self.backend.replicas:
             self._counts[1] = max(self._counts[1], min(steps.values()))
 
     def _note_launch(self, folder: str | None, ran_here: bool) -> None:

@@ -115,3 +115,9 @@ def sample_trace(tmp_path_factory: pytest.TempPathFactory, execution_hook: None)
         return made[name]
 
     return make
+
+
+def row(text: str, label: str) -> list[str]:
+    """The before and after cells of one row of --try's table."""
+    line = next(line for line in text.splitlines() if line.strip().startswith(label))
+    return line.strip()[len(label):].split()

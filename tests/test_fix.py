@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SAMPLES, cli, line_of
+from conftest import ROOT, SAMPLES, cli, line_of, row
 
 import lazyviz
 from lazyviz.fix.trial import compare_output
@@ -38,12 +38,6 @@ def traced(folder: Path, script: str, *args: str) -> Path:
 
 def hashes(folder: Path) -> dict[str, str]:
     return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def row(text: str, label: str) -> list[str]:
-    """The before and after cells of one row of --try's table."""
-    line = next(line for line in text.splitlines() if line.strip().startswith(label))
-    return line.strip()[len(label):].split()
 
 
 def applies(diff: str, folder: Path) -> None:

@@ -140,7 +140,7 @@ class LazyBackend(ABC):
         # Threads inside a sync site's call now, with its cause, detail and calling line
         # (the tracer's Python wrappers keep it): a polling backend's counters and reports
         # may hold another thread's execution.
-        self.syncing: dict[int, tuple[str | None, str | None, tuple[str, int]]] = {}
+        self.syncing: dict[int, tuple[str | None, str | None, tuple[str, int] | None]] = {}
 
     @abstractmethod
     def init(self) -> None:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES, cli, line_of, python
+from conftest import SAMPLES, cli, line_of, python, row
 
 from lazyviz.trace import open as open_trace
 from lazyviz.tui.app import build_app
@@ -368,8 +368,7 @@ def test_fix_moves_the_read_into_xm_step_closure_and_proves_it(tmp_path: Path) -
     assert result.status == 0, result.stderr
     assert ('+        xm.add_step_closure(lambda step, loss: print(f"step {step} loss {loss.item():.4f}"), '
             "args=(step, loss))") in result.stdout
-    cells = next(line for line in result.stderr.splitlines() if "executions per step" in line).split()[-2:]
-    assert cells == ["2.0", "1.0"]
+    assert row(result.stderr, "executions per step") == ["2.0", "1.0"]
     assert "output: the same (6 lines" in result.stderr
 
 
@@ -385,8 +384,7 @@ def test_fix_is_proved_on_the_processes_torch_xla_launch_starts(tmp_path: Path) 
     result = cli("fix", tmp_path / "spawned.ranks" / "rank0.trace", "--try", cwd=folder)
     assert result.status == 0, result.stderr
     assert "xm.add_step_closure(lambda step, loss: print(" in result.stdout
-    cells = next(line for line in result.stderr.splitlines() if "executions per step" in line).split()[-2:]
-    assert cells == ["2.0", "1.0"]
+    assert row(result.stderr, "executions per step") == ["2.0", "1.0"]
     assert "output: the same" in result.stderr
 
 
