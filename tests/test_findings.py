@@ -434,3 +434,30 @@ def test_batch_advice_only_when_input_shapes_alone_changed() -> None:
     kinds = {c.kind for c in explain_recompiles(executions, irs)[0].diff.origins}
     assert {"input_shape", "op_added"} <= kinds
     assert "pad or bucket" not in finding.fix and "another path" in finding.fix
+
+
+def _made_on_device(rows: int) -> str:
+    """PyTorch/XLA's IR of `torch.randn(rows, 8, device=xla)`: the size is in the graph."""
+    return f"""IR {{
+  %0 = s64[] xla::device_data(), location=<module>@t.py:7, xla_shape=s64[]
+  %1 = f32[] prim::Constant(), location=<module>@t.py:7, xla_shape=f32[]
+  %2 = f32[{rows},8]{{1,0}} aten::expand(%1), location=<module>@t.py:7, xla_shape=f32[{rows},8]{{1,0}}
+  %3 = f32[] prim::Constant(), location=<module>@t.py:7, xla_shape=f32[]
+  %4 = f32[{rows},8]{{1,0}} aten::expand(%3), location=<module>@t.py:7, xla_shape=f32[{rows},8]{{1,0}}
+  %5 = f32[{rows},8]{{1,0}} aten::normal(%4, %2, %0), location=<module>@t.py:7, xla_shape=f32[{rows},8]{{1,0}}
+  %6 = f32[] aten::sum(%5), location=<module>@t.py:8, xla_shape=f32[], ROOT=0
+}}
+"""
+
+
+def test_a_size_made_on_the_device_gets_the_batch_advice() -> None:
+    """A batch made on the device at another size (XLA: in the graph, not an input) is a
+    shape change, not "the code took another path"."""
+    irs = {"b16": _made_on_device(16), "b12": _made_on_device(12)}
+    executions = [ex(i, step=i, graph="b16", cache="miss" if i == 0 else "hit") for i in range(3)]
+    executions.append(ex(3, step=3, graph="b12", cache="miss"))
+    [recompile] = explain_recompiles(executions, irs)
+    assert {c.kind for c in recompile.diff.origins} == {"shape"}
+    [finding] = analyze(run_info(steps=4), executions, irs).findings
+    assert finding.kind == "recompile" and "pad or bucket" in finding.fix and "another path" not in finding.fix
+    assert "step 3 recompiled: expand shape f32[16,8] -> f32[12,8], built at t.py:7" in finding.message

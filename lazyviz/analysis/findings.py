@@ -261,26 +261,28 @@ def recompile_findings(recompiles: list[Recompile | PendingRecompile], steps: in
         ))
     for _site, group in shape_only.items():
         history = [{"step": r.step, "execution": r.execution,
-                    "changes": [f"{c.node} {c.before} -> {c.after}" for c in r.diff.origins if c.kind == "input_shape"]}
+                    "changes": [f"{c.node} {c.before} -> {c.after}" for c in r.diff.origins if c.kind in _SIZES]}
                    for r in group]
-        first = next(c for c in group[0].diff.origins if c.kind == "input_shape")
+        first = next(c for c in group[0].diff.origins if c.kind in _SIZES)
         built = f", built at {first.source_line}" if first.location else ""
+        # An input's shape, or a size a tensor was made at on the device (in the graph).
+        what = "input shape" if first.kind == "input_shape" else f"{first.op.rpartition('::')[2]} shape"
         # Several syncs of one step (a fallback's) recompile for one change: one step's change.
         once = len({r.step for r in group}) == 1 if steps else len(group) == 1
         if once:
             when = f"step {group[0].step}" if steps else f"execution {group[0].execution}"
-            message = f"{when} recompiled: input shape {first.before} -> {first.after}{built}"
+            message = f"{when} recompiled: {what} {first.before} -> {first.after}{built}"
             short = f"{when}: {group[0].brief()}"
         else:
-            message = (f"input shapes change at {len(group)} {'steps' if steps else 'syncs'}, each a recompile "
+            message = (f"{what}s change at {len(group)} {'steps' if steps else 'syncs'}, each a recompile "
                        f"(first {first.before} -> {first.after}{built})")
-            short = f"input shapes change at {len(group)} {'steps' if steps else 'syncs'} (first {group[0].brief()})"
+            short = f"{what}s change at {len(group)} {'steps' if steps else 'syncs'} (first {group[0].brief()})"
         message = _in_test(group[0].context) + message
         findings.append(Finding(
             "recompile" if once else "dynamic_shape", "warning", message, group[0].frame,
             tuple(r.execution for r in group),
             fix=_SHAPE_FIX,
-            details={"history": history, "changes": ["input_shape"], "recompiles": len(group)},
+            details={"history": history, "changes": [first.kind], "recompiles": len(group)},
             short=_in_test(group[0].context) + short,
         ))
     return _one_per_cause(findings, [*alike.values(), *shape_only.values()])
@@ -360,13 +362,18 @@ LAYOUT_OPS = frozenset({"permute", "transpose", "t", "view", "reshape", "expand"
                         "as_strided", "select", "slice", "contiguous", "clone", "_to_copy"})
 
 
+_SIZES = ("input_shape", "shape")
+
+
 def shape_change(recompile: Recompile | PendingRecompile) -> bool:
-    """Input shapes changed, and nothing else but the layout ops that follow from that."""
+    """Sizes changed, and nothing else but the layout ops that follow from that: an
+    input's shape, or a size from Python that a tensor was made at on the device
+    (PyTorch/XLA builds torch.randn(n, device=...) in the graph, a constant expanded to n)."""
     origins = recompile.diff.origins if getattr(recompile, "diff", None) else ()
-    if not origins or not any(c.kind == "input_shape" for c in origins):
+    if not origins or not any(c.kind in _SIZES for c in origins):
         return False
-    return all(c.kind == "input_shape" or (c.kind in ("op_added", "op_removed")
-                                           and c.op.rpartition("::")[2].split(".")[0] in LAYOUT_OPS)
+    return all(c.kind in _SIZES or (c.kind in ("op_added", "op_removed")
+                                    and c.op.rpartition("::")[2].split(".")[0] in LAYOUT_OPS)
                for c in origins)
 
 

@@ -437,7 +437,10 @@ def _short_batch(finding: Finding, context: Context) -> bool:
     recompile = context.run.recompile_at(finding.executions[0]) if finding.executions else None
     if recompile is None or not shape_change(recompile):
         return False
-    for change in (c for c in recompile.diff.origins if c.kind == "input_shape"):
+    inputs = [c for c in recompile.diff.origins if c.kind == "input_shape"]
+    if not inputs:
+        return False  # a size made on the device: no loader's batch
+    for change in inputs:
         before, after = _LEADING.search(change.before), _LEADING.search(change.after)
         if not before or not after or int(after.group(1)) >= int(before.group(1)):
             return False
