@@ -205,10 +205,23 @@ def readable_ir(text: str) -> str:
     return "\n".join(lines)
 
 
+# XLA's HLO metadata: the IR op an instruction lowers and the innermost line that built it.
+_METADATA = re.compile(r', metadata=\{([^}]*)\}')
+_METADATA_FIELD = re.compile(r'(\w+)=(?:"([^"]*)"|(\S+))')
+
+
+def _metadata(match: re.Match[str]) -> str:
+    fields = {name: quoted or bare for name, quoted, bare in _METADATA_FIELD.findall(match.group(1))}
+    op = fields.get("op_type", "").replace("__", "::", 1)
+    where = f"{fields['source_file'].rsplit('/', 1)[-1]}:{fields.get('source_line', '?')}" if "source_file" in fields else ""
+    return f"  /* {' '.join(filter(None, (op, where)))} */" if op or where else ""
+
+
 def readable_backend(text: str) -> str:
     """TorchScript without its [source=...] attributes: they name the sync that lowered
-    the graph, the same line on every node."""
-    return _SOURCE.sub("", text)
+    the graph, the same line on every node. XLA's HLO with its metadata cut to the op
+    and the file's name and line."""
+    return _METADATA.sub(_metadata, _SOURCE.sub("", text))
 
 
 def finding_groups(findings: list[Finding]) -> list[list[Finding]]:

@@ -13,6 +13,7 @@ import lazyviz
 from lazyviz.analysis import analyze
 from lazyviz.analysis.recompiles import explain_recompiles
 from lazyviz.analysis.run import Run
+from lazyviz.errors import LazyvizError
 from lazyviz.export import EXPORT_FORMATS, REPORT_FORMATS, RenderOptions, renderer_for
 from lazyviz.trace.schema import GraphRecord
 from lazyviz.trace.synthetic import chain_ir, execution, write_trace
@@ -44,7 +45,7 @@ def test_report_renderers_on_an_empty_and_a_small_trace(fmt: str, small_trace: P
     assert "recompiled" in text and "Float[16,64]" in text
 
 
-@pytest.mark.parametrize("fmt", [f for f in EXPORT_FORMATS if f != "svg"])
+@pytest.mark.parametrize("fmt", [f for f in EXPORT_FORMATS if f not in ("svg", "hlo")])
 def test_export_renderers(fmt: str, small_trace: Path, empty_trace: Path) -> None:
     renderer = renderer_for(EXPORT_FORMATS, fmt, None, "svg")
     with lazyviz.open(small_trace) as trace:
@@ -56,6 +57,15 @@ def test_export_renderers(fmt: str, small_trace: Path, empty_trace: Path) -> Non
                 renderer.render(Run(trace), RenderOptions(execution=0))
         else:
             assert json.loads(renderer.render(Run(trace), RenderOptions()))["traceEvents"]
+
+
+def test_hlo_export_says_why_a_trace_has_none(small_trace: Path) -> None:
+    """HLO is PyTorch/XLA's (tests/xla export it from a real run): on another backend's
+    trace the export says so, in one line."""
+    renderer = renderer_for(EXPORT_FORMATS, None, "graph.hlo", "svg")
+    assert renderer.name == "hlo"
+    with lazyviz.open(small_trace) as trace, pytest.raises(LazyvizError, match="only PyTorch/XLA graphs have HLO"):
+        renderer.render(Run(trace), RenderOptions(execution=4))
 
 
 def test_renderer_from_suffix() -> None:

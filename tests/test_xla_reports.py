@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from lazyviz.analysis.ir import parse_ir
-from lazyviz.backends.xla_reports import GraphDumpParser, ReportParser
+from lazyviz.analysis.summary import split_hlo
+from lazyviz.backends.xla_reports import GraphDumpParser, ReportParser, hlo_signature
 
 FIXTURES = Path(__file__).parent / "fixtures" / "xla"
 
@@ -58,3 +59,23 @@ def test_what_xla_would_print_on_stderr_at_the_users_level() -> None:
     assert level2.count("Execution Analysis: Execution Cause") == 4 and "lazyviz" not in level2
     unexpected = "\nUnexpected Execution Analysis: ====\nUnexpected Execution Analysis:   f (/w/t.py:7)\n"
     assert echoed(text + unexpected, 0) == unexpected
+
+
+def test_hlo_signature_counts_what_xla_counts_as_a_graphs_inputs_and_outputs() -> None:
+    """The entry line of a module XLA dumped (shapes and tuples hold commas of their own)."""
+    module = [
+        "HloModule SyncTensorsGraph.30, entry_computation_layout={(f32[16,1]{1,0})->(f32[])}\n",
+        "%AddComputation.1 (x.2: f32[], y.3: f32[]) -> f32[] {\n",
+        "ENTRY %SyncTensorsGraph.30 (p0.1: f32[16,1], p1.2: (f32[2], s64[]), p2.3: f32[8,16,1]) -> "
+        "(f32[], /*index=1*/f32[16,1]{1,0}) {\n",
+    ]
+    assert hlo_signature(module) == (3, 2)
+    assert hlo_signature(["ENTRY %g (p0.1: f32[4]) -> f32[4] {\n"]) == (1, 1)
+    assert hlo_signature(module[:2]) is None  # not all written yet
+
+
+def test_split_hlo_keeps_the_analysis_apart_from_the_module() -> None:
+    text = "Compilation Cause\n  user torch_xla.sync\n\n# the HLO XLA compiled\nHloModule m\nENTRY ...\n"
+    assert split_hlo(text) == ("Compilation Cause\n  user torch_xla.sync",
+                               "# the HLO XLA compiled\nHloModule m\nENTRY ...\n")
+    assert split_hlo("graph(%x : Tensor):\n  return (%x)\n") == ("graph(%x : Tensor):\n  return (%x)\n", "")

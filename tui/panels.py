@@ -17,7 +17,7 @@ from textual.widget import Widget
 
 from lazyviz.analysis.ir import parsed
 from lazyviz.analysis.recompiles import Recompile, explain_execution
-from lazyviz.analysis.summary import graph_memory
+from lazyviz.analysis.summary import graph_memory, split_hlo
 from lazyviz.present import memory_text, readable_backend, readable_ir
 from lazyviz.trace import Execution, Trace
 from lazyviz.trace.table import ExecutionTable
@@ -66,7 +66,7 @@ class IrPanel(ExecutionPanel):
 
 class BackendPanel(ExecutionPanel):
     id, title, language = "backend", "Backend", "torchscript"
-    about = "the backend's code for the graph (TorchScript; on XLA, what XLA reported)"
+    about = "the backend's code for the graph (TorchScript; on XLA, the HLO it compiled and what XLA reported)"
 
     def text(self, execution: Execution, context: DetailContext) -> str:
         graph = context.trace.graph(execution.graph)
@@ -77,7 +77,13 @@ class BackendPanel(ExecutionPanel):
         memory = graph_memory(graph.backend_text)
         # One size a line: the pane may be 80 columns wide, and code lines do not wrap.
         head = "".join(f"#   {part}\n" for part in memory_text(memory).split(", "))
-        return (f"# memory after compiling:\n{head}\n" if memory else "") + readable_backend(graph.backend_text)
+        report, hlo = split_hlo(graph.backend_text)
+        if hlo:  # the code first; what XLA said when it compiled it after
+            said = "".join(f"# {line}".rstrip() + "\n" for line in report.splitlines())
+            body = f"{readable_backend(hlo).rstrip()}\n\n# what XLA said when it compiled it:\n{said}"
+        else:
+            body = readable_backend(report)
+        return (f"# memory after compiling:\n{head}\n" if memory else "") + body
 
 
 class DiffPanel(ExecutionPanel):

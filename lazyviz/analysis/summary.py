@@ -54,11 +54,23 @@ _MEMORY = {"Graph input size": "inputs", "Graph output size": "outputs", "Aliase
            "Intermediate tensor size": "intermediates", "Compiled program size": "program"}
 
 
+def split_hlo(backend_text: str) -> tuple[str, str]:
+    """(what the backend reported, the HLO it compiled) of a graph's backend text: on
+    XLA the HLO module follows the analyses, after a line that says which HLO it is; ""
+    where none was recorded (TorchScript, light capture)."""
+    at = backend_text.find("\nHloModule ")
+    if at < 0:
+        return backend_text, ""
+    head = backend_text.rfind("\n", 0, at) + 1
+    start = head if backend_text.startswith("# ", head) else at + 1
+    return backend_text[:start].rstrip("\n"), backend_text[start:]
+
+
 def graph_memory(backend_text: str) -> dict[str, int]:
     """A graph's memory as XLA reported it after compiling it (inputs, outputs, aliased
     inputs, intermediates, program), in bytes; {} where the backend says nothing of it."""
     memory = {}
-    for line in backend_text.splitlines():
+    for line in split_hlo(backend_text)[0].splitlines():
         name, sep, value = line.partition(": ")
         key = _MEMORY.get(name.strip())
         if sep and key and value.endswith(" GB"):

@@ -8,7 +8,8 @@ writes and reads it at every sync site (checked on torch_xla 2.9):
   execution and one "Compilation Analysis" per compile, each with the graph hash and
   the Python frames that triggered it. Cheap: no IR is formatted.
 - full capture adds `XLA_SAVE_TENSORS_FILE` (IR text of every sync, with its graph
-  hash) and `XLA_IR_DEBUG=1`, so each IR node carries `location=fn@file:line`.
+  hash) and `XLA_IR_DEBUG=1`, so each IR node carries `location=fn@file:line`; and
+  the compiler's dump (`XLA_FLAGS=--xla_dump_to`), each compiled graph's HLO.
 - `CompileTime` and `ExecuteTime` metrics carry one sample per compile and per
   execution. Execution is asynchronous: an execute time usually arrives at the next
   poll and is filled in then.
@@ -42,12 +43,12 @@ from lazyviz.backends import (
     SyncSite,
 )
 from lazyviz.backends._sites import collective_sites, tensor_sync_sites
-from lazyviz.backends.xla_reports import GraphDumpParser, Report, ReportParser
+from lazyviz.backends.xla_reports import GraphDumpParser, Report, ReportParser, hlo_signature
 
 # The settings lazyviz makes for XLA's reports (_set_up_reports): taken back for the
 # processes a launcher starts (children_untraced).
 OUR_SETTINGS = ("PT_XLA_DEBUG_FILE", "PT_XLA_DEBUG_LEVEL", "XLA_IR_DEBUG", "XLA_SAVE_TENSORS_FILE",
-                "XLA_SAVE_TENSORS_FMT")
+                "XLA_SAVE_TENSORS_FMT", "XLA_FLAGS")
 
 
 def launchers() -> list[tuple[object, str, str]]:
@@ -102,6 +103,77 @@ class _Tail:
             self._file.close()
 
 
+_OP_TYPE = re.compile(r'op_type="([^"]+)"')  # HLO metadata: the IR op an instruction lowers, "aten__mul"
+_IR_OP = re.compile(r" ([\w.]+::[\w.]+)\(")  # "%3 = f32[2]{0} aten::mul(%1, %2)"
+
+
+class _HloDump:
+    """XLA's compiler dump (XLA_FLAGS --xla_dump_to, full capture): for each graph it
+    compiles, a module's HLO before and after XLA's optimizations, in files named
+    module_0007.SyncTensorsGraph.123.*. A module is matched with a Compilation Analysis
+    by its entry's parameter and output counts (XLA's "Number of Graph Inputs/Outputs"),
+    in the order XLA compiled them, and with the graph's IR where it is known: every op
+    its HLO lowers must be one of the IR's. On CPU XLA also writes each kernel's LLVM IR
+    and object code, hundreds of files a compile: a module's files go once it is read,
+    with the modules before it that nothing claimed (a thread per device excepted: there
+    another thread's module may be mid-compile)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._signatures: dict[str, tuple[int, int] | None] = {}  # "module_0007" -> (inputs, outputs)
+
+    def take(self, inputs: int, outputs: int, ir_text: str, compiled: bool, sweep: bool) -> str:
+        """The HLO XLA compiled for this graph (before its optimizations where compiling
+        failed), with a line that says which; "" where no module fits."""
+        self._scan()
+        for module in sorted(self._signatures):
+            if self._signatures[module] == (inputs, outputs) and self._lowers(module, ir_text):
+                break
+        else:
+            return ""
+        after = next(self.folder.glob(f"{module}.*after_optimizations.txt"), None)
+        before = next(self.folder.glob(f"{module}.*before_optimizations.txt"), None)
+        path, head = ((after, "# the HLO XLA compiled, after its optimizations") if after and compiled
+                      else (before, "# the HLO of the graph, before XLA's optimizations"))
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace") if path else ""
+        except OSError:
+            text = ""
+        self._remove(module, sweep)
+        return f"{head}\n{text}" if text else ""
+
+    def _lowers(self, module: str, ir_text: str) -> bool:
+        before = next(self.folder.glob(f"{module}.*before_optimizations.txt"), None)
+        if not ir_text or before is None:
+            return True
+        try:
+            lowered = {op.replace("__", "::", 1) for op in _OP_TYPE.findall(before.read_text(errors="replace"))}
+        except OSError:
+            return False
+        return lowered <= set(_IR_OP.findall(ir_text))
+
+    def _scan(self) -> None:
+        for path in self.folder.glob("module_*.before_optimizations.txt"):
+            module = path.name.split(".", 1)[0]
+            if module not in self._signatures:
+                try:
+                    with open(path, encoding="utf-8", errors="replace") as lines:
+                        signature = hlo_signature(lines)
+                except OSError:
+                    continue
+                if signature is not None:  # else not all written yet: read again next time
+                    self._signatures[module] = signature
+
+    def _remove(self, module: str, sweep: bool) -> None:
+        """This module's files; with sweep, those of every module before it too."""
+        for path in self.folder.glob("module_*" if sweep else f"{module}.*"):
+            name = path.name.split(".", 1)[0]
+            if name == module or (sweep and name < module):
+                self._signatures.pop(name, None)
+                with contextlib.suppress(OSError):
+                    path.unlink()
+
+
 def _debug_level(env: MutableMapping[str, str]) -> int:
     """PT_XLA_DEBUG_LEVEL as XLA reads it: PT_XLA_DEBUG=1 alone means every level."""
     try:
@@ -149,6 +221,14 @@ def echoed(text: str, level: int) -> str:
     return "".join(lines)
 
 
+def _count(report: Report, what: str) -> int:
+    """XLA's "Number of Graph Inputs/Outputs" of a graph it compiled; -1 if it gave none."""
+    try:
+        return int(report.field(f"Number of Graph {what}"))
+    except ValueError:
+        return -1
+
+
 def _read_call(frames: list[tuple[str, int, str]]) -> str:
     """What read values on the host at the user's line XLA names: `.to(...)` where the
     line says so (the one such call lazyviz does not wrap), else a read in general."""
@@ -191,6 +271,7 @@ class XlaBackend(LazyBackend):
         self._reports = _Tail(self._folder / "analysis.txt")
         self._graphs: _Tail | None = None
         self._dump: Path | None = None  # the tensors dump lazyviz reads (full capture)
+        self._hlo: _HloDump | None = None  # the compiler's dump of each graph's HLO (full capture)
         self._echo: int | None = None  # the user's debug level, when lazyviz prints XLA's analyses on stderr
         self._notes: list[str] = []  # how the user's own XLA debug output differs from untraced
         self._users_settings: dict[str, str | None] = {}  # what lazyviz changed in the environment: the user's values
@@ -300,6 +381,14 @@ class XlaBackend(LazyBackend):
             return
         if "XLA_IR_DEBUG" not in env:
             env["XLA_IR_DEBUG"] = "1"
+        flags = env.get("XLA_FLAGS", "")
+        if "--xla_dump_to" in flags:
+            self._notes.append("no HLO recorded: your XLA_FLAGS --xla_dump_to is kept as you set it")
+        else:
+            # Per compile, not per sync: the HLO costs nothing once the graphs are compiled.
+            self._hlo = _HloDump(self._folder / "hlo")
+            env["XLA_FLAGS"] = " ".join(filter(None, [
+                flags, f"--xla_dump_to={self._hlo.folder}", "--xla_dump_hlo_as_text", "--xla_dump_hlo_pass_re=^$"]))
         user_dump = env.get("XLA_SAVE_TENSORS_FILE", "")
         if not user_dump:
             env["XLA_SAVE_TENSORS_FILE"] = str(self._folder / "graphs.txt")
@@ -480,11 +569,16 @@ class XlaBackend(LazyBackend):
                         self._compile_ms.popleft()
                 compile_ms = self._compile_ms.popleft() if self._compile_ms else 0.0
             ir_text = self._ir.get(graph_hash, "")
+            backend_text = "\n".join(compile_report.lines)
+            if self._hlo is not None:
+                hlo = self._hlo.take(_count(compile_report, "Inputs"), _count(compile_report, "Outputs"), ir_text,
+                                     compiled=ran, sweep=self.replicas == 1)
+                backend_text += f"\n\n{hlo}" if hlo else ""
             graph = CompiledGraph(
                 graph_id=graph_hash[:16],
                 nodes=ir_text.count("\n  %"),  # 0: not known without the IR (light capture)
                 ir_text=ir_text,
-                backend_text="\n".join(compile_report.lines),
+                backend_text=backend_text,
                 compile_ms=compile_ms,
             )
         assert self._on_execution is not None

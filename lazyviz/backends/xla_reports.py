@@ -1,6 +1,7 @@
 """Parsers for what PyTorch/XLA writes about its executions (checked on torch_xla 2.9):
-the PT_XLA_DEBUG_LEVEL=2 analyses and the XLA_SAVE_TENSORS_FILE dump. Pure: text in,
-reports out; the adapter (xla.py) feeds them what the files gained since its last read.
+the PT_XLA_DEBUG_LEVEL=2 analyses, the XLA_SAVE_TENSORS_FILE dump and the compiler's HLO
+dump (XLA_FLAGS --xla_dump_to). Pure: text in, reports out; the adapter (xla.py) feeds
+them what the files gained since its last read.
 
     Execution Analysis: ========...
     Execution Analysis: Execution Cause
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Iterable
 
 Frame = tuple[str, int, str]  # (file, line, function), as lazyviz.backends.Frame
 
@@ -110,3 +112,41 @@ class GraphDumpParser:
             self._seen.add(words[0])
             found[words[0]] = entry[start + len("## BEGIN_GRAPH\n"):hash_at].strip() + "\n"
         return found
+
+
+def _top_level(text: str) -> list[str]:
+    """The comma-separated parts of a list whose items may hold brackets: shapes
+    "f32[8,16]{1,0}" and tuples "(f32[2], s64[])"."""
+    parts, depth, start = [], 0, 0
+    for at, char in enumerate(text):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:at])
+            start = at + 1
+    if text[start:].strip():
+        parts.append(text[start:])
+    return parts
+
+
+_ENTRY = re.compile(r"^ENTRY \S+ \((.*)\) -> (.*) \{$")
+_COMMENT = re.compile(r"/\*.*?\*/")
+
+
+def hlo_signature(lines: Iterable[str]) -> tuple[int, int] | None:
+    """(parameters, outputs) of an HLO module's entry computation, as XLA's analyses
+    count a graph's inputs and outputs; None without an entry line.
+
+        ENTRY %SyncTensorsGraph.30 (p0.1: f32[16,1], p1.2: f32[]) -> (f32[], /*index=1*/f32[16,1]) {
+    """
+    for line in lines:
+        if line.startswith("ENTRY "):
+            match = _ENTRY.match(_COMMENT.sub("", line.rstrip("\n")))
+            if match is None:
+                return None
+            params, result = match.groups()
+            outputs = len(_top_level(result[1:-1])) if result.startswith("(") else 1
+            return len(_top_level(params)), outputs
+    return None

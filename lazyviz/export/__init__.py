@@ -61,6 +61,7 @@ EXPORT_FORMATS = {
     "dot": Entry((".dot", ".gv"), "lazyviz.export.graphviz:DotRenderer"),
     "ir": Entry((".ir",), "lazyviz.export.graph_text:IrRenderer"),
     "backend": Entry((".ts",), "lazyviz.export.graph_text:BackendRenderer"),
+    "hlo": Entry((".hlo",), "lazyviz.export.graph_text:HloRenderer"),
     "chrome": Entry((".json",), "lazyviz.export.chrome:ChromeRenderer"),
 }
 

@@ -1,7 +1,9 @@
-"""One execution's graph as text: the IR, or the backend's code for it."""
+"""One execution's graph as text: the IR, the backend's code for it, or the HLO XLA
+compiled it to."""
 from __future__ import annotations
 
 from lazyviz.analysis.run import Run
+from lazyviz.analysis.summary import split_hlo
 from lazyviz.errors import LazyvizError
 from lazyviz.export import Renderer, RenderOptions
 from lazyviz.trace.model import Execution, Graph
@@ -37,3 +39,22 @@ class BackendRenderer(Renderer):
 
     def render(self, run: Run, options: RenderOptions) -> str:
         return execution_graph(run, options)[1].backend_text
+
+
+class HloRenderer(Renderer):
+    name = "hlo"
+    needs_execution = True
+
+    def render(self, run: Run, options: RenderOptions) -> str:
+        execution, graph = execution_graph(run, options)
+        hlo = split_hlo(graph.backend_text)[1]
+        if hlo:
+            # The module alone, as XLA's own tools read it: not lazyviz's line naming it.
+            return hlo[hlo.index("HloModule "):]
+        if run.info.backend != "xla":
+            raise LazyvizError(f"{run.path} was recorded on the {run.info.backend} backend: only PyTorch/XLA "
+                               "graphs have HLO")
+        if run.info.capture != "full":
+            raise LazyvizError(f"{run.path} has no HLO (recorded with --capture {run.info.capture})")
+        raise LazyvizError(f"XLA dumped no HLO for graph {graph.id} of execution {execution.index} (compiled "
+                           "without a Python frame, in a launched process, or your XLA_FLAGS had --xla_dump_to)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLES, cli, line_of, python, row
 
+from lazyviz.analysis.summary import split_hlo
 from lazyviz.trace import open as open_trace
 from lazyviz.tui.app import build_app
 from lazyviz.tui.widgets.code_view import CodeView
@@ -642,6 +644,9 @@ async def test_the_backend_tab_heads_with_the_graphs_memory(tmp_path: Path) -> N
         text = app.query_one("#backend-view", CodeView).text
         # w's graph: 256x256 f32 out (XLA says it in GB to six places: 255.9 KB).
         assert text.startswith("# memory after compiling:\n#   inputs ") and "#   outputs 255.9 KB\n" in text
+        # Then what XLA compiled it to, its metadata cut to the op and the line.
+        assert "\n# the HLO XLA compiled, after its optimizations\nHloModule " in text
+        assert "metadata=" not in text and "  /* aten::" in text
 
 
 def test_steps_bound_each_launched_process(tmp_path: Path) -> None:
@@ -655,3 +660,46 @@ def test_steps_bound_each_launched_process(tmp_path: Path) -> None:
     with open_trace(tmp_path / "spawned.ranks" / "rank0.trace") as opened:
         assert (opened.run.stopped_after_steps, opened.run.exit_status) == (2, 0)
         assert len(opened.executions()) == 2
+
+
+def _entry(hlo: str) -> str:
+    """An HLO module's entry line (its parameters and results) without instruction ids."""
+    return re.sub(r"\.\d+", "", next(line for line in hlo.splitlines() if line.startswith("ENTRY ")))
+
+
+def test_each_compiled_graph_has_the_hlo_xla_compiled(tmp_path: Path) -> None:
+    """Full capture keeps the HLO XLA compiled each graph to: module for module what XLA's
+    own compiler dump holds untraced (the truth), in the Backend tab's text and from
+    `export --format hlo`; a user's own --xla_dump_to is theirs, as untraced."""
+    script, args = XLA_SAMPLES / "batch_size_change.py", ("--steps", "6", "--change-at", "3")
+    dumped = tmp_path / "untraced"
+    flags = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={dumped} --xla_dump_hlo_as_text"}
+    assert python(script, *args, env=flags).status == 0
+    truth = [path.read_text() for path in sorted(dumped.glob("module_*after_optimizations.txt"))]
+    assert len(truth) == 2  # batch 16, batch 24
+
+    trace = tmp_path / "full.trace"
+    assert cli("run", "--no-tui", "-o", trace, script, *args).status == 0
+    with open_trace(trace) as recorded:
+        graphs = sorted(recorded.graphs(), key=lambda graph: graph.first_execution)
+    assert [_entry(split_hlo(graph.backend_text)[1]) for graph in graphs] == [_entry(text) for text in truth]
+    assert "f32[24,32]" in _entry(truth[1]) and "f32[24,32]" not in _entry(truth[0])
+    assert split_hlo(graphs[0].backend_text)[0].startswith("Compilation Cause")  # XLA's analysis first
+    exported = tmp_path / "step3.hlo"
+    assert cli("export", trace, "--execution", "3", "-o", exported).status == 0
+    assert exported.read_text().startswith("HloModule ") and _entry(exported.read_text()) == _entry(truth[1])
+
+    light = tmp_path / "light.trace"
+    assert cli("run", "--no-tui", "--capture", "light", "-o", light, script, *args).status == 0
+    refused = cli("export", light, "--execution", "0", "--format", "hlo")
+    assert refused.status != 0 and refused.stderr.count("\n") == 1 and "--capture light" in refused.stderr
+
+    theirs = tmp_path / "theirs"
+    kept = cli("run", "--no-tui", "-o", tmp_path / "theirs.trace", script, *args,
+               env={**os.environ, "XLA_FLAGS": f"--xla_dump_to={theirs} --xla_dump_hlo_as_text"})
+    assert kept.status == 0, kept.stderr
+    assert sorted(path.name for path in theirs.glob("module_*_optimizations.txt")) == sorted(
+        path.name for path in dumped.glob("module_*_optimizations.txt"))
+    with open_trace(tmp_path / "theirs.trace") as recorded:
+        assert not any(split_hlo(graph.backend_text)[1] for graph in recorded.graphs())
+        assert any("--xla_dump_to" in note for note in recorded.run.notes)
