@@ -163,8 +163,7 @@ class LazyBackend(ABC):
         time that was not known when the execution was reported."""
 
     def record_source_lines(self, classify: CodeClassifier | None) -> None:  # noqa: B027 - optional
-        """Tag every IR node with the user's line that built it (None: stop). Backends
-        that record locations themselves (XLA with XLA_IR_DEBUG) leave this alone."""
+        """Tag every IR node with the user's line that built it (None: stop)."""
 
     def poll(self, final: bool = False) -> None:  # noqa: B027 - optional: only polling backends override it
         """Report executions seen since the last poll; final: the script has ended,

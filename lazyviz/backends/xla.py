@@ -32,9 +32,11 @@ import zlib
 from collections import deque
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
+from types import ModuleType
 
 from lazyviz.backends import (
     BackendError,
+    CodeClassifier,
     CompiledGraph,
     ExecuteTimeHook,
     ExecutionHook,
@@ -122,12 +124,15 @@ class _HloDump:
         self.folder = folder
         self._signatures: dict[str, tuple[int, int] | None] = {}  # "module_0007" -> (inputs, outputs)
 
-    def take(self, inputs: int, outputs: int, ir_text: str, compiled: bool, sweep: bool) -> str:
+    def take(self, counts: tuple[int, int] | None, ir_text: str, compiled: bool, sweep: bool) -> str:
         """The HLO XLA compiled for this graph (before its optimizations where compiling
-        failed), with a line that says which; "" where no module fits."""
+        failed), with a line that says which; "" where no module fits. Without counts (a
+        graph XLA wrote no analysis for) only its IR can tell, and must."""
+        if counts is None and not ir_text:
+            return ""
         self._scan()
         for module in sorted(self._signatures):
-            if self._signatures[module] == (inputs, outputs) and self._lowers(module, ir_text):
+            if counts in (None, self._signatures[module]) and self._lowers(module, ir_text):
                 break
         else:
             return ""
@@ -272,6 +277,7 @@ class XlaBackend(LazyBackend):
         self._graphs: _Tail | None = None
         self._dump: Path | None = None  # the tensors dump lazyviz reads (full capture)
         self._hlo: _HloDump | None = None  # the compiler's dump of each graph's HLO (full capture)
+        self._lines_hook: ModuleType | None = None  # lazyviz's hook, for its frame getter
         self._echo: int | None = None  # the user's debug level, when lazyviz prints XLA's analyses on stderr
         self._notes: list[str] = []  # how the user's own XLA debug output differs from untraced
         self._users_settings: dict[str, str | None] = {}  # what lazyviz changed in the environment: the user's values
@@ -418,9 +424,38 @@ class XlaBackend(LazyBackend):
         self._executed, self._compiled = self._xla_counts()
         self._enabled = True
 
+    def record_source_lines(self, classify: CodeClassifier | None) -> None:
+        """XLA_IR_DEBUG asks torch's frame getter for every node's frames, and it walks and
+        formats the whole Python stack each time (1.3x on the transformer sample alone).
+        lazyviz's execution hook has the getter it uses on TorchScript, which stops at
+        the user's innermost frame: each node's location is then the user's line, not a
+        line inside torch (its HLO metadata too). XLA's analyses take their frames from
+        torch's own walk, not from the getter. Not where the user's own tensors dump is
+        read: theirs keeps torch's frames, as untraced."""
+        if self._dump is None or self._dump.parent != self._folder:
+            return
+        from lazyviz.backends.ts import load_hook
+
+        if classify is None:
+            if self._lines_hook is not None:
+                self._lines_hook.set_source_lines(None)  # torch's getter back, XLA_IR_DEBUG off
+                self._lines_hook = None
+                if self._user_ir_debug:
+                    import torch_xla
+
+                    torch_xla._XLAC._set_ir_debug(True)  # theirs: on as untraced
+            return
+        try:
+            self._lines_hook = load_hook()
+        except BackendError as error:
+            self._notes.append(f"node locations from torch's frame getter, slower: {error}")
+            return
+        self._lines_hook.set_source_lines(classify)
+
     def set_hook_enabled(self, enabled: bool) -> None:
         self._enabled = enabled
         if not enabled:
+            self.record_source_lines(None)
             self._reports.close()
             if self._graphs is not None:
                 self._graphs.close()
@@ -514,10 +549,13 @@ class XlaBackend(LazyBackend):
         graph = None
         if compiled:
             ir_text = self._ir.get(graph_hash, "")
+            backend_text = ("(XLA wrote no analysis: this graph ran on a thread without Python frames, "
+                            "such as autograd's in backward)")
+            if self._hlo is not None:
+                hlo = self._hlo.take(None, ir_text, compiled=True, sweep=False)
+                backend_text += f"\n\n{hlo}" if hlo else ""
             graph = CompiledGraph(
-                graph_id=graph_id, nodes=ir_text.count("\n  %"), ir_text=ir_text,
-                backend_text="(XLA wrote no analysis: this graph ran on a thread without Python frames, "
-                             "such as autograd's in backward)",
+                graph_id=graph_id, nodes=ir_text.count("\n  %"), ir_text=ir_text, backend_text=backend_text,
                 compile_ms=self._compile_ms.popleft() if self._compile_ms else 0.0,
             )
         key = int(graph_id, 16) if graph_hash else (1 << 62) | zlib.crc32(graph_id.encode())
@@ -571,8 +609,8 @@ class XlaBackend(LazyBackend):
             ir_text = self._ir.get(graph_hash, "")
             backend_text = "\n".join(compile_report.lines)
             if self._hlo is not None:
-                hlo = self._hlo.take(_count(compile_report, "Inputs"), _count(compile_report, "Outputs"), ir_text,
-                                     compiled=ran, sweep=self.replicas == 1)
+                counts = _count(compile_report, "Inputs"), _count(compile_report, "Outputs")
+                hlo = self._hlo.take(counts, ir_text, compiled=ran, sweep=self.replicas == 1)
                 backend_text += f"\n\n{hlo}" if hlo else ""
             graph = CompiledGraph(
                 graph_id=graph_hash[:16],

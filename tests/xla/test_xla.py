@@ -100,6 +100,8 @@ def test_recompile_is_explained_at_the_lines_that_built_the_changed_inputs(xla_t
     with open_trace(path) as trace:
         graph = trace.graph(executions[3]["graph"])
     assert "xla::device_data" in graph.ir_text and "location=" in graph.ir_text
+    # Each node at the user's line that built it, not torch.nn's (lazyviz's frame getter).
+    assert set(re.findall(r"location=[\w<>]+@([^:,]+):\d+", graph.ir_text)) == {script.name}
     assert "Compilation Cause" in graph.backend_text  # what XLA said when it compiled it
 
 
@@ -265,6 +267,14 @@ def test_executions_without_a_python_frame_are_in_the_trace_with_their_own_timin
     compile_ms = sum(e["compile_ms"] for e in executions)
     assert abs(compile_ms - truth["compile_ms"]) < 0.01 * truth["compile_ms"] + 1
     assert all(e["compile_ms"] > 0 for e in executions if e["cache"] == "miss")
+    # Each compile's HLO, backward's (no analysis) too: as XLA dumps the program untraced.
+    dumped = tmp_path / "untraced-hlo"
+    flags = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={dumped} --xla_dump_hlo_as_text"}
+    assert python(program, env=flags).status == 0
+    with open_trace(tmp_path / f"{program.stem}.trace") as recorded:
+        graphs = sorted(recorded.graphs(), key=lambda graph: graph.first_execution)
+    assert [_entry(split_hlo(graph.backend_text)[1]) for graph in graphs] == [
+        _entry(path.read_text()) for path in sorted(dumped.glob("module_*after_optimizations.txt"))]
     # Light capture has no tensors dump to name a frameless graph: a hit from the same
     # stack is the graph compiled there, so the graphs are still XLA's compiles.
     light = tmp_path / "light.trace"
