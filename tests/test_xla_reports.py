@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lazyviz.analysis.hlo import hlo_changes
 from lazyviz.analysis.ir import parse_ir
 from lazyviz.analysis.summary import split_hlo
 from lazyviz.backends.xla_reports import GraphDumpParser, ReportParser, hlo_signature
@@ -79,3 +80,34 @@ def test_split_hlo_keeps_the_analysis_apart_from_the_module() -> None:
     assert split_hlo(text) == ("Compilation Cause\n  user torch_xla.sync",
                                "# the HLO XLA compiled\nHloModule m\nENTRY ...\n")
     assert split_hlo("graph(%x : Tensor):\n  return (%x)\n") == ("graph(%x : Tensor):\n  return (%x)\n", "")
+
+
+def _module(start: int, scale: str) -> str:
+    """A module as XLA dumps it after optimizing: a fused slice and a constant."""
+    meta = 'metadata={op_type="xla__select" op_name="xla__select" source_file="train.py" source_line=19}'
+    return (
+        "HloModule SyncTensorsGraph.12, is_scheduled=true\n\n"
+        "%fused_computation.3 (param_0.4: f32[64,32]) -> f32[64,16] {\n"
+        "  %param_0.4 = f32[64,32]{1,0} parameter(0)\n"
+        f"  ROOT %slice.7 = f32[64,16]{{1,0}} slice(f32[64,32]{{1,0}} %param_0.4), "
+        f"slice={{[0:64], [{start}:{start + 16}]}}, {meta}\n"
+        "}\n\n"
+        "ENTRY %SyncTensorsGraph.12 (p0.1: f32[64,32]) -> (f32[64,16], f32[]) {\n"
+        "  %p0.1 = f32[64,32]{1,0} parameter(0)\n"
+        "  %fusion.2 = f32[64,16]{1,0} fusion(f32[64,32]{1,0} %p0.1), kind=kLoop, calls=%fused_computation.3\n"
+        f'  %constant.5 = f32[] constant({scale}), metadata={{op_type="prim__Constant" source_file="train.py" '
+        'source_line=21}\n'
+        "  ROOT %tuple.6 = (f32[64,16]{1,0}, f32[]) tuple(%fusion.2, %constant.5)\n"
+        "}\n"
+    )
+
+
+def test_hlo_changes_name_the_values_xlas_ir_text_leaves_out() -> None:
+    assert hlo_changes(_module(2, "0.5"), _module(2, "0.5")) == ()
+    # Ids differ between compiles of one computation: not a change.
+    assert hlo_changes(_module(2, "0.5"), _module(2, "0.5").replace(".7 ", ".9 ").replace("%p0.1", "%p0.3")) == ()
+    (bound,) = hlo_changes(_module(2, "0.5"), _module(3, "0.5"))
+    assert (bound.op, bound.before, bound.after, bound.location) == (
+        "xla::select", "slice={[0:64], [2:18]}", "slice={[0:64], [3:19]}", "train.py:19")
+    (scale,) = hlo_changes(_module(2, "0.5"), _module(2, "0.25"))
+    assert (scale.op, scale.before, scale.after) == ("prim::Constant", "constant(0.5)", "constant(0.25)")

@@ -17,6 +17,7 @@ from textual.widget import Widget
 
 from lazyviz.analysis.ir import parsed
 from lazyviz.analysis.recompiles import Recompile, explain_execution
+from lazyviz.analysis.run import with_hlo
 from lazyviz.analysis.summary import graph_memory, split_hlo
 from lazyviz.present import memory_text, readable_backend, readable_ir
 from lazyviz.trace import Execution, Trace
@@ -91,7 +92,8 @@ class DiffPanel(ExecutionPanel):
     about = "what changed since the closest earlier graph: ! origin, ~ carried, + added, - removed"
 
     def text(self, execution: Execution, context: DetailContext) -> str:
-        recompile = explain_execution(context.executions, context.ir_texts, execution.index)
+        texts = with_hlo(context.ir_texts, context.trace, context.trace.run)
+        recompile = explain_execution(context.executions, texts, execution.index)
         old_ir = context.ir_texts.get(recompile.closest, "") if recompile and recompile.closest else ""
         return diff_text(execution, recompile, old_ir, context.ir_texts.get(execution.graph, ""), context.raw)
 

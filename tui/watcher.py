@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lazyviz.analysis.run import Run
+from lazyviz.analysis.run import Run, with_hlo
 from lazyviz.analysis.summary import StepTimes, step_times
 from lazyviz.trace import RunInfo, Trace, TraceError
 from lazyviz.trace.table import ExecutionTable
@@ -141,7 +141,8 @@ class TraceWatcher:
             # pass goes out first, the whole analysis at the next poll, at once.
             quick = not self._quick_sent and sum(map(len, self.ir_texts.values())) > QUICK_FIRST_IR_BYTES
             self._quick_sent = True
-            update.analysed = Run.of(update.run, table, self.ir_texts).analysed(quick)  # never in the UI's thread
+            texts = with_hlo(self.ir_texts, trace, update.run)  # XLA: what its IR text leaves out, from the HLO
+            update.analysed = Run.of(update.run, table, texts).analysed(quick)  # never in the UI's thread
             update.steps = step_times(table)
             if quick:
                 update.more = True

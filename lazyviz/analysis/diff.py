@@ -74,6 +74,13 @@ class GraphDiff:
         changes, _ = _changes(*self._graphs, carried=True)
         return changes
 
+    def with_values(self, changes: tuple[Change, ...]) -> GraphDiff:
+        """This diff, empty, with the changed values the backend's IR text did not print,
+        found elsewhere (XLA's HLO): they are its origins and all its changes."""
+        diff = GraphDiff(changes, self.changed_nodes, self.matched, *self._graphs)
+        diff.__dict__["changes"] = changes
+        return diff
+
     @property
     def is_empty(self) -> bool:
         return not self.origins and not self.changed_nodes

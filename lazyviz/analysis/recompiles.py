@@ -10,6 +10,7 @@ from functools import cached_property
 from typing import Any
 
 from lazyviz.analysis.diff import Change, GraphDiff, diff_texts
+from lazyviz.analysis.hlo import IRWithHlo, hlo_changes
 from lazyviz.analysis.ir import IRGraph, facts, parsed
 from lazyviz.trace.model import Execution, Frame
 from lazyviz.trace.table import ExecutionTable, Kind
@@ -49,6 +50,8 @@ class Recompile:
         if self.diff is None:
             return self.note or "no IR to compare"
         first = self.diff.first
+        if first is None and self.note:  # a value XLA's IR text does not print
+            return self.note
         if first is None:
             return (f"same IR as graph {self.closest}, but its inputs share buffers differently "
                     "(a Python number now equal or no longer equal to another input): torch hashes that "
@@ -74,7 +77,7 @@ class Recompile:
             return "first graph" if self.closest is None else "changed (no IR to compare)"
         origins = self.diff.origins
         if not origins:
-            return "aliasing"
+            return "a value not in the IR" if self.note else "aliasing"
         first = origins[0]
         if first.kind in ("op_added", "op_removed"):
             added = sum(1 for c in origins if c.kind == "op_added")
@@ -85,7 +88,7 @@ class Recompile:
         elif first.kind == "dtype":
             text = f"dtype {first.before.partition('[')[0]}->{first.after.partition('[')[0]}"
         elif first.kind == "attribute":
-            text = f"constant {first.before}->{first.after}"
+            text = f"constant {_value_change(first.before, first.after)}"
         else:
             text = first.kind
         if first.location:
@@ -104,6 +107,30 @@ def _shape_change(before: str, after: str) -> str:
         if len(changed) == 1:
             return f"{changed[0][0]}->{changed[0][1]}"
     return f"{before}->{after}"
+
+
+def _shared(a: str, b: str) -> int:
+    """How many characters a and b share from their start."""
+    return next((at for at, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def _value_change(before: str, after: str) -> str:
+    """"[1:17]->[2:18]" from "slice={[0:64], [1:17]}" -> "slice={[0:64], [2:18]}": the
+    words that differ, without what the two share at either end."""
+    head = _shared(before, after)
+    tail = min(_shared(before[::-1], after[::-1]), len(before) - head, len(after) - head)
+    while head and before[head - 1] not in "[{(,= ":
+        head -= 1
+    ends = []
+    for text in (before, after):
+        end = len(text) - tail
+        while end < len(text) and text[end] not in "]}),= ":
+            end += 1
+        ends.append(end)
+    old, new = before[head:ends[0]], after[head:ends[1]]
+    if head and before[head - 1] == "[" and ends[0] < len(before) and before[ends[0]] == "]":
+        old, new = f"[{old}]", f"[{new}]"  # a whole bracket: "[1:17]"
+    return f"{old}->{new}" if old and new else f"{before}->{after}"
 
 
 def _ops_summary(changes: list[Change], verb: str) -> str:
@@ -357,8 +384,20 @@ def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[
     choice = (f"compared with execution {closest.index}'s graph {closest.graph}: the closest of "
               f"{len(candidates)} earlier graph{'s' if len(candidates) != 1 else ''} {where} "
               f"({shared:.0%} of ops shared, {len(diff.changed_nodes)} nodes differ)")
+    note = ""
+    if diff.is_empty and "xla::device_data" in new_text:
+        # PyTorch/XLA's IR text leaves some values out (a slice's bounds): its HLO says them.
+        values = hlo_changes(ir_texts.hlo(closest.graph), ir_texts.hlo(execution.graph)) \
+            if isinstance(ir_texts, IRWithHlo) else ()
+        if values:
+            diff = diff.with_values(values)
+            choice += f"; in the HLO XLA compiled, {len(values)} value{'s differ' if len(values) != 1 else ' differs'}"
+        else:
+            note = (f"same IR text as graph {closest.graph}, but XLA compiled it anew: a value its IR text does "
+                    "not print changed (a slice's bounds from a Python number, say); the HLO of each graph "
+                    "(full capture: lazyviz export --format hlo) shows which")
     return Recompile(closest=closest.graph, closest_execution=closest.index, same_site=bool(same_site),
-                     diff=diff, choice=choice, **base)
+                     diff=diff, choice=choice, note=note, **base)
 
 
 def _latest_if_closest(latest: Execution, new: IRGraph, new_text: str,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from lazyviz.analysis import Analysis, analyze
 from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.hlo import IRWithHlo
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
 from lazyviz.analysis.summary import Summary
 from lazyviz.trace.model import Execution, Graph, RunInfo
@@ -53,10 +54,10 @@ class Run:
 
     @cached_property
     def ir_texts(self) -> Mapping[str, str]:
-        """graph id -> IR text; from the graphs when they are read already (one read, not two)."""
-        if "graphs" in self.__dict__:
-            return {g.id: g.ir_text for g in self.graphs}
-        return self._trace().ir_texts()
+        """graph id -> IR text; from the graphs when they are read already (one read, not two).
+        On PyTorch/XLA each graph's HLO too, read when the analysis asks (IRWithHlo)."""
+        texts = {g.id: g.ir_text for g in self.graphs} if "graphs" in self.__dict__ else self._trace().ir_texts()
+        return with_hlo(texts, self._trace(), self.info)
 
     @cached_property
     def analysis(self) -> Analysis:
@@ -108,3 +109,16 @@ class Run:
         if self.trace is not None:
             return self.trace.graph(graph_id)
         return next((g for g in self.graphs if g.id == graph_id), None)
+
+
+def with_hlo(ir_texts: Mapping[str, str], trace: Trace, info: RunInfo) -> Mapping[str, str]:
+    """The IR texts, answering each graph's HLO too where the trace may hold it: PyTorch/XLA
+    recorded in full. Texts handed in already (a live view's) are used as they are."""
+    if info.backend != "xla" or info.capture != "full":
+        return ir_texts
+
+    def backend_text(graph_id: str) -> str:
+        graph = trace.graph(graph_id)
+        return graph.backend_text if graph is not None else ""
+
+    return IRWithHlo(ir_texts, backend_text)

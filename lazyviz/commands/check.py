@@ -9,6 +9,7 @@ from lazyviz._output import printable
 from lazyviz.analysis.budget import BASELINE_VERSION, Budget, baseline_of, baseline_problem, check_baseline, check_budget
 from lazyviz.analysis.ranks import find_divergence
 from lazyviz.analysis.recompiles import explain_recompiles
+from lazyviz.analysis.run import with_hlo
 from lazyviz.analysis.summary import summarize
 from lazyviz.commands.base import CliError, add_force, count, open_ranks, open_trace, regular_file, write_output
 from lazyviz.present import divergence_text
@@ -75,7 +76,7 @@ class CheckCommand:
             allow_unfinished=options.allow_unfinished,
             max_miss_rate=options.max_miss_rate if options.max_miss_rate is not None else (0.5 if strict else None),
         )
-        ir_texts = trace.ir_texts()
+        ir_texts = with_hlo(trace.ir_texts(), trace, run)
         recompiles = explain_recompiles(executions, ir_texts, options.warmup_steps)
         breaches = check_budget(run, executions, recompiles, budget, ir_texts)
         if baseline is not None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLES, cli, line_of, python, row
 
+from lazyviz.analysis.run import Run
 from lazyviz.analysis.summary import split_hlo
 from lazyviz.trace import open as open_trace
 from lazyviz.tui.app import build_app
@@ -713,3 +714,25 @@ def test_each_compiled_graph_has_the_hlo_xla_compiled(tmp_path: Path) -> None:
     with open_trace(tmp_path / "theirs.trace") as recorded:
         assert not any(split_hlo(graph.backend_text)[1] for graph in recorded.graphs())
         assert any("--xla_dump_to" in note for note in recorded.run.notes)
+
+
+def test_a_value_xlas_ir_text_leaves_out_is_read_from_the_hlo(tmp_path: Path) -> None:
+    """`data[:, step:step + 16]`: XLA's IR text prints the xla::select without its
+    bounds, so each step's graph reads the same; XLA compiles each anew (its counter is
+    the truth). The recompile names the bounds that changed, from the HLO, at the user's
+    line, with the fix for a baked-in value (before: "inputs share buffers differently")."""
+    program = PROGRAMS / "xla_slice_bound.py"
+    data, truth, _ = traced_with_truth(program, tmp_path)
+    assert sum(e["cache"] == "miss" for e in data["executions"]) == truth["UncachedCompile"] == 6
+    after_warmup = [r for r in data["recompiles"] if not r["warmup"]]
+    assert [r["step"] for r in after_warmup] == [2, 3, 4, 5]
+    changes = after_warmup[0]["changes"]
+    assert [(c["kind"], c["op"], c["before"], c["after"]) for c in changes] == [
+        ("attribute", "xla::select", "slice={[0:64], [1:17]}", "slice={[0:64], [2:18]}")]
+    where = f"{program.name}:{line_of(program, 'data[:, step:step + 16]')}"
+    assert changes[0]["location"] == where
+    with open_trace(tmp_path / f"{program.stem}.trace") as recorded:  # the UI's why column
+        assert Run(recorded).recompile_at(after_warmup[0]["execution"]).brief() == (
+            f"constant [1:17]->[2:18], built at {where}")
+    (finding,) = [f for f in data["findings"] if f["kind"] == "recompile"]
+    assert "a Python number used as a slice bound" in finding["fix"] and "share buffers" not in finding["message"]

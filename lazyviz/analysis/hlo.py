@@ -1,0 +1,152 @@
+"""What differs between two HLO modules XLA compiled from the same IR text.
+
+PyTorch/XLA's IR text does not print every value a node holds: `x[:, i:i + 16]` is an
+`xla::select` node whose bounds its text leaves out, so the graph of every `i` reads
+the same while XLA hashes (and compiles) each anew. The HLO it compiled says them:
+
+    %slice.4 = f32[64,16]{1,0} slice(%p0.1), slice={[0:64], [3:19]}, metadata={op_type="xla__select" ...}
+
+Instructions are compared without their ids; one whose values differ (its attributes,
+or a constant's literal) at the same op and line in both modules is a changed value.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from typing import NamedTuple
+
+from lazyviz.analysis.diff import Change
+from lazyviz.analysis.summary import split_hlo
+
+_HEAD = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = ")
+_ID = re.compile(r"(%[\w\-]+?)\.\d+\b")  # "%slice.4" -> "%slice"
+_NAME_ID = re.compile(r"\.\d+$")
+_METADATA = re.compile(r", metadata=\{([^}]*)\}")
+_FIELD = re.compile(r'(\w+)=(?:"([^"]*)"|(\S+))')
+
+
+class Instruction(NamedTuple):
+    name: str  # without its id: "slice"
+    op: str  # the IR op it lowers ("xla::select"), else its opcode
+    location: str  # "file.py:10" from its metadata, "" without
+    values: tuple[str, ...]  # its operands and attributes, ids left out
+
+
+def _balanced(text: str, start: int) -> int:
+    """The index just past the bracket group that opens at text[start]."""
+    depth = 0
+    for at in range(start, len(text)):
+        if text[at] in "([{":
+            depth += 1
+        elif text[at] in ")]}":
+            depth -= 1
+            if depth == 0:
+                return at + 1
+    return len(text)
+
+
+def _top_level(text: str) -> list[str]:
+    """Split on the commas outside brackets (and quotes)."""
+    parts, depth, start, quoted = [], 0, 0, False
+    for at, char in enumerate(text):
+        if char == '"':
+            quoted = not quoted
+        elif quoted:
+            continue
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:at].strip())
+            start = at + 1
+    if text[start:].strip():
+        parts.append(text[start:].strip())
+    return parts
+
+
+def parse_instruction(line: str) -> Instruction | None:
+    head = _HEAD.match(line)
+    if head is None:
+        return None
+    rest = line[head.end():].rstrip()
+    metadata = _METADATA.search(rest)
+    fields = {name: quoted or bare for name, quoted, bare in _FIELD.findall(metadata.group(1))} if metadata else {}
+    if metadata:
+        rest = rest[:metadata.start()] + rest[metadata.end():]
+    # The shape: "f32[64,16]{1,0}" or a tuple "(f32[], s32[])"; then the opcode and its operands.
+    shape_end = _balanced(rest, 0) if rest.startswith("(") else rest.find(" ")
+    opened = rest.find("(", shape_end)
+    if shape_end < 0 or opened < 0:
+        return None
+    opcode = rest[shape_end:opened].strip()
+    closed = _balanced(rest, opened)
+    operands = _ID.sub(r"\1", rest[opened:closed])
+    attributes = [_ID.sub(r"\1", part) for part in _top_level(rest[closed:].lstrip(", "))]
+    op_type = fields.get("op_type", "")
+    op = op_type.replace("__", "::", 1) if op_type else opcode
+    file = fields.get("source_file", "").rsplit("/", 1)[-1]
+    location = f"{file}:{fields['source_line']}" if file and "source_line" in fields else ""
+    return Instruction(_NAME_ID.sub("", head.group(1)), op, location,
+                       (rest[:shape_end], opcode, operands, *attributes))
+
+
+def _instructions(hlo: str) -> Counter[Instruction]:
+    found: Counter[Instruction] = Counter()
+    for line in hlo.splitlines():
+        instruction = parse_instruction(line)
+        if instruction is not None:
+            found[instruction] += 1
+    return found
+
+
+def hlo_changes(old_hlo: str, new_hlo: str) -> tuple[Change, ...]:
+    """The values that differ between two modules of one computation: an instruction
+    gone and one come at the same op, line and opcode, paired in order. () where the
+    modules are the same, or differ otherwise (an op more: the IR would have said)."""
+    old, new = _instructions(old_hlo), _instructions(new_hlo)
+    gone, come = old - new, new - old
+    pool: dict[tuple, list[Instruction]] = {}
+    for instruction in gone.elements():
+        pool.setdefault((instruction.op, instruction.location, instruction.values[:2]), []).append(instruction)
+    changes = []
+    for instruction in come.elements():
+        partners = pool.get((instruction.op, instruction.location, instruction.values[:2]))
+        if not partners:
+            continue
+        before = partners.pop(0)
+        # The operands with their opcode: "constant(0.5)", not "(0.5)".
+        shown = [(f"{before.values[1]}{a}", f"{instruction.values[1]}{b}") if at == 2 else (a, b)
+                 for at, (a, b) in enumerate(zip(before.values, instruction.values))]
+        differ = [pair for pair in shown if pair[0] != pair[1]]
+        changes.append(Change("attribute", f"%{instruction.name}", instruction.op,
+                              ", ".join(a for a, _ in differ), ", ".join(b for _, b in differ), True,
+                              location=instruction.location))
+    # One value a change: fused computations repeat an instruction per use.
+    return tuple(dict.fromkeys(changes))
+
+
+class IRWithHlo(Mapping[str, str]):
+    """graph id -> IR text, as every analysis reads it, that also answers each graph's HLO
+    (hlo()), read from its backend text when first asked: only where two graphs' IR
+    texts are the same does the analysis ask."""
+
+    def __init__(self, ir_texts: Mapping[str, str], backend_text: Callable[[str], str]) -> None:
+        self._ir_texts = ir_texts
+        self._backend_text = backend_text
+        self._hlo: dict[str, str] = {}
+
+    def __getitem__(self, graph_id: str) -> str:
+        return self._ir_texts[graph_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ir_texts)
+
+    def __len__(self) -> int:
+        return len(self._ir_texts)
+
+    def hlo(self, graph_id: str) -> str:
+        if graph_id not in self._hlo:
+            self._hlo[graph_id] = split_hlo(self._backend_text(graph_id))[1]
+        return self._hlo[graph_id]
