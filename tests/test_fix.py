@@ -302,3 +302,21 @@ def test_a_read_in_a_step_closure_is_its_own_sync_on_torchs_backend(tmp_path: Pa
     with lazyviz.open(trace) as opened:
         assert opened.run.steps == 6  # the closures' graphs end no step
         assert [e.cause for e in opened.executions()[:2]] == ["mark_step", "item"]
+
+
+@pytest.mark.torch
+def test_a_slice_bound_baked_into_the_graph_becomes_an_index_select_proved(tmp_path: Path) -> None:
+    """`data[:, step:step + 16]` on the device bakes the bounds into every step's graph
+    (LTC's own counter: a miss per step); as an index_select of CPU-made indices the
+    bounds are data, and --try measures the recompiles gone and the same output."""
+    folder = project(tmp_path, PROGRAMS / "sliding_window.py")
+    trace = traced(folder, "sliding_window.py")
+    result = cli("fix", trace, "--try", cwd=folder)
+    assert result.status == 0, result.stderr
+    applies(result.stdout, folder)
+    assert "-    window = data[:, step:step + 16]\n" \
+           "+    window = data.index_select(1, torch.arange(step, step + 16).to(data.device))" in result.stdout
+    old, new = (int(c) for c in row(result.stderr, "recompiles after warm-up"))
+    assert (old, new) == (6, 0)
+    assert [int(c) for c in row(result.stderr, "cache misses")] == [8, 2]
+    assert "output: the same" in result.stderr

@@ -6,7 +6,9 @@ change is mechanical; otherwise its proposal says what to change in words.
   the growing graph's sync and builds most of its nodes (also before each `continue`);
 - a per-step `.item()`/`print`: the statement moved into a step closure, which reads
   the value after the step's own execution (same output, no extra execution);
-- a last short batch: `drop_last=True` on the DataLoader the loop reads.
+- a last short batch: `drop_last=True` on the DataLoader the loop reads;
+- a slice whose bounds are Python numbers (baked into the graph): an index_select of
+  indices made on the CPU.
 """
 from __future__ import annotations
 
@@ -553,6 +555,64 @@ def _drop_last(finding: Finding, context: Context) -> Proposal:
                                    "samples, so later losses differ")
 
 
+def _bare(element: ast.expr) -> bool:
+    """`:` alone: the whole of a dimension."""
+    return isinstance(element, ast.Slice) and element.lower is None and element.upper is None and element.step is None
+
+
+def _python_bound_slice(subscript: ast.Subscript) -> tuple[int, ast.Slice] | None:
+    """(dimension, slice) of `x[a:b]` or `x[:, a:b]`: one slice whose bounds are Python
+    expressions (a constant pair never changes), every other index `:`, the sliced value
+    a name (read twice by the edit, so never a call)."""
+    if not isinstance(subscript.ctx, ast.Load) or not isinstance(subscript.value, (ast.Name, ast.Attribute)):
+        return None
+    elements = subscript.slice.elts if isinstance(subscript.slice, ast.Tuple) else [subscript.slice]
+    bounded = [(dim, e) for dim, e in enumerate(elements) if not _bare(e)]
+    if len(bounded) != 1:
+        return None
+    dim, element = bounded[0]
+    if not isinstance(element, ast.Slice) or element.step is not None or element.upper is None:
+        return None
+    if all(bound is None or isinstance(bound, ast.Constant) for bound in (element.lower, element.upper)):
+        return None
+    return dim, element
+
+
+def _index_select(finding: Finding, context: Context) -> Proposal:
+    """A slice whose bounds are Python numbers bakes them into the graph: every new bound
+    compiles a new one. The slice as an index_select of indices made on the CPU and moved
+    to the device: the bounds reach the graph as data, and every step runs one graph."""
+    recompile = context.run.recompile_at(finding.executions[0]) if finding.executions else None
+    origins = recompile.diff.origins if recompile is not None and recompile.diff is not None else ()
+    lines = {c.source_line for c in origins if c.kind == "attribute" and c.location}
+    if len(lines) != 1:
+        return Proposal(finding, finding.fix)
+    name, _, number = lines.pop().rpartition(":")
+    files = [f for f in dict.fromkeys([*(frame.file for frame in context.stack(finding)), *context.run.info.sources])
+             if os.path.basename(f) == name and context.source(f) is not None]
+    if len(files) != 1 or not number.isdigit():
+        return Proposal(finding, finding.fix)
+    source, line = context.source(files[0]), int(number)
+    assert source is not None
+    found = [(node, bound) for node in ast.walk(source.tree) if isinstance(node, ast.Subscript)
+             and node.lineno == line == node.end_lineno and (bound := _python_bound_slice(node)) is not None]
+    if not found:
+        return Proposal(finding, f"{finding.fix} (no slice of a named tensor at {name}:{line} to rewrite)")
+    arange, imports = _call_name(source, "torch.arange", "torch")
+    text = source.line(line)
+    for node, (dim, element) in sorted(found, key=lambda pair: -pair[0].col_offset):  # right to left
+        value = ast.get_source_segment(source.text, node.value)
+        lower = ast.get_source_segment(source.text, element.lower) if element.lower is not None else "0"
+        upper = ast.get_source_segment(source.text, element.upper)
+        text = (text[:node.col_offset] + f"{value}.index_select({dim}, {arange}({lower}, {upper}).to({value}.device))"
+                + text[node.end_col_offset:])
+    sliced, its = ("slice", "its") if len(found) == 1 else (f"{len(found)} slices", "their")
+    return Proposal(finding, f"the {sliced} at {name}:{line} as index_select with indices made on the CPU: {its} "
+                             "bounds reach the device as data, not as constants in the graph, so one graph serves "
+                             "every step (index_select copies: where the code writes into the slice, edit by hand)",
+                    (Change(source.path, line, line + 1, (text,)), *imports))
+
+
 def _proposal(finding: Finding, context: Context) -> Proposal:
     if finding.kind == "missing_mark_step":
         return _mark_step(finding, context)
@@ -560,6 +620,8 @@ def _proposal(finding: Finding, context: Context) -> Proposal:
         return _step_closure(finding, context)
     if finding.kind in ("recompile", "dynamic_shape") and "input_shape" in finding.details.get("changes", ()):
         return _drop_last(finding, context)
+    if finding.kind == "recompile" and finding.details.get("changes") == ["attribute"]:
+        return _index_select(finding, context)
     return Proposal(finding, finding.fix)
 
 

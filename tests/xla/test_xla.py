@@ -736,3 +736,9 @@ def test_a_value_xlas_ir_text_leaves_out_is_read_from_the_hlo(tmp_path: Path) ->
             f"constant [1:17]->[2:18], built at {where}")
     (finding,) = [f for f in data["findings"] if f["kind"] == "recompile"]
     assert "a Python number used as a slice bound" in finding["fix"] and "share buffers" not in finding["message"]
+    # The edit, proved: the bounds as data (an index_select), one graph for every step.
+    fixed = cli("fix", tmp_path / f"{program.stem}.trace", "--try")
+    assert fixed.status == 0, fixed.stderr
+    assert "+    window = data.index_select(1, torch.arange(step, step + 16).to(data.device))" in fixed.stdout
+    assert row(fixed.stderr, "recompiles after warm-up") == ["4", "0"]
+    assert "output: the same" in fixed.stderr
