@@ -122,7 +122,7 @@ class _HloDump:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self._signatures: dict[str, tuple[int, int] | None] = {}  # "module_0007" -> (inputs, outputs)
+        self._signatures: dict[str, tuple[int, int]] = {}  # "module_0007" -> (inputs, outputs)
 
     def take(self, counts: tuple[int, int] | None, ir_text: str, compiled: bool, sweep: bool) -> str:
         """The HLO XLA compiled for this graph (before its optimizations where compiling
