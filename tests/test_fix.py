@@ -15,7 +15,9 @@ import pytest
 from conftest import ROOT, SAMPLES, cli, line_of, row
 
 import lazyviz
-from lazyviz.fix.trial import compare_output
+from lazyviz.analysis.findings import Finding
+from lazyviz.fix.trial import Measures, compare_output, comparison
+from lazyviz.trace.model import Frame
 
 PROGRAMS = ROOT / "tests" / "programs"
 
@@ -320,3 +322,18 @@ def test_a_slice_bound_baked_into_the_graph_becomes_an_index_select_proved(tmp_p
     assert (old, new) == (6, 0)
     assert [int(c) for c in row(result.stderr, "cache misses")] == [8, 2]
     assert "output: the same" in result.stderr
+
+
+def test_a_shape_change_that_spans_more_steps_after_an_edit_is_left_not_gone() -> None:
+    """Moving a .item() into a step closure removes one of the two sites a batch-length
+    change recompiled at: the same change, now counted at the other site over two steps
+    (a Hugging Face GPT-2 on PyTorch/XLA did this), is a finding left, not one gone and
+    one new."""
+    frame = Frame("/p/train.py", 16, "<module>")
+    def measured(kind: str, message: str) -> Measures:
+        finding = Finding(kind, "warning", message, frame, (4,), details={"changes": ["input_shape"]})
+        return Measures(0, "exited 0", 6, 6, 4, 2, 10, 1.0, 1.0, 6, [], [finding], "same")
+    text = comparison(measured("recompile", "step 2 recompiled: input shape ..."),
+                      measured("dynamic_shape", "input shapes change at 2 steps ..."))
+    assert "findings gone" not in text and "appeared" not in text
+    assert "findings left:\n    warning: input shapes change at 2 steps" in text
