@@ -11,7 +11,7 @@ import re
 from functools import cached_property, lru_cache
 from typing import NamedTuple
 
-from lazyviz.analysis.ir import IRGraph, Node, parsed, source_line
+from lazyviz.analysis.ir import IRGraph, Node, parse_ir, parsed, source_line
 
 # Change kinds, in the order a user should read them.
 # Aliasing comes last among origins: it explains a miss only when nothing else changed.
@@ -73,6 +73,12 @@ class GraphDiff:
         """Every change: the origins first, then the carried ones in topological order."""
         changes, _ = _changes(*self._graphs, carried=True)
         return changes
+
+    @classmethod
+    def of_changes(cls, changes: tuple[Change, ...]) -> GraphDiff:
+        """A diff known without the IR (from XLA's HLO, in light capture): these changes."""
+        empty = parse_ir("")
+        return cls((), frozenset(), 0, empty, empty, {}).with_values(changes)
 
     def with_values(self, changes: tuple[Change, ...]) -> GraphDiff:
         """This diff, empty, with the changed values the backend's IR text did not print,

@@ -127,6 +127,29 @@ def hlo_changes(old_hlo: str, new_hlo: str) -> tuple[Change, ...]:
     return tuple(dict.fromkeys(changes))
 
 
+_ENTRY_PARAMETERS = re.compile(r"^ENTRY \S+ \((.*)\) -> ")
+
+
+def _parameters(hlo: str) -> list[tuple[str, str]]:
+    """The entry computation's parameters, (name without its id, shape), in order."""
+    line = next((line for line in hlo.splitlines() if line.startswith("ENTRY ")), "")
+    match = _ENTRY_PARAMETERS.match(re.sub(r"/\*.*?\*/", "", line))
+    if match is None:
+        return []
+    return [(_NAME_ID.sub("", name.strip()), shape.strip())
+            for name, _, shape in (part.partition(":") for part in _top_level(match.group(1)))]
+
+
+def hlo_input_changes(old_hlo: str, new_hlo: str) -> tuple[Change, ...]:
+    """The graph inputs whose shapes differ, where both modules take as many (in light
+    capture the IR is not there to say; XLA's parameters are its device data)."""
+    old, new = _parameters(old_hlo), _parameters(new_hlo)
+    if not old or len(old) != len(new):
+        return ()
+    return tuple(Change("input_shape", f"%{name}", "xla::device_data", before, after, True)
+                 for (_, before), (name, after) in zip(old, new) if before != after)
+
+
 class IRWithHlo(Mapping[str, str]):
     """graph id -> IR text, as every analysis reads it, that also answers each graph's HLO
     (hlo()), read from its backend text when first asked: only where two graphs' IR

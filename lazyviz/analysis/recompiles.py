@@ -10,7 +10,7 @@ from functools import cached_property
 from typing import Any
 
 from lazyviz.analysis.diff import Change, GraphDiff, diff_texts
-from lazyviz.analysis.hlo import IRWithHlo, hlo_changes
+from lazyviz.analysis.hlo import IRWithHlo, hlo_changes, hlo_input_changes
 from lazyviz.analysis.ir import IRGraph, facts, parsed
 from lazyviz.trace.model import Execution, Frame
 from lazyviz.trace.table import ExecutionTable, Kind
@@ -345,6 +345,18 @@ def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[
                          note="nothing compiled before to compare with", **base)
     if new is None:
         latest = candidates[-1]
+        if isinstance(ir_texts, IRWithHlo):  # PyTorch/XLA without the IR: what its HLO says
+            old_hlo, new_hlo = ir_texts.hlo(latest.graph), ir_texts.hlo(execution.graph)
+            # Values that follow from a new input shape (a mean's 1/16 -> 1/24) are not causes.
+            changes = (hlo_input_changes(old_hlo, new_hlo) or hlo_changes(old_hlo, new_hlo)) if old_hlo and new_hlo \
+                else ()
+            if changes:
+                return Recompile(
+                    closest=latest.graph, closest_execution=latest.index, same_site=bool(same_site),
+                    diff=GraphDiff.of_changes(changes), **base,
+                    choice=f"compared with execution {latest.index}'s graph {latest.graph}, the latest before it "
+                           f"{'at this site' if same_site else 'in the run'}: from the HLO XLA compiled (no IR "
+                           "recorded; --capture full has the IR and the lines that built each node)")
         return Recompile(closest=latest.graph, closest_execution=latest.index, same_site=bool(same_site),
                          diff=None, note="no IR captured (run with --capture full)", **base)
     # Rank every candidate by the ops it shares with the new graph (most recent first on

@@ -112,9 +112,8 @@ class Run:
 
 
 def with_hlo(ir_texts: Mapping[str, str], trace: Trace, info: RunInfo) -> Mapping[str, str]:
-    """The IR texts, answering each graph's HLO too where the trace may hold it: PyTorch/XLA
-    recorded in full. Texts handed in already (a live view's) are used as they are."""
-    if info.backend != "xla" or info.capture != "full":
+    """The IR texts, answering each graph's HLO too where the trace may hold it: PyTorch/XLA's."""
+    if info.backend != "xla":
         return ir_texts
 
     def backend_text(graph_id: str) -> str:

@@ -8,8 +8,8 @@ writes and reads it at every sync site (checked on torch_xla 2.9):
   execution and one "Compilation Analysis" per compile, each with the graph hash and
   the Python frames that triggered it. Cheap: no IR is formatted.
 - full capture adds `XLA_SAVE_TENSORS_FILE` (IR text of every sync, with its graph
-  hash) and `XLA_IR_DEBUG=1`, so each IR node carries `location=fn@file:line`; and
-  the compiler's dump (`XLA_FLAGS=--xla_dump_to`), each compiled graph's HLO.
+  hash) and `XLA_IR_DEBUG=1`, so each IR node carries `location=fn@file:line`.
+- both take the compiler's dump (`XLA_FLAGS=--xla_dump_to`): each compiled graph's HLO.
 - `CompileTime` and `ExecuteTime` metrics carry one sample per compile and per
   execution. Execution is asynchronous: an execute time usually arrives at the next
   poll and is filled in then.
@@ -110,7 +110,7 @@ _IR_OP = re.compile(r" ([\w.]+::[\w.]+)\(")  # "%3 = f32[2]{0} aten::mul(%1, %2)
 
 
 class _HloDump:
-    """XLA's compiler dump (XLA_FLAGS --xla_dump_to, full capture): for each graph it
+    """XLA's compiler dump (XLA_FLAGS --xla_dump_to): for each graph it
     compiles, a module's HLO before and after XLA's optimizations, in files named
     module_0007.SyncTensorsGraph.123.*. A module is matched with a Compilation Analysis
     by its entry's parameter and output counts (XLA's "Number of Graph Inputs/Outputs"),
@@ -276,7 +276,7 @@ class XlaBackend(LazyBackend):
         self._reports = _Tail(self._folder / "analysis.txt")
         self._graphs: _Tail | None = None
         self._dump: Path | None = None  # the tensors dump lazyviz reads (full capture)
-        self._hlo: _HloDump | None = None  # the compiler's dump of each graph's HLO (full capture)
+        self._hlo: _HloDump | None = None  # the compiler's dump of each graph's HLO
         self._lines_hook: ModuleType | None = None  # lazyviz's hook, for its frame getter
         self._echo: int | None = None  # the user's debug level, when lazyviz prints XLA's analyses on stderr
         self._notes: list[str] = []  # how the user's own XLA debug output differs from untraced
@@ -383,18 +383,19 @@ class XlaBackend(LazyBackend):
                                    "name the sync (XLA sees lazyviz's wrapper frames); run untraced for its words")
         if user_level < 2:
             env["PT_XLA_DEBUG_LEVEL"] = "2"
-        if not self.capture_ir:
-            return
-        if "XLA_IR_DEBUG" not in env:
-            env["XLA_IR_DEBUG"] = "1"
         flags = env.get("XLA_FLAGS", "")
         if "--xla_dump_to" in flags:
             self._notes.append("no HLO recorded: your XLA_FLAGS --xla_dump_to is kept as you set it")
         else:
-            # Per compile, not per sync: the HLO costs nothing once the graphs are compiled.
+            # Per compile, not per sync: the HLO costs nothing once the graphs are compiled,
+            # so light capture has it too (what changed in a recompile, without the IR).
             self._hlo = _HloDump(self._folder / "hlo")
             env["XLA_FLAGS"] = " ".join(filter(None, [
                 flags, f"--xla_dump_to={self._hlo.folder}", "--xla_dump_hlo_as_text", "--xla_dump_hlo_pass_re=^$"]))
+        if not self.capture_ir:
+            return
+        if "XLA_IR_DEBUG" not in env:
+            env["XLA_IR_DEBUG"] = "1"
         user_dump = env.get("XLA_SAVE_TENSORS_FILE", "")
         if not user_dump:
             env["XLA_SAVE_TENSORS_FILE"] = str(self._folder / "graphs.txt")

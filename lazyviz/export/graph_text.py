@@ -54,7 +54,5 @@ class HloRenderer(Renderer):
         if run.info.backend != "xla":
             raise LazyvizError(f"{run.path} was recorded on the {run.info.backend} backend: only PyTorch/XLA "
                                "graphs have HLO")
-        if run.info.capture != "full":
-            raise LazyvizError(f"{run.path} has no HLO (recorded with --capture {run.info.capture})")
         raise LazyvizError(f"XLA dumped no HLO for graph {graph.id} of execution {execution.index} (compiled "
                            "without a Python frame, in a launched process, or your XLA_FLAGS had --xla_dump_to)")

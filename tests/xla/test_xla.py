@@ -700,10 +700,16 @@ def test_each_compiled_graph_has_the_hlo_xla_compiled(tmp_path: Path) -> None:
     assert cli("export", trace, "--execution", "3", "-o", exported).status == 0
     assert exported.read_text().startswith("HloModule ") and _entry(exported.read_text()) == _entry(truth[1])
 
+    # Light capture keeps the HLO too (per compile: no cost a step), and without the IR
+    # its recompiles are explained from it: the inputs whose shapes changed, the batch fix.
     light = tmp_path / "light.trace"
     assert cli("run", "--no-tui", "--capture", "light", "-o", light, script, *args).status == 0
-    refused = cli("export", light, "--execution", "0", "--format", "hlo")
-    assert refused.status != 0 and refused.stderr.count("\n") == 1 and "--capture light" in refused.stderr
+    assert _entry(cli("export", light, "--execution", "3", "--format", "hlo").stdout) == _entry(truth[1])
+    data = report(light)
+    (recompile,) = [r for r in data["recompiles"] if not r["warmup"]]
+    assert sorted((c["kind"], c["before"], c["after"]) for c in recompile["changes"]) == [
+        ("input_shape", "f32[16,1]", "f32[24,1]"), ("input_shape", "f32[16,32]", "f32[24,32]")]
+    assert "pad or bucket" in next(f["fix"] for f in data["findings"] if f["kind"] == "recompile")
 
     theirs = tmp_path / "theirs"
     kept = cli("run", "--no-tui", "-o", tmp_path / "theirs.trace", script, *args,
@@ -742,3 +748,9 @@ def test_a_value_xlas_ir_text_leaves_out_is_read_from_the_hlo(tmp_path: Path) ->
     assert "+    window = data.index_select(1, torch.arange(step, step + 16).to(data.device))" in fixed.stdout
     assert row(fixed.stderr, "recompiles after warm-up") == ["4", "0"]
     assert "output: the same" in fixed.stderr
+    # Light capture, no IR: the same bounds from the HLO alone (no line: no node locations).
+    light = tmp_path / "light.trace"
+    assert cli("run", "--no-tui", "--capture", "light", "-o", light, program).status == 0
+    (first, *_) = [r for r in report(light)["recompiles"] if not r["warmup"]]
+    assert [(c["kind"], c["before"], c["after"]) for c in first["changes"]] == [
+        ("attribute", "slice={[0:64], [1:17]}", "slice={[0:64], [2:18]}")]
