@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lazyviz.analysis.hlo import hlo_changes
+from builders import ex, run_info
+
+from lazyviz.analysis import analyze
+from lazyviz.analysis.hlo import IRWithHlo, hlo_changes
 from lazyviz.analysis.ir import parse_ir
 from lazyviz.analysis.summary import split_hlo
 from lazyviz.backends.xla_reports import GraphDumpParser, ReportParser, hlo_signature
@@ -111,3 +114,26 @@ def test_hlo_changes_name_the_values_xlas_ir_text_leaves_out() -> None:
         "xla::select", "slice={[0:64], [2:18]}", "slice={[0:64], [3:19]}", "train.py:19")
     (scale,) = hlo_changes(_module(2, "0.5"), _module(2, "0.25"))
     assert (scale.op, scale.before, scale.after) == ("prim::Constant", "constant(0.5)", "constant(0.25)")
+
+
+SELECTED = """IR {
+  %0 = f32[64,32]{1,0} xla::device_data(), location=<module>@train.py:19, xla_shape=f32[64,32]{1,0}
+  %1 = f32[64,16]{1,0} xla::select(%0), location=<module>@train.py:19, xla_shape=f32[64,16]{1,0}, ROOT=0
+}
+"""
+
+
+def test_the_same_xla_ir_text_compiled_anew_is_a_value_its_text_leaves_out() -> None:
+    """Two graphs whose XLA IR texts are the same (a select printed without its bounds):
+    with their HLO the bounds that changed; without it (a launched process records
+    none), a value the IR text does not print, never TorchScript's aliasing."""
+    executions = [ex(i, step=i, graph=f"g{i}", cache="miss") for i in range(4)]
+    hlo = {f"g{i}": f"# the HLO\n{_module(i, '0.5')}" for i in range(4)}
+    info = run_info(backend="xla", steps=4)
+    with_hlo = IRWithHlo({g: SELECTED for g in hlo}, hlo.__getitem__)
+    finding = next(f for f in analyze(info, executions, with_hlo).findings if f.kind == "recompile")
+    assert "slice={[0:64], [1:17]} -> slice={[0:64], [2:18]}, built at train.py:19" in finding.message
+    without = IRWithHlo({g: SELECTED for g in hlo}, lambda graph: "")
+    finding = next(f for f in analyze(info, executions, without).findings if f.kind == "recompile")
+    assert "a value its IR text does not print changed" in finding.message and "share buffers" not in finding.message
+    assert "a Python number used as a slice bound" in finding.fix

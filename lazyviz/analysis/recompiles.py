@@ -407,7 +407,7 @@ def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[
         else:
             note = (f"same IR text as graph {closest.graph}, but XLA compiled it anew: a value its IR text does "
                     "not print changed (a slice's bounds from a Python number, say); the HLO of each graph "
-                    "(full capture: lazyviz export --format hlo) shows which")
+                    "shows which (lazyviz export --format hlo; not recorded in a process a launcher started)")
     return Recompile(closest=closest.graph, closest_execution=closest.index, same_site=bool(same_site),
                      diff=diff, choice=choice, note=note, **base)
 
