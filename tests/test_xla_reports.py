@@ -10,7 +10,7 @@ from lazyviz.analysis import analyze
 from lazyviz.analysis.hlo import IRWithHlo, hlo_changes
 from lazyviz.analysis.ir import parse_ir
 from lazyviz.analysis.summary import split_hlo
-from lazyviz.backends.xla_reports import GraphDumpParser, ReportParser, hlo_signature
+from lazyviz.backends.xla_reports import GraphDumpParser, ReportParser, hlo_entry_size, hlo_signature
 
 FIXTURES = Path(__file__).parent / "fixtures" / "xla"
 
@@ -103,6 +103,11 @@ def _module(start: int, scale: str) -> str:
         "  ROOT %tuple.6 = (f32[64,16]{1,0}, f32[]) tuple(%fusion.2, %constant.5)\n"
         "}\n"
     )
+
+
+def test_hlo_entry_size_counts_the_entry_computations_instructions() -> None:
+    assert hlo_entry_size(_module(2, "0.5")) == 4  # not the fused computation's
+    assert hlo_entry_size("HloModule m\n") == 0
 
 
 def test_hlo_changes_name_the_values_xlas_ir_text_leaves_out() -> None:

@@ -45,7 +45,7 @@ from lazyviz.backends import (
     SyncSite,
 )
 from lazyviz.backends._sites import collective_sites, tensor_sync_sites
-from lazyviz.backends.xla_reports import GraphDumpParser, Report, ReportParser, hlo_signature
+from lazyviz.backends.xla_reports import GraphDumpParser, Report, ReportParser, hlo_entry_size, hlo_signature
 
 # The settings lazyviz makes for XLA's reports (_set_up_reports): taken back for the
 # processes a launcher starts (children_untraced).
@@ -124,28 +124,31 @@ class _HloDump:
         self.folder = folder
         self._signatures: dict[str, tuple[int, int]] = {}  # "module_0007" -> (inputs, outputs)
 
-    def take(self, counts: tuple[int, int] | None, ir_text: str, compiled: bool, sweep: bool) -> str:
+    def take(self, counts: tuple[int, int] | None, ir_text: str, compiled: bool, sweep: bool) -> tuple[str, int]:
         """The HLO XLA compiled for this graph (before its optimizations where compiling
-        failed), with a line that says which; "" where no module fits. Without counts (a
-        graph XLA wrote no analysis for) only its IR can tell, and must."""
+        failed), with a line that says which, and how many instructions its entry had
+        before XLA's optimizations (the graph's size where no IR is recorded); ("", 0)
+        where no module fits. Without counts (a graph XLA wrote no analysis for) only
+        its IR can tell, and must."""
         if counts is None and not ir_text:
-            return ""
+            return "", 0
         self._scan()
         for module in sorted(self._signatures):
             if counts in (None, self._signatures[module]) and self._lowers(module, ir_text):
                 break
         else:
-            return ""
+            return "", 0
         after = next(self.folder.glob(f"{module}.*after_optimizations.txt"), None)
         before = next(self.folder.glob(f"{module}.*before_optimizations.txt"), None)
         path, head = ((after, "# the HLO XLA compiled, after its optimizations") if after and compiled
                       else (before, "# the HLO of the graph, before XLA's optimizations"))
         try:
             text = path.read_text(encoding="utf-8", errors="replace") if path else ""
+            size = hlo_entry_size(before.read_text(encoding="utf-8", errors="replace")) if before else 0
         except OSError:
-            text = ""
+            text, size = "", 0
         self._remove(module, sweep)
-        return f"{head}\n{text}" if text else ""
+        return (f"{head}\n{text}" if text else ""), size
 
     def _lowers(self, module: str, ir_text: str) -> bool:
         before = next(self.folder.glob(f"{module}.*before_optimizations.txt"), None)
@@ -553,7 +556,7 @@ class XlaBackend(LazyBackend):
             backend_text = ("(XLA wrote no analysis: this graph ran on a thread without Python frames, "
                             "such as autograd's in backward)")
             if self._hlo is not None:
-                hlo = self._hlo.take(None, ir_text, compiled=True, sweep=False)
+                hlo, _ = self._hlo.take(None, ir_text, compiled=True, sweep=False)
                 backend_text += f"\n\n{hlo}" if hlo else ""
             graph = CompiledGraph(
                 graph_id=graph_id, nodes=ir_text.count("\n  %"), ir_text=ir_text, backend_text=backend_text,
@@ -608,14 +611,16 @@ class XlaBackend(LazyBackend):
                         self._compile_ms.popleft()
                 compile_ms = self._compile_ms.popleft() if self._compile_ms else 0.0
             ir_text = self._ir.get(graph_hash, "")
-            backend_text = "\n".join(compile_report.lines)
+            backend_text, size = "\n".join(compile_report.lines), 0
             if self._hlo is not None:
                 counts = _count(compile_report, "Inputs"), _count(compile_report, "Outputs")
-                hlo = self._hlo.take(counts, ir_text, compiled=ran, sweep=self.replicas == 1)
+                hlo, size = self._hlo.take(counts, ir_text, compiled=ran, sweep=self.replicas == 1)
                 backend_text += f"\n\n{hlo}" if hlo else ""
             graph = CompiledGraph(
                 graph_id=graph_hash[:16],
-                nodes=ir_text.count("\n  %"),  # 0: not known without the IR (light capture)
+                # Without the IR (light capture), its HLO's instructions: a graph that grows at
+                # every sync (no torch_xla.sync() in the loop) is seen by its size.
+                nodes=ir_text.count("\n  %") or size,
                 ir_text=ir_text,
                 backend_text=backend_text,
                 compile_ms=compile_ms,

@@ -150,3 +150,12 @@ def hlo_signature(lines: Iterable[str]) -> tuple[int, int] | None:
             outputs = len(_top_level(result[1:-1])) if result.startswith("(") else 1
             return len(_top_level(params)), outputs
     return None
+
+
+def hlo_entry_size(hlo: str) -> int:
+    """How many instructions an HLO module's entry computation has."""
+    entry = hlo.find("\nENTRY ")
+    if entry < 0:
+        return 0
+    body = hlo[entry:hlo.find("\n}", entry)]
+    return sum(1 for line in body.splitlines() if line.startswith(("  %", "  ROOT %")))

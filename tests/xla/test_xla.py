@@ -66,12 +66,12 @@ def crashed_as_untraced(script: Path, trace: Path, *run_args: str) -> str:
 PROGRAMS = Path(__file__).resolve().parents[1] / "programs"
 
 
-def traced_with_truth(program: Path, tmp_path: Path, *args: str) -> tuple[dict, dict, str]:
+def traced_with_truth(program: Path, tmp_path: Path, *args: str, capture: str = "full") -> tuple[dict, dict, str]:
     """(the JSON report, torch_xla's own counts the program wrote, its stdout) of one
     traced run of a program that writes its counts to $COUNTERS_FILE."""
     trace, counts = tmp_path / f"{program.stem}.trace", tmp_path / "counts.json"
-    result = subprocess.run([sys.executable, "-m", "lazyviz", "run", "--no-tui", "-o", str(trace), str(program),
-                             *args], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "lazyviz", "run", "--no-tui", "--capture", capture, "-o", str(trace),
+                             str(program), *args], capture_output=True, text=True,
                             env={**os.environ, "COUNTERS_FILE": str(counts)}, timeout=600)
     assert result.returncode == 0, result.stderr
     return report(trace), json.loads(counts.read_text()), result.stdout
@@ -217,6 +217,24 @@ def test_a_clean_adamw_loop_has_no_finding_and_passes_check(tmp_path: Path) -> N
     assert (caches.count("miss"), len(caches)) == (truth["CompileTime"], truth["ExecuteTime"]), (caches, truth)
     check = cli("check", tmp_path / f"{program.stem}.trace")
     assert check.status == 0, check.stdout
+    light = tmp_path / "light.trace"  # sizes from the HLO: the same graph each step, no growth
+    assert cli("run", "--no-tui", "--capture", "light", "-o", light, program).status == 0
+    assert report(light)["findings"] == []
+
+
+def test_light_capture_sees_a_loop_without_sync_by_the_hlos_size(tmp_path: Path) -> None:
+    """No torch_xla.sync() in the loop: each .item() runs (and compiles, XLA's counter
+    says) the work of every iteration so far. Light capture has no IR, but each graph's
+    HLO: its size grows at every sync, and that is the finding, with the edit."""
+    program = PROGRAMS / "xla_no_sync.py"
+    data, truth, _ = traced_with_truth(program, tmp_path, capture="light")
+    assert data["run"]["capture"] == "light"
+    sizes = [e["nodes"] for e in data["executions"]]
+    assert len(sizes) == truth["UncachedCompile"] + truth["CachedCompile"] == 8 and truth["UncachedCompile"] == 8
+    assert sizes == sorted(set(sizes)), sizes  # larger at every sync
+    (finding,) = data["findings"]
+    assert finding["kind"] == "missing_mark_step" and "grows by about" in finding["message"]
+    assert "torch_xla.sync()" in finding["fix"]
 
 
 def test_steps_are_the_step_ending_calls_not_every_library_sync(tmp_path: Path) -> None:
