@@ -142,3 +142,24 @@ def test_the_same_xla_ir_text_compiled_anew_is_a_value_its_text_leaves_out() -> 
     finding = next(f for f in analyze(info, executions, without).findings if f.kind == "recompile")
     assert "a value its IR text does not print changed" in finding.message and "share buffers" not in finding.message
     assert "a Python number used as a slice bound" in finding.fix
+
+
+def test_light_capture_explains_an_input_shape_change_from_the_hlo_once_for_both_its_sites() -> None:
+    """No IR (light capture): the parameters whose shapes differ are the change, and the
+    same change seen at two sync sites of a step (an .item() and the sync) is one cause."""
+    def module(rows: int, out: str) -> str:
+        return (f"# the HLO\nHloModule m\n\nENTRY %g.9 (p0.1: f32[{rows},8], p1.2: f32[8]) -> ({out}) {{\n"
+                f"  %p0.1 = f32[{rows},8]{{1,0}} parameter(0)\n}}\n")
+    executions, hlo = [], {}
+    for step in range(4):
+        rows = 24 if step == 3 else 16
+        for at, (cause, line) in enumerate((("item", 16), ("mark_step", 17))):
+            graph = f"{cause}{rows}"
+            hlo[graph] = module(rows, "f32[]" if cause == "item" else "f32[], f32[8]")
+            executions.append(ex(2 * step + at, step=step, graph=graph, cause=cause, line=line,
+                                 cache="miss" if step in (0, 3) else "hit"))
+    info = run_info(backend="xla", capture="light", steps=4)
+    findings = analyze(info, executions, IRWithHlo(dict.fromkeys(hlo, ""), hlo.__getitem__)).findings
+    (finding,) = [f for f in findings if f.kind in ("recompile", "dynamic_shape")]  # and the .item()'s extra sync
+    assert finding.message.startswith("step 3 recompiled: input shape f32[16,8] -> f32[24,8]")
+    assert "one cause: 2 recompiles at 2 sync sites" in finding.message and "pad or bucket" in finding.fix
