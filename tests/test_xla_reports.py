@@ -119,6 +119,11 @@ def test_hlo_changes_name_the_values_xlas_ir_text_leaves_out() -> None:
         "xla::select", "slice={[0:64], [2:18]}", "slice={[0:64], [3:19]}", "train.py:19")
     (scale,) = hlo_changes(_module(2, "0.5"), _module(2, "0.25"))
     assert (scale.op, scale.before, scale.after) == ("prim::Constant", "constant(0.5)", "constant(0.25)")
+    # Another computation (an op more, or an op reading another operand): no value to name.
+    grown = _module(2, "0.5").replace("  ROOT %tuple", "  %negate.8 = f32[] negate(%constant.5)\n  ROOT %tuple")
+    assert hlo_changes(_module(2, "0.5"), grown) == ()
+    rewired = _module(2, "0.5").replace("kind=kLoop, calls=%fused_computation.3", "kind=kLoop, calls=%other.3")
+    assert hlo_changes(_module(2, "0.5"), rewired.replace("fusion(f32[64,32]{1,0} %p0.1)", "fusion(%p1.9)")) == ()
 
 
 SELECTED = """IR {

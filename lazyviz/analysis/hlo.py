@@ -103,8 +103,10 @@ def _instructions(hlo: str) -> Counter[Instruction]:
 
 def hlo_changes(old_hlo: str, new_hlo: str) -> tuple[Change, ...]:
     """The values that differ between two modules of one computation: an instruction
-    gone and one come at the same op, line and opcode, paired in order. () where the
-    modules are the same, or differ otherwise (an op more: the IR would have said)."""
+    gone and one come at the same op, line, shape and opcode, paired in order, that
+    differ in their attributes or a constant's literal. () where the modules are the
+    same, or differ otherwise: an instruction without a partner, or one that reads
+    other operands, is another computation, not another value."""
     old, new = _instructions(old_hlo), _instructions(new_hlo)
     gone, come = old - new, new - old
     pool: dict[tuple, list[Instruction]] = {}
@@ -114,8 +116,10 @@ def hlo_changes(old_hlo: str, new_hlo: str) -> tuple[Change, ...]:
     for instruction in come.elements():
         partners = pool.get((instruction.op, instruction.location, instruction.values[:2]))
         if not partners:
-            continue
+            return ()
         before = partners.pop(0)
+        if before.values[2] != instruction.values[2] and instruction.values[1] != "constant":
+            return ()
         # The operands with their opcode: "constant(0.5)", not "(0.5)".
         shown = [(f"{before.values[1]}{a}", f"{instruction.values[1]}{b}") if at == 2 else (a, b)
                  for at, (a, b) in enumerate(zip(before.values, instruction.values))]
