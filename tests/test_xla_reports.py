@@ -168,3 +168,9 @@ def test_light_capture_explains_an_input_shape_change_from_the_hlo_once_for_both
     (finding,) = [f for f in findings if f.kind in ("recompile", "dynamic_shape")]  # and the .item()'s extra sync
     assert finding.message.startswith("step 3 recompiled: input shape f32[16,8] -> f32[24,8]")
     assert "one cause: 2 recompiles at 2 sync sites" in finding.message and "pad or bucket" in finding.fix
+    # The same input in another dtype: a dtype change, with its own fix.
+    hlo["item24"], hlo["mark_step24"] = (text.replace("f32[24,8]", "f16[16,8]") for text in
+                                         (hlo["item24"], hlo["mark_step24"]))
+    findings = analyze(info, executions, IRWithHlo(dict.fromkeys(hlo, ""), hlo.__getitem__)).findings
+    (finding,) = [f for f in findings if f.kind == "recompile"]
+    assert "dtype: xla::device_data %p0: f32[16,8] -> f16[16,8]" in finding.message and "cast it once" in finding.fix

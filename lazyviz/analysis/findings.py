@@ -297,10 +297,10 @@ def _causes_of(recompile: Recompile) -> set[tuple]:
     constants = {(recompile.context, "attribute", c.source_line) for c in origins if c.kind == "attribute" and c.location}
     if constants:
         return constants
-    if origins and not origins[0].location and origins[0].kind == "input_shape":
-        # Without node locations (XLA's HLO in light capture): one input's shape change
-        # seen at several sync sites of the same step is one cause.
-        return {(recompile.context, "input_shape", recompile.step, f"{origins[0].before}->{origins[0].after}")}
+    if origins and not origins[0].location and origins[0].kind in ("input_shape", "dtype"):
+        # Without node locations (XLA's HLO in light capture): one input's change seen at
+        # several sync sites of the same step is one cause.
+        return {(recompile.context, origins[0].kind, recompile.step, f"{origins[0].before}->{origins[0].after}")}
     if not origins or not origins[0].location:
         return set()
     return {(recompile.context, origins[0].kind, origins[0].source_line)}

@@ -150,7 +150,9 @@ def hlo_input_changes(old_hlo: str, new_hlo: str) -> tuple[Change, ...]:
     old, new = _parameters(old_hlo), _parameters(new_hlo)
     if not old or len(old) != len(new):
         return ()
-    return tuple(Change("input_shape", f"%{name}", "xla::device_data", before, after, True)
+    # "f32[16,8]" -> "f16[16,8]" is a dtype, as the IR's diff says it.
+    return tuple(Change("dtype" if before.partition("[")[2] == after.partition("[")[2] else "input_shape",
+                        f"%{name}", "xla::device_data", before, after, True)
                  for (_, before), (name, after) in zip(old, new) if before != after)
 
 
