@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from lazyviz.analysis.diff import Change
 from lazyviz.analysis.summary import split_hlo
+from lazyviz.hlo_text import entry_computation, top_level
 
 _HEAD = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = ")
 _ID = re.compile(r"(%[\w\-]+?)\.\d+\b")  # "%slice.4" -> "%slice"
@@ -46,26 +47,6 @@ def _balanced(text: str, start: int) -> int:
     return len(text)
 
 
-def _top_level(text: str) -> list[str]:
-    """Split on the commas outside brackets (and quotes)."""
-    parts, depth, start, quoted = [], 0, 0, False
-    for at, char in enumerate(text):
-        if char == '"':
-            quoted = not quoted
-        elif quoted:
-            continue
-        elif char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-        elif char == "," and depth == 0:
-            parts.append(text[start:at].strip())
-            start = at + 1
-    if text[start:].strip():
-        parts.append(text[start:].strip())
-    return parts
-
-
 def parse_instruction(line: str) -> Instruction | None:
     head = _HEAD.match(line)
     if head is None:
@@ -83,7 +64,7 @@ def parse_instruction(line: str) -> Instruction | None:
     opcode = rest[shape_end:opened].strip()
     closed = _balanced(rest, opened)
     operands = _ID.sub(r"\1", rest[opened:closed])
-    attributes = [_ID.sub(r"\1", part) for part in _top_level(rest[closed:].lstrip(", "))]
+    attributes = [_ID.sub(r"\1", part) for part in top_level(rest[closed:].lstrip(", "))]
     op_type = fields.get("op_type", "")
     op = op_type.replace("__", "::", 1) if op_type else opcode
     file = fields.get("source_file", "").rsplit("/", 1)[-1]
@@ -131,17 +112,13 @@ def hlo_changes(old_hlo: str, new_hlo: str) -> tuple[Change, ...]:
     return tuple(dict.fromkeys(changes))
 
 
-_ENTRY_PARAMETERS = re.compile(r"^ENTRY \S+ \((.*)\) -> ")
-
-
 def _parameters(hlo: str) -> list[tuple[str, str]]:
     """The entry computation's parameters, (name without its id, shape), in order."""
-    line = next((line for line in hlo.splitlines() if line.startswith("ENTRY ")), "")
-    match = _ENTRY_PARAMETERS.match(re.sub(r"/\*.*?\*/", "", line))
-    if match is None:
+    found = entry_computation(hlo.splitlines())
+    if found is None:
         return []
-    return [(_NAME_ID.sub("", name.strip()), shape.strip())
-            for name, _, shape in (part.partition(":") for part in _top_level(match.group(1)))]
+    return [(_NAME_ID.sub("", name.strip()), shape.strip()) for name, _, shape in
+            (part.partition(":") for part in found[0])]
 
 
 def hlo_input_changes(old_hlo: str, new_hlo: str) -> tuple[Change, ...]:

@@ -18,6 +18,8 @@ import re
 from collections import deque
 from collections.abc import Iterable
 
+from lazyviz.hlo_text import entry_computation
+
 Frame = tuple[str, int, str]  # (file, line, function), as lazyviz.backends.Frame
 
 _FRAME = re.compile(r"^\s+(\S.*?) \((.+):(\d+)\)$")
@@ -114,42 +116,11 @@ class GraphDumpParser:
         return found
 
 
-def _top_level(text: str) -> list[str]:
-    """The comma-separated parts of a list whose items may hold brackets: shapes
-    "f32[8,16]{1,0}" and tuples "(f32[2], s64[])"."""
-    parts, depth, start = [], 0, 0
-    for at, char in enumerate(text):
-        if char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-        elif char == "," and depth == 0:
-            parts.append(text[start:at])
-            start = at + 1
-    if text[start:].strip():
-        parts.append(text[start:])
-    return parts
-
-
-_ENTRY = re.compile(r"^ENTRY \S+ \((.*)\) -> (.*) \{$")
-_COMMENT = re.compile(r"/\*.*?\*/")
-
-
 def hlo_signature(lines: Iterable[str]) -> tuple[int, int] | None:
     """(parameters, outputs) of an HLO module's entry computation, as XLA's analyses
-    count a graph's inputs and outputs; None without an entry line.
-
-        ENTRY %SyncTensorsGraph.30 (p0.1: f32[16,1], p1.2: f32[]) -> (f32[], /*index=1*/f32[16,1]) {
-    """
-    for line in lines:
-        if line.startswith("ENTRY "):
-            match = _ENTRY.match(_COMMENT.sub("", line.rstrip("\n")))
-            if match is None:
-                return None
-            params, result = match.groups()
-            outputs = len(_top_level(result[1:-1])) if result.startswith("(") else 1
-            return len(_top_level(params)), outputs
-    return None
+    count a graph's inputs and outputs; None without an entry line."""
+    found = entry_computation(lines)
+    return (len(found[0]), len(found[1])) if found is not None else None
 
 
 def hlo_entry_size(hlo: str) -> int:
