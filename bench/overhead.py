@@ -7,8 +7,10 @@ the backend's raw dump, in one run, side by side.
     python bench/overhead.py --in-process [--steps 10] [--rounds 6]   # ts, steadier
     PJRT_DEVICE=CPU .venv-xla/bin/python bench/overhead.py --backend xla
 
-On `ts` the raw dump is torch's LTC_SAVE_TENSORS_FILE; on `xla` it is what lazyviz's
-full capture turns on: XLA_SAVE_TENSORS_FILE with XLA_IR_DEBUG=1 and PT_XLA_DEBUG_LEVEL=2.
+On `ts` the raw dump is torch's LTC_SAVE_TENSORS_FILE; on `xla` it is what a user turns on
+to see each graph's IR and where it came from: XLA_SAVE_TENSORS_FILE with XLA_IR_DEBUG=1
+and PT_XLA_DEBUG_LEVEL=2 (lazyviz's full capture takes the IR from the HLO XLA dumps
+once per compile instead).
 
 Each mode runs in its own process (the backend initialises once per process), and the
 rounds interleave the modes so that machine noise hits them alike. Processes differ among
@@ -86,10 +88,8 @@ def main() -> None:
     options.steps, options.rounds = options.steps or 30, options.rounds or 3
 
     # "full + lines" is full as `lazyviz run` records by default: each IR node tagged with
-    # the line that built it (ts; XLA's own locations come with its raw dump).
+    # the line that built it.
     modes = ["untraced", "lazyviz light", "lazyviz full", "lazyviz full + lines", "raw dump"]
-    if options.backend == "xla":
-        modes.remove("lazyviz full + lines")
     times: dict[str, list[float]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory() as folder:
         for round_ in range(options.rounds):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import NamedTuple
 
 _ENTRY = re.compile(r"^ENTRY \S+ \((.*)\) -> (.*) \{$")
 _COMMENT = re.compile(r"/\*.*?\*/")
@@ -45,3 +46,121 @@ def entry_computation(lines: Iterable[str]) -> tuple[list[str], list[str]] | Non
             params, result = match.groups()
             return top_level(params), top_level(result[1:-1]) if result.startswith("(") else [result]
     return None
+
+
+_INSTRUCTION = re.compile(r"^\s*(ROOT )?%([\w.\-]+) = ")
+_METADATA = re.compile(r", metadata=\{([^}]*)\}")
+_FIELD = re.compile(r'(\w+)=(?:"([^"]*)"|(\S+))')
+_NAME_ID = re.compile(r"(%[\w\-]+?)\.\d+\b")
+
+
+class HloInstruction(NamedTuple):
+    """One line of an HLO computation, split: `%dot.9 = f32[4,16]{1,0} dot(%p4.8, %t.7),
+    lhs_contracting_dims={1}, metadata={op_type="aten__addmm" source_line=134 ...}`."""
+
+    name: str  # "dot.9"
+    root: bool
+    shape: str  # "f32[4,16]{1,0}", or a tuple "(f32[], s32[])", comments left out
+    opcode: str  # "dot"
+    operands: str  # what its parentheses hold: "%p4.8, %t.7", or a constant's literal
+    attributes: list[str]  # "lhs_contracting_dims={1}", ...
+    metadata: dict[str, str]  # op_type, op_name, source_file, source_line
+
+
+def without_ids(text: str) -> str:
+    """Instruction names without the ids XLA numbers them by ("%AddComputation.28" ->
+    "%AddComputation"): they differ between two compiles of one computation."""
+    return _NAME_ID.sub(r"\1", text)
+
+
+def balanced_end(text: str, start: int) -> int:
+    """The index just past the bracket group that opens at text[start]."""
+    depth = 0
+    for at in range(start, len(text)):
+        if text[at] in "([{":
+            depth += 1
+        elif text[at] in ")]}":
+            depth -= 1
+            if depth == 0:
+                return at + 1
+    return len(text)
+
+
+def split_instruction(line: str) -> HloInstruction | None:
+    """An instruction line in parts; None where the line is not one."""
+    head = _INSTRUCTION.match(line)
+    if head is None:
+        return None
+    rest = _COMMENT.sub("", line[head.end():]).rstrip()
+    found = _METADATA.search(rest)
+    metadata = {name: quoted or bare for name, quoted, bare in _FIELD.findall(found.group(1))} if found else {}
+    if found:
+        rest = rest[:found.start()] + rest[found.end():]
+    shape_end = balanced_end(rest, 0) if rest.startswith("(") else rest.find(" ")
+    opened = rest.find("(", shape_end)
+    if shape_end < 0 or opened < 0:
+        return None
+    closed = balanced_end(rest, opened)
+    return HloInstruction(head.group(2), bool(head.group(1)), rest[:shape_end], rest[shape_end:opened].strip(),
+                          rest[opened + 1:closed - 1], top_level(rest[closed:].lstrip(", ")), metadata)
+
+
+def hlo_as_ir(hlo: str) -> str:
+    """The entry computation of an HLO module (XLA's, before its optimizations) written as
+    PyTorch/XLA's IR text, one node per instruction, so what reads the IR reads it: where
+    XLA's own IR dump is not taken (it formats every graph at every sync), the graph is
+    known from the module XLA dumps once per compile. Each node is the IR op its metadata
+    names (`aten::addmm`), its HLO opcode an attribute, its location the line the metadata
+    names (XLA_IR_DEBUG); the entry's output tuple becomes ROOT marks. "" without an entry."""
+    lines = hlo.splitlines()
+    start = next((at for at, line in enumerate(lines) if line.startswith("ENTRY ")), None)
+    if start is None:
+        return ""
+    ids: dict[str, str] = {}
+    nodes: list[list[str]] = []
+    roots: list[str] = []
+    for line in lines[start + 1:]:
+        if line.startswith("}"):
+            break
+        instruction = split_instruction(line)
+        if instruction is None:
+            continue
+        if instruction.root and instruction.opcode == "tuple":
+            roots = [part.strip() for part in instruction.operands.split(",")]
+            continue
+        node_id = ids[instruction.name] = f"%{len(ids)}"
+        nodes.append(_ir_line(node_id, instruction, ids))
+        if instruction.root:
+            roots = [f"%{instruction.name}"]
+    for index, operand in enumerate(roots):
+        node = ids.get(operand.lstrip("%"))
+        if node is not None and not nodes[int(node[1:])][-1].startswith("ROOT="):
+            nodes[int(node[1:])].append(f"ROOT={index}")
+    return "\n".join(["## the graph's HLO before XLA's optimizations, one node per instruction (XLA's compiler dump)",
+                      "IR {", *(f"  {', '.join(parts)}" for parts in nodes), "}", ""])
+
+
+def _ir_line(node_id: str, instruction: HloInstruction, ids: dict[str, str]) -> list[str]:
+    op_type = instruction.metadata.get("op_type", "")
+    if instruction.opcode == "parameter":
+        op = "xla::device_data"
+    else:
+        op = op_type.replace("__", "::", 1) if op_type else f"hlo::{instruction.opcode}"
+    shape = instruction.shape
+    if shape.startswith("("):  # a tuple: its tensors, flat
+        shape = "(" + shape[1:-1].replace("(", "").replace(")", "") + ")"
+    if instruction.opcode in ("constant", "parameter"):
+        operands, values = [], ([f"value={instruction.operands}"] if instruction.opcode == "constant" else [])
+    else:
+        operands = [ids.get(part.strip().lstrip("%"), "") for part in instruction.operands.split(",") if part.strip()]
+        if not all(operands):  # an operand that is not an earlier instruction: not a graph of ours
+            operands = [operand for operand in operands if operand]
+        values = []
+    attributes = [without_ids(attribute) for attribute in instruction.attributes]
+    parts = [f"{node_id} = {shape} {op}({', '.join(operands)})", *values, *attributes]
+    if op != f"hlo::{instruction.opcode}" and instruction.opcode != "parameter":
+        parts.append(f"hlo={instruction.opcode}")
+    file, line = instruction.metadata.get("source_file", ""), instruction.metadata.get("source_line", "")
+    if file and line:
+        parts.append(f"location={file.rsplit('/', 1)[-1]}:{line}")
+    return parts

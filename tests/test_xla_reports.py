@@ -7,10 +7,12 @@ from pathlib import Path
 from builders import ex, run_info
 
 from lazyviz.analysis import analyze
+from lazyviz.analysis.diff import diff_texts
 from lazyviz.analysis.hlo import IRWithHlo, hlo_changes
 from lazyviz.analysis.ir import parse_ir
 from lazyviz.analysis.summary import split_hlo
 from lazyviz.backends.xla_reports import GraphDumpParser, ReportParser, hlo_entry_size, hlo_signature
+from lazyviz.hlo_text import hlo_as_ir
 
 FIXTURES = Path(__file__).parent / "fixtures" / "xla"
 
@@ -174,3 +176,52 @@ def test_light_capture_explains_an_input_shape_change_from_the_hlo_once_for_both
     findings = analyze(info, executions, IRWithHlo(dict.fromkeys(hlo, ""), hlo.__getitem__)).findings
     (finding,) = [f for f in findings if f.kind == "recompile"]
     assert "dtype: xla::device_data %p0: f32[16,8] -> f16[16,8]" in finding.message and "cast it once" in finding.fix
+
+
+def _before(rows: int, start: int) -> str:
+    """A module as XLA dumps it before optimizing, XLA_IR_DEBUG on: a batch of `rows`,
+    a slice from `start` and a mean (its count a constant of the lowering)."""
+    def meta(op: str, line: int) -> str:
+        return f'metadata={{op_type="{op}" op_name="{op}" source_file="/repo/train.py" source_line={line}}}'
+    return (
+        "HloModule SyncTensorsGraph.20, entry_computation_layout={(f32[64,32]{1,0})->(f32[], f32[64,16]{1,0})}\n\n"
+        "%AddComputation.5 (x.6: f32[], y.7: f32[]) -> f32[] {\n"
+        "  %x.6 = f32[] parameter(0)\n  %y.7 = f32[] parameter(1)\n  ROOT %add.8 = f32[] add(%x.6, %y.7)\n}\n\n"
+        f"ENTRY %SyncTensorsGraph.20 (p0.1: f32[{rows},32]) -> (f32[], f32[{rows},16]) {{\n"
+        f"  %p0.1 = f32[{rows},32]{{1,0}} parameter(0), {meta('xla__device_data', 12)}\n"
+        f"  %slice.2 = f32[{rows},16]{{1,0}} slice(%p0.1), slice={{[0:{rows}], [{start}:{start + 16}]}}, "
+        f"{meta('xla__select', 19)}\n"
+        f"  %constant.3 = f32[] constant(0), {meta('aten__mean', 21)}\n"
+        f"  %reduce.9 = f32[] reduce(%slice.2, %constant.3), dimensions={{0,1}}, to_apply=%AddComputation.5, "
+        f"{meta('aten__mean', 21)}\n"
+        f"  %constant.10 = f32[] constant({rows * 16}), {meta('aten__mean', 21)}\n"
+        f"  %divide.11 = f32[] divide(%reduce.9, %constant.10), {meta('aten__mean', 21)}\n"
+        f"  ROOT %tuple.12 = (f32[], /*index=1*/f32[{rows},16]{{1,0}}) tuple(%divide.11, %slice.2)\n"
+        "}\n"
+    )
+
+
+def test_an_hlo_module_reads_as_xlas_ir_one_node_per_instruction() -> None:
+    """Full capture writes each graph's IR from its HLO: the IR op each instruction
+    lowers, its opcode, its values and the user's line, the output tuple as ROOT marks."""
+    graph = parse_ir(hlo_as_ir(_before(64, 1)))
+    assert [(n.op, n.attrs.get("hlo"), n.source_line) for n in graph.nodes] == [
+        ("xla::device_data", None, "train.py:12"), ("xla::select", "slice", "train.py:19"),
+        ("aten::mean", "constant", "train.py:21"), ("aten::mean", "reduce", "train.py:21"),
+        ("aten::mean", "constant", "train.py:21"), ("aten::mean", "divide", "train.py:21")]
+    assert graph.nodes[0].is_input and str(graph.nodes[0].outputs[0]) == "f32[64,32]"
+    assert graph.nodes[1].attrs["slice"] == "{[0:64], [1:17]}"
+    assert graph.nodes[3].operands == ("%1", "%2") and graph.nodes[3].attrs["to_apply"] == "%AddComputation"
+    assert graph.nodes[4].attrs["value"] == "1024"
+    assert {n.id: n.root for n in graph.nodes if n.root is not None} == {"%5": 0, "%1": 1}
+    assert hlo_as_ir("HloModule m\n") == ""
+
+
+def test_a_diff_of_hlo_graphs_names_the_value_and_the_input_that_changed() -> None:
+    (bound,) = diff_texts(hlo_as_ir(_before(64, 1)), hlo_as_ir(_before(64, 2))).origins
+    assert bound.describe() == ("attribute: xla::select.slice %1: {[0:64], [1:17]} -> {[0:64], [2:18]}, "
+                                "built at train.py:19")
+    # Another batch: the input is the origin; the slice's and the mean's new sizes follow it.
+    (batch,) = diff_texts(hlo_as_ir(_before(64, 1)), hlo_as_ir(_before(48, 1))).origins
+    assert (batch.kind, batch.before, batch.after, batch.source_line) == (
+        "input_shape", "f32[64,32]", "f32[48,32]", "train.py:12")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from fractions import Fraction
 from functools import cached_property, lru_cache
 from typing import NamedTuple
 
@@ -204,10 +205,20 @@ def _carry_shape_constants(changes: list[Change]) -> list[Change]:
                     dims[old_dim] = new_dim
     if not dims:
         return changes
+    # A count made of the sizes (the HLO of a mean divides by rows x columns, a constant):
+    # its new value is the old one scaled by some of the sizes that changed.
+    scales = {Fraction(1)}
+    for old_dim, new_dim in dims.items():
+        if int(old_dim):
+            scales |= {scale * Fraction(int(new_dim), int(old_dim)) for scale in scales}
 
     def follows_inputs(change: Change) -> bool:
         swapped = re.sub(r"\d+", lambda m: dims.get(m.group(0), m.group(0)), change.before)
-        return swapped == change.after
+        if swapped == change.after:
+            return True
+        if change.op.endswith(".value") and change.before.isdigit() and change.after.isdigit():
+            return Fraction(int(change.after), max(int(change.before), 1)) in scales
+        return False
 
     return [
         change._replace(origin=False)

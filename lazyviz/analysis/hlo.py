@@ -18,13 +18,9 @@ from typing import NamedTuple
 
 from lazyviz.analysis.diff import Change
 from lazyviz.analysis.summary import split_hlo
-from lazyviz.hlo_text import entry_computation, top_level
+from lazyviz.hlo_text import entry_computation, split_instruction, without_ids
 
-_HEAD = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = ")
-_ID = re.compile(r"(%[\w\-]+?)\.\d+\b")  # "%slice.4" -> "%slice"
 _NAME_ID = re.compile(r"\.\d+$")
-_METADATA = re.compile(r", metadata=\{([^}]*)\}")
-_FIELD = re.compile(r'(\w+)=(?:"([^"]*)"|(\S+))')
 
 
 class Instruction(NamedTuple):
@@ -34,43 +30,18 @@ class Instruction(NamedTuple):
     values: tuple[str, ...]  # its operands and attributes, ids left out
 
 
-def _balanced(text: str, start: int) -> int:
-    """The index just past the bracket group that opens at text[start]."""
-    depth = 0
-    for at in range(start, len(text)):
-        if text[at] in "([{":
-            depth += 1
-        elif text[at] in ")]}":
-            depth -= 1
-            if depth == 0:
-                return at + 1
-    return len(text)
-
-
 def parse_instruction(line: str) -> Instruction | None:
-    head = _HEAD.match(line)
-    if head is None:
+    found = split_instruction(line)
+    if found is None:
         return None
-    rest = line[head.end():].rstrip()
-    metadata = _METADATA.search(rest)
-    fields = {name: quoted or bare for name, quoted, bare in _FIELD.findall(metadata.group(1))} if metadata else {}
-    if metadata:
-        rest = rest[:metadata.start()] + rest[metadata.end():]
-    # The shape: "f32[64,16]{1,0}" or a tuple "(f32[], s32[])"; then the opcode and its operands.
-    shape_end = _balanced(rest, 0) if rest.startswith("(") else rest.find(" ")
-    opened = rest.find("(", shape_end)
-    if shape_end < 0 or opened < 0:
-        return None
-    opcode = rest[shape_end:opened].strip()
-    closed = _balanced(rest, opened)
-    operands = _ID.sub(r"\1", rest[opened:closed])
-    attributes = [_ID.sub(r"\1", part) for part in top_level(rest[closed:].lstrip(", "))]
+    fields = found.metadata
     op_type = fields.get("op_type", "")
-    op = op_type.replace("__", "::", 1) if op_type else opcode
+    op = op_type.replace("__", "::", 1) if op_type else found.opcode
     file = fields.get("source_file", "").rsplit("/", 1)[-1]
     location = f"{file}:{fields['source_line']}" if file and "source_line" in fields else ""
-    return Instruction(_NAME_ID.sub("", head.group(1)), op, location,
-                       (rest[:shape_end], opcode, operands, *attributes))
+    operands = without_ids(f"({found.operands})")
+    return Instruction(_NAME_ID.sub("", found.name), op, location,
+                       (found.shape, found.opcode, operands, *map(without_ids, found.attributes)))
 
 
 def _instructions(hlo: str) -> Counter[Instruction]:

@@ -7,9 +7,13 @@ writes and reads it at every sync site (checked on torch_xla 2.9):
 - `PT_XLA_DEBUG_LEVEL=2` with `PT_XLA_DEBUG_FILE`: one "Execution Analysis" per
   execution and one "Compilation Analysis" per compile, each with the graph hash and
   the Python frames that triggered it. Cheap: no IR is formatted.
-- full capture adds `XLA_SAVE_TENSORS_FILE` (IR text of every sync, with its graph
-  hash) and `XLA_IR_DEBUG=1`, so each IR node carries `location=fn@file:line`.
-- both take the compiler's dump (`XLA_FLAGS=--xla_dump_to`): each compiled graph's HLO.
+- both take the compiler's dump (`XLA_FLAGS=--xla_dump_to`): each compiled graph's HLO,
+  written once per compile.
+- full capture writes each graph's IR from that HLO (`hlo_as_ir`), and turns XLA_IR_DEBUG
+  on with lazyviz's frame getter, so the HLO's metadata names the user's line of each op.
+  Where the HLO cannot be had (the user's own --xla_dump_to, a process a launcher
+  started), it reads XLA's IR dump instead (`XLA_SAVE_TENSORS_FILE`, formatted at every
+  sync: 3x slower), as it does the user's own dump where they set one.
 - `CompileTime` and `ExecuteTime` metrics carry one sample per compile and per
   execution. Execution is asynchronous: an execute time usually arrives at the next
   poll and is filled in then.
@@ -46,6 +50,7 @@ from lazyviz.backends import (
 )
 from lazyviz.backends._sites import collective_sites, tensor_sync_sites
 from lazyviz.backends.xla_reports import GraphDumpParser, Report, ReportParser, hlo_entry_size, hlo_signature
+from lazyviz.hlo_text import hlo_as_ir
 
 # The settings lazyviz makes for XLA's reports (_set_up_reports): taken back for the
 # processes a launcher starts (children_untraced).
@@ -124,31 +129,31 @@ class _HloDump:
         self.folder = folder
         self._signatures: dict[str, tuple[int, int]] = {}  # "module_0007" -> (inputs, outputs)
 
-    def take(self, counts: tuple[int, int] | None, ir_text: str, compiled: bool, sweep: bool) -> tuple[str, int]:
+    def take(self, counts: tuple[int, int] | None, ir_text: str, compiled: bool, sweep: bool) -> tuple[str, str]:
         """The HLO XLA compiled for this graph (before its optimizations where compiling
-        failed), with a line that says which, and how many instructions its entry had
-        before XLA's optimizations (the graph's size where no IR is recorded); ("", 0)
-        where no module fits. Without counts (a graph XLA wrote no analysis for) only
-        its IR can tell, and must."""
-        if counts is None and not ir_text:
-            return "", 0
+        failed), with a line that says which, and the module before XLA's optimizations
+        (the graph where no IR is recorded); ("", "") where no module fits. Without counts
+        (a graph XLA wrote no analysis for) its IR tells, else the first module nothing
+        claimed: a graph with a report is handed on before those without."""
         self._scan()
         for module in sorted(self._signatures):
             if counts in (None, self._signatures[module]) and self._lowers(module, ir_text):
                 break
         else:
-            return "", 0
+            return "", ""
         after = next(self.folder.glob(f"{module}.*after_optimizations.txt"), None)
         before = next(self.folder.glob(f"{module}.*before_optimizations.txt"), None)
-        path, head = ((after, "# the HLO XLA compiled, after its optimizations") if after and compiled
-                      else (before, "# the HLO of the graph, before XLA's optimizations"))
         try:
-            text = path.read_text(encoding="utf-8", errors="replace") if path else ""
-            size = hlo_entry_size(before.read_text(encoding="utf-8", errors="replace")) if before else 0
+            before_text = before.read_text(encoding="utf-8", errors="replace") if before else ""
+            if after and compiled:
+                text = after.read_text(encoding="utf-8", errors="replace")
+                head = "# the HLO XLA compiled, after its optimizations"
+            else:
+                text, head = before_text, "# the HLO of the graph, before XLA's optimizations"
         except OSError:
-            text, size = "", 0
+            text, before_text = "", ""
         self._remove(module, sweep)
-        return (f"{head}\n{text}" if text else ""), size
+        return (f"{head}\n{text}" if text else ""), before_text
 
     def _lowers(self, module: str, ir_text: str) -> bool:
         before = next(self.folder.glob(f"{module}.*before_optimizations.txt"), None)
@@ -280,6 +285,7 @@ class XlaBackend(LazyBackend):
         self._graphs: _Tail | None = None
         self._dump: Path | None = None  # the tensors dump lazyviz reads (full capture)
         self._hlo: _HloDump | None = None  # the compiler's dump of each graph's HLO
+        self._ir_from_hlo = False  # full capture: each graph's IR written from its HLO (hlo_as_ir)
         self._lines_hook: ModuleType | None = None  # lazyviz's hook, for its frame getter
         self._echo: int | None = None  # the user's debug level, when lazyviz prints XLA's analyses on stderr
         self._notes: list[str] = []  # how the user's own XLA debug output differs from untraced
@@ -315,7 +321,9 @@ class XlaBackend(LazyBackend):
 
     # -- set-up -------------------------------------------------------------------
     def init(self) -> None:
-        self._user_ir_debug = "XLA_IR_DEBUG" in os.environ
+        # As XLA reads it: "true", or a number other than 0.
+        value = os.environ.get("XLA_IR_DEBUG", "")
+        self._user_ir_debug = value == "true" or (value.lstrip("-").isdigit() and int(value) != 0)
         imported = "torch_xla" in sys.modules
         if imported and not self.after_launch:
             shutil.rmtree(self._folder, ignore_errors=True)
@@ -333,8 +341,8 @@ class XlaBackend(LazyBackend):
                 f"cannot import torch_xla ({error}); install torch and torch-xla of the same "
                 "version, e.g. pip install torch==2.9.0 torch-xla==2.9.0"
             ) from None
-        if imported and self.capture_ir and not self._user_ir_debug:
-            # XLA_IR_DEBUG is read at import: turned on where XLA reads it since.
+        if imported and self.capture_ir and "XLA_IR_DEBUG" in self._users_settings:
+            # XLA_IR_DEBUG, set by lazyviz, is read at import: turned on where XLA reads it since.
             torch_xla._XLAC._set_ir_debug(True)
 
     def _set_up_reports(self, env: MutableMapping[str, str]) -> None:
@@ -397,9 +405,15 @@ class XlaBackend(LazyBackend):
                 flags, f"--xla_dump_to={self._hlo.folder}", "--xla_dump_hlo_as_text", "--xla_dump_hlo_pass_re=^$"]))
         if not self.capture_ir:
             return
+        user_dump = env.get("XLA_SAVE_TENSORS_FILE", "")
+        if not user_dump and self._hlo is not None and not self.after_launch:
+            # Each graph from the HLO XLA dumps once per compile: its own IR dump formats
+            # every graph at every sync (3x the run's time on its own). The HLO's metadata
+            # names the lines record_source_lines gives the nodes.
+            self._ir_from_hlo = True
+            return
         if "XLA_IR_DEBUG" not in env:
             env["XLA_IR_DEBUG"] = "1"
-        user_dump = env.get("XLA_SAVE_TENSORS_FILE", "")
         if not user_dump:
             env["XLA_SAVE_TENSORS_FILE"] = str(self._folder / "graphs.txt")
             env["XLA_SAVE_TENSORS_FMT"] = "text"
@@ -436,7 +450,7 @@ class XlaBackend(LazyBackend):
         line inside torch (its HLO metadata too). XLA's analyses take their frames from
         torch's own walk, not from the getter. Not where the user's own tensors dump is
         read: theirs keeps torch's frames, as untraced."""
-        if self._dump is None or self._dump.parent != self._folder:
+        if self._dump is not None and self._dump.parent != self._folder:
             return
         from lazyviz.backends.ts import load_hook
 
@@ -453,7 +467,11 @@ class XlaBackend(LazyBackend):
             self._lines_hook = load_hook()
         except BackendError as error:
             self._notes.append(f"node locations from torch's frame getter, slower: {error}")
+            import torch_xla
+
+            torch_xla._XLAC._set_ir_debug(True)
             return
+        # It turns XLA_IR_DEBUG on (the flag XLA reads at each node), and off at the end.
         self._lines_hook.set_source_lines(classify)
 
     def set_hook_enabled(self, enabled: bool) -> None:
@@ -555,11 +573,13 @@ class XlaBackend(LazyBackend):
             ir_text = self._ir.get(graph_hash, "")
             backend_text = ("(XLA wrote no analysis: this graph ran on a thread without Python frames, "
                             "such as autograd's in backward)")
+            size = 0
             if self._hlo is not None:
-                hlo, _ = self._hlo.take(None, ir_text, compiled=True, sweep=False)
+                hlo, before = self._hlo.take(None, ir_text, compiled=True, sweep=False)
                 backend_text += f"\n\n{hlo}" if hlo else ""
+                ir_text, size = self._graph_of(ir_text, before)
             graph = CompiledGraph(
-                graph_id=graph_id, nodes=ir_text.count("\n  %"), ir_text=ir_text, backend_text=backend_text,
+                graph_id=graph_id, nodes=ir_text.count("\n  %") or size, ir_text=ir_text, backend_text=backend_text,
                 compile_ms=self._compile_ms.popleft() if self._compile_ms else 0.0,
             )
         key = int(graph_id, 16) if graph_hash else (1 << 62) | zlib.crc32(graph_id.encode())
@@ -614,12 +634,11 @@ class XlaBackend(LazyBackend):
             backend_text, size = "\n".join(compile_report.lines), 0
             if self._hlo is not None:
                 counts = _count(compile_report, "Inputs"), _count(compile_report, "Outputs")
-                hlo, size = self._hlo.take(counts, ir_text, compiled=ran, sweep=self.replicas == 1)
+                hlo, before = self._hlo.take(counts, ir_text, compiled=ran, sweep=self.replicas == 1)
                 backend_text += f"\n\n{hlo}" if hlo else ""
+                ir_text, size = self._graph_of(ir_text, before)
             graph = CompiledGraph(
                 graph_id=graph_hash[:16],
-                # Without the IR (light capture), its HLO's instructions: a graph that grows at
-                # every sync (no torch_xla.sync() in the loop) is seen by its size.
                 nodes=ir_text.count("\n  %") or size,
                 ir_text=ir_text,
                 backend_text=backend_text,
@@ -656,6 +675,14 @@ class XlaBackend(LazyBackend):
             self._awaiting_execute.append(index)
             self._last_index = index
         return index
+
+    def _graph_of(self, ir_text: str, hlo: str) -> tuple[str, int]:
+        """The graph's IR (XLA's, else written from its HLO in full capture) and its size:
+        without either (light capture), its HLO's instructions, so a graph that grows at
+        every sync (no torch_xla.sync() in the loop) is seen by its size."""
+        if not ir_text and self._ir_from_hlo:
+            ir_text = hlo_as_ir(hlo)
+        return ir_text, hlo_entry_size(hlo)
 
     def _read_reports(self) -> None:
         text = self._reports.read()
