@@ -100,6 +100,45 @@ def test_recompiles_from_one_line_at_several_sites_are_one_finding() -> None:
     assert len(finding.executions) == sum(not r.warmup for r in recompiles)
 
 
+def _sequence_graph(rows: int, first_step: bool) -> str:
+    """A forward of `rows` rows and their mask, then an optimizer update: its first step
+    builds the state from zeros (four ops), later steps read it (one input)."""
+    lines = [f"  %0 = [Float[{rows},8]] lazy_tensors::device_data(), location=<module>@t.py:5, NodeType=D",
+             f"  %1 = [Float[{rows},8]] lazy_tensors::device_data(), location=<module>@t.py:6, NodeType=D"]
+    for at in range(2, 8):
+        lines.append(f"  %{at} = [Float[{rows},8]] aten::tanh(%{at - 1}), location=<module>@t.py:7, NodeType=T")
+    lines.append(f"  %8 = [Float[{rows},8]] aten::mul(%7, %0), location=<module>@t.py:7, NodeType=M")
+    if first_step:
+        lines += ["  %9 = [Float[]] prim::Constant(), value=0, location=<module>@t.py:9, NodeType=C",
+                  "  %10 = [Float[8]] aten::expand(%9), size=8, location=<module>@t.py:9, NodeType=E",
+                  "  %11 = [Float[8]] aten::mul(%10, %10), location=<module>@t.py:9, NodeType=M",
+                  "  %12 = [Float[8]] aten::add(%11, %10), location=<module>@t.py:9, NodeType=A"]
+    else:
+        lines += ["  %9 = [Float[8]] lazy_tensors::device_data(), location=<module>@t.py:9, NodeType=D"]
+    last = len(lines) - 1
+    lines.append(f"  %{last + 1} = [Float[{rows},8]] aten::mul(%8, %{last}), ROOT=0, location=<module>@t.py:10, "
+                 "NodeType=M")
+    return "IR {\n" + "\n".join(lines) + "\n}\n"
+
+
+def test_a_recompile_is_explained_by_its_fewest_causes() -> None:
+    """Lengths 16, 24, 16, 24: step 2's graph (16 rows, the optimizer's state read) was
+    never compiled. Against step 0's (16 rows, the state built) a few ops differ; against
+    step 1's (24 rows, the state read) the inputs' shapes differ, and every node after
+    them with them. The fewest causes are the answer: the shapes, with their fix, not
+    "another path"."""
+    executions, irs = [], {}
+    for step, rows in enumerate((16, 24, 16, 24)):
+        graph = f"g{rows}-{step == 0}"
+        irs[graph] = _sequence_graph(rows, first_step=step == 0)
+        executions.append(ex(step, step=step, graph=graph, cache="miss" if step < 3 else "hit", line=10))
+    (recompile,) = [r for r in explain_recompiles(executions, irs) if not r.warmup]
+    assert recompile.closest == "g24-False"
+    assert [(c.kind, c.before, c.after) for c in recompile.diff.origins] == [("input_shape", "Float[24,8]", "Float[16,8]")] * 2
+    (finding,) = [f for f in analyze(run_info(steps=4), executions, irs).findings if f.kind == "recompile"]
+    assert "another path" not in finding.fix and "pad or bucket" in finding.fix
+
+
 def test_a_lines_several_syncs_in_a_step_are_each_compared_with_their_own_before() -> None:
     # clip_grad_norm_'s fallback syncs once per parameter at one line; two parameters'
     # graphs can print the same IR. Each step's k-th sync there is compared with the k-th

@@ -205,8 +205,7 @@ def _carry_shape_constants(changes: list[Change]) -> list[Change]:
                     dims[old_dim] = new_dim
     if not dims:
         return changes
-    # A count made of the sizes (the HLO of a mean divides by rows x columns, a constant):
-    # its new value is the old one scaled by some of the sizes that changed.
+    # Sizes made of the sizes that changed (rows x columns): the old ones scaled by some of them.
     scales = {Fraction(1)}
     for old_dim, new_dim in dims.items():
         if int(old_dim):
@@ -216,9 +215,12 @@ def _carry_shape_constants(changes: list[Change]) -> list[Change]:
         swapped = re.sub(r"\d+", lambda m: dims.get(m.group(0), m.group(0)), change.before)
         if swapped == change.after:
             return True
-        if change.op.endswith(".value") and change.before.isdigit() and change.after.isdigit():
-            return Fraction(int(change.after), max(int(change.before), 1)) in scales
-        return False
+        # Each number that differs scaled by some of the changed sizes: a flattened
+        # [4, 24] -> [4, 32] (f32[96] -> f32[128]), the count a mean divides by.
+        before, after = re.split(r"(\d+)", change.before), re.split(r"(\d+)", change.after)
+        return len(before) == len(after) and all(
+            a == b or (a.isdigit() and b.isdigit() and int(a) and Fraction(int(b), int(a)) in scales)
+            for a, b in zip(before, after))
 
     return [
         change._replace(origin=False)

@@ -382,7 +382,10 @@ def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[
         diff = diff_texts(ir_texts.get(candidate.graph, ""), ir_texts.get(execution.graph, ""))
         if diff is None:
             continue
-        score = (len(diff.changed_nodes) + sum(1 for c in diff.origins if not c.node), len(diff.origins),
+        # The fewest causes first, then the fewest nodes they change: an input's new shape
+        # changes every node after it, yet it is one cause, where a graph of the same shapes
+        # may differ in hundreds of ops (the optimizer's first step against a later one).
+        score = (len(diff.origins), len(diff.changed_nodes) + sum(1 for c in diff.origins if not c.node),
                  -overlap, order)
         if best is None or score < best[0]:
             best = (score, candidate, diff)
