@@ -9,6 +9,11 @@
 and PyTorch/XLA's dialect of it, with XLA_IR_DEBUG=1 source locations:
 
       %13 = f32[16,1]{1,0} aten::sub(%12, %2, %1), scope=aten::sub.1, location=main@train.py:29, xla_shape=f32[16,1]{1,0}
+
+and the same dialect lazyviz writes from an XLA graph's HLO (lazyviz.hlo_text.hlo_as_ir),
+one node per HLO instruction, its location without a function:
+
+      %5 = f32[4,16]{1,0} aten::addmm(%2, %4), lhs_contracting_dims={1}, hlo=dot, location=train.py:7
 """
 from __future__ import annotations
 
