@@ -48,6 +48,9 @@ def entry_computation(lines: Iterable[str]) -> tuple[list[str], list[str]] | Non
     return None
 
 
+# The first line of an IR text hlo_as_ir wrote.
+FROM_HLO = "## the graph's HLO before XLA's optimizations, one node per instruction (XLA's compiler dump)"
+
 _INSTRUCTION = re.compile(r"^\s*(ROOT )?%([\w.\-]+) = ")
 _METADATA = re.compile(r", metadata=\{([^}]*)\}")
 _FIELD = re.compile(r'(\w+)=(?:"([^"]*)"|(\S+))')
@@ -136,7 +139,7 @@ def hlo_as_ir(hlo: str) -> str:
         node = ids.get(operand.lstrip("%"))
         if node is not None and not nodes[int(node[1:])][-1].startswith("ROOT="):
             nodes[int(node[1:])].append(f"ROOT={index}")
-    return "\n".join(["## the graph's HLO before XLA's optimizations, one node per instruction (XLA's compiler dump)",
+    return "\n".join([FROM_HLO,
                       "IR {", *(f"  {', '.join(parts)}" for parts in nodes), "}", ""])
 
 

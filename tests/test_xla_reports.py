@@ -10,6 +10,7 @@ from lazyviz.analysis import analyze
 from lazyviz.analysis.diff import diff_texts
 from lazyviz.analysis.hlo import IRWithHlo, hlo_changes
 from lazyviz.analysis.ir import parse_ir
+from lazyviz.analysis.recompiles import explain_recompiles
 from lazyviz.analysis.summary import split_hlo
 from lazyviz.backends.xla_reports import GraphDumpParser, ReportParser, hlo_entry_size, hlo_signature
 from lazyviz.hlo_text import hlo_as_ir
@@ -225,3 +226,13 @@ def test_a_diff_of_hlo_graphs_names_the_value_and_the_input_that_changed() -> No
     (batch,) = diff_texts(hlo_as_ir(_before(64, 1)), hlo_as_ir(_before(48, 1))).origins
     assert (batch.kind, batch.before, batch.after, batch.source_line) == (
         "input_shape", "f32[64,32]", "f32[48,32]", "train.py:12")
+
+
+def test_the_same_hlo_compiled_anew_is_not_called_a_value_the_ir_leaves_out() -> None:
+    """Full capture's IR is the HLO: where two graphs' are the same, no value the IR text
+    left out can be the difference (that note is for XLA's own IR text)."""
+    executions = [ex(i, step=i, graph=f"g{i}", cache="miss") for i in range(3)]
+    texts = {f"g{i}": hlo_as_ir(_before(64, 1)) for i in range(3)}
+    recompiles = explain_recompiles(executions, IRWithHlo(texts, lambda graph: _before(64, 1)))
+    assert recompiles[-1].note.startswith("same HLO as graph g1, but XLA compiled it anew")
+    assert "does not print" not in recompiles[-1].note

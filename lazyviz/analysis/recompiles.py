@@ -12,6 +12,7 @@ from typing import Any
 from lazyviz.analysis.diff import Change, GraphDiff, diff_texts
 from lazyviz.analysis.hlo import IRWithHlo, hlo_changes, hlo_input_changes
 from lazyviz.analysis.ir import IRGraph, facts, parsed
+from lazyviz.hlo_text import FROM_HLO
 from lazyviz.trace.model import Execution, Frame
 from lazyviz.trace.table import ExecutionTable, Kind
 
@@ -407,6 +408,9 @@ def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[
         if values:
             diff = diff.with_values(values)
             choice += f"; in the HLO XLA compiled, {len(values)} value{'s differ' if len(values) != 1 else ' differs'}"
+        elif new_text.startswith(FROM_HLO):
+            note = (f"same HLO as graph {closest.graph}, but XLA compiled it anew: what XLA hashed differs outside "
+                    "the computation it dumps (which inputs' buffers it may donate, say)")
         else:
             note = (f"same IR text as graph {closest.graph}, but XLA compiled it anew: a value its IR text does "
                     "not print changed (a slice's bounds from a Python number, say); the HLO of each graph "
