@@ -55,6 +55,7 @@ _INSTRUCTION = re.compile(r"^\s*(ROOT )?%([\w.\-]+) = ")
 _METADATA = re.compile(r", metadata=\{([^}]*)\}")
 _FIELD = re.compile(r'(\w+)=(?:"([^"]*)"|(\S+))')
 _NAME_ID = re.compile(r"(%[\w\-]+?)\.\d+\b")
+_OPERAND = re.compile(r"%([\w.\-]+)")
 
 
 class HloInstruction(NamedTuple):
@@ -129,14 +130,14 @@ def hlo_as_ir(hlo: str) -> str:
         if instruction is None:
             continue
         if instruction.root and instruction.opcode == "tuple":
-            roots = [part.strip() for part in instruction.operands.split(",")]
+            roots = _OPERAND.findall(instruction.operands)
             continue
         node_id = ids[instruction.name] = f"%{len(ids)}"
         nodes.append(_ir_line(node_id, instruction, ids))
         if instruction.root:
-            roots = [f"%{instruction.name}"]
+            roots = [instruction.name]
     for index, operand in enumerate(roots):
-        node = ids.get(operand.lstrip("%"))
+        node = ids.get(operand)
         if node is not None and not nodes[int(node[1:])][-1].startswith("ROOT="):
             nodes[int(node[1:])].append(f"ROOT={index}")
     return "\n".join([FROM_HLO,
@@ -148,20 +149,20 @@ def _ir_line(node_id: str, instruction: HloInstruction, ids: dict[str, str]) -> 
     if instruction.opcode == "parameter":
         op = "xla::device_data"
     else:
-        op = op_type.replace("__", "::", 1) if op_type else f"hlo::{instruction.opcode}"
+        # An IR op is a name: "hlo::get_tuple_element" for an instruction no IR op lowered.
+        op = op_type.replace("__", "::", 1) if op_type else f"hlo::{instruction.opcode.replace('-', '_')}"
     shape = instruction.shape
     if shape.startswith("("):  # a tuple: its tensors, flat
         shape = "(" + shape[1:-1].replace("(", "").replace(")", "") + ")"
     if instruction.opcode in ("constant", "parameter"):
         operands, values = [], ([f"value={instruction.operands}"] if instruction.opcode == "constant" else [])
     else:
-        operands = [ids.get(part.strip().lstrip("%"), "") for part in instruction.operands.split(",") if part.strip()]
-        if not all(operands):  # an operand that is not an earlier instruction: not a graph of ours
-            operands = [operand for operand in operands if operand]
+        # Names only: XLA may print each operand's shape before it ("f32[4,8]{1,0} %p0.1").
+        operands = [ids[name] for name in _OPERAND.findall(instruction.operands) if name in ids]
         values = []
     attributes = [without_ids(attribute) for attribute in instruction.attributes]
     parts = [f"{node_id} = {shape} {op}({', '.join(operands)})", *values, *attributes]
-    if op != f"hlo::{instruction.opcode}" and instruction.opcode != "parameter":
+    if op_type and instruction.opcode != "parameter":
         parts.append(f"hlo={instruction.opcode}")
     file, line = instruction.metadata.get("source_file", ""), instruction.metadata.get("source_line", "")
     if file and line:

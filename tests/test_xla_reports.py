@@ -236,3 +236,16 @@ def test_the_same_hlo_compiled_anew_is_not_called_a_value_the_ir_leaves_out() ->
     recompiles = explain_recompiles(executions, IRWithHlo(texts, lambda graph: _before(64, 1)))
     assert recompiles[-1].note.startswith("same HLO as graph g1, but XLA compiled it anew")
     assert "does not print" not in recompiles[-1].note
+
+
+def test_an_instruction_no_ir_op_lowered_is_still_a_node() -> None:
+    """Without metadata (an instruction XLA added, a graph without XLA_IR_DEBUG) the node
+    is its opcode, a name the IR reader takes; operands printed with their shapes too."""
+    module = ("HloModule m\n\nENTRY %m.5 (p0.1: (f32[2], s32[])) -> f32[2] {\n"
+              "  %p0.1 = (f32[2]{0}, s32[]) parameter(0)\n"
+              "  %get-tuple-element.2 = f32[2]{0} get-tuple-element((f32[2]{0}, s32[]) %p0.1), index=0\n"
+              "  ROOT %negate.3 = f32[2]{0} negate(f32[2]{0} %get-tuple-element.2)\n}\n")
+    graph = parse_ir(hlo_as_ir(module))
+    assert [(n.op, n.operands, n.attrs, n.root) for n in graph.nodes] == [
+        ("xla::device_data", (), {}, None), ("hlo::get_tuple_element", ("%0",), {"index": "0"}, None),
+        ("hlo::negate", ("%1",), {}, 0)]
