@@ -177,7 +177,7 @@ class Tracer:
                 if original is not None:
                     ends_step = site.cause == "mark_step" and not site.runs_closures
                     if site.starts_processes:
-                        wrapper = self._wrap_launcher(original)
+                        wrapper = self._wrap_launcher(original, site.label)
                     elif site.polls_around:
                         wrapper = self._wrap_poll_point(original)
                     elif site.runs_closures:
@@ -287,7 +287,7 @@ class Tracer:
 
         return step_limit
 
-    def _wrap_launcher(self, original: Callable) -> Callable:
+    def _wrap_launcher(self, original: Callable, label: str) -> Callable:
         """A call that starts processes to run a function (its first argument, or `fn`):
         they inherit the environment as untraced, and the function they get is the one
         `launched` makes of it, which records each process's own trace."""
@@ -307,7 +307,7 @@ class Tracer:
                     folder = getattr(launched, "folder", None)
             executed = tracer._counts[0]
             try:
-                with tracer.backend.children_untraced():
+                with tracer.backend.children_untraced(label, args, kwargs):
                     return original(*args, **kwargs)
             finally:
                 tracer._note_launch(folder, ran_here=tracer._counts[0] > executed)

@@ -175,9 +175,10 @@ class LazyBackend(ABC):
         passes the error with the execution itself (TorchScript) leave this empty."""
         return []
 
-    def children_untraced(self) -> contextlib.AbstractContextManager[None]:
-        """While a call starts processes: the environment they inherit as untraced (the
-        settings lazyviz made for this process's backend taken back meanwhile)."""
+    def children_untraced(self, launcher: str, args: tuple, kwargs: dict) -> contextlib.AbstractContextManager[None]:
+        """While a call (the launcher labelled `launcher`, with its arguments) starts
+        processes: the environment they inherit as untraced (the settings lazyviz made
+        for this process's backend taken back meanwhile)."""
         return contextlib.nullcontext()
 
     def sync_state(self) -> SyncCause:

@@ -187,6 +187,27 @@ class _HloDump:
                     path.unlink()
 
 
+def _runs_here(launcher: str, args: tuple, kwargs: dict) -> bool:
+    """Whether a launcher call runs the function in the calling process (torch_xla 2.9):
+    `launch(fn, args, start_method, debug_single_process)` with debug_single_process or
+    under torchrun, `xmp.spawn(fn, args, nprocs, ...)` with nprocs=1."""
+    if launcher == "torch_xla.launch()":
+        import torch.distributed as dist
+
+        return bool(kwargs.get("debug_single_process", args[3] if len(args) > 3 else False)) \
+            or dist.is_torchelastic_launched()
+    return kwargs.get("nprocs", args[2] if len(args) > 2 else None) == 1
+
+
+def _set_environment(values: dict[str, str | None]) -> None:
+    """Set each variable (None: unset it)."""
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 def _debug_level(env: MutableMapping[str, str]) -> int:
     """PT_XLA_DEBUG_LEVEL as XLA reads it: PT_XLA_DEBUG=1 alone means every level."""
     try:
@@ -356,25 +377,21 @@ class XlaBackend(LazyBackend):
             self._users_settings = {name: value for name, value in before.items() if env.get(name) != value}
 
     @contextlib.contextmanager
-    def children_untraced(self) -> Iterator[None]:
+    def children_untraced(self, launcher: str, args: tuple, kwargs: dict) -> Iterator[None]:
         """Processes started meanwhile (torch_xla.launch, xmp.spawn) import torch_xla with
         the user's own settings: with ours they would write their analyses into this
         process's report file, and lazyviz would read them as its own. Each sets up its
-        own reports, if traced, before its first graph."""
-        changed = {name: os.environ.get(name) for name in self._users_settings}
-        for name, value in self._users_settings.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        own reports, if traced, before its first graph. A call that runs the function in
+        this process starts none, and XLA reads its settings inside it: ours stay."""
+        if _runs_here(launcher, args, kwargs):
+            yield
+            return
+        ours = {name: os.environ.get(name) for name in self._users_settings}
+        _set_environment(self._users_settings)
         try:
             yield
         finally:
-            for name, value in changed.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+            _set_environment(ours)
 
     def _set_up(self, env: MutableMapping[str, str]) -> None:
         user_level = _debug_level(env)

@@ -579,6 +579,15 @@ def test_debug_single_process_is_traced_in_the_launching_process(tmp_path: Path)
     single = cli("run", "--no-tui", "-o", tmp_path / "single.trace", script)
     assert single.status == 0 and "4 graph executions in 4 steps" in single.stderr
     assert "torch_xla.launch" not in single.stderr and not (tmp_path / "single.ranks").exists()
+    # Traced as any graph here: XLA read lazyviz's settings inside the launcher's call
+    # (before, the user's: every execution was one "without a Python frame", no IR).
+    _, compiled = xla_counts(single.stderr)
+    with open_trace(tmp_path / "single.trace") as opened:
+        executions, graphs = opened.executions(), opened.graphs()
+    assert {(e.cause, e.frame.line) for e in executions} == {("mark_step", line_of(script, "xm.mark_step()"))}
+    assert sum(e.cache == "miss" for e in executions) == compiled == len(graphs)
+    assert all("location=single.py:" in g.ir_text for g in graphs)
+    assert all(e.compile_ms > 0 for e in executions if e.cache == "miss")
 
 
 async def test_the_ui_shows_the_launched_process_live_and_saved(tmp_path: Path) -> None:
