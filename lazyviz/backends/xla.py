@@ -469,24 +469,25 @@ class XlaBackend(LazyBackend):
         read: theirs keeps torch's frames, as untraced."""
         if self._dump is not None and self._dump.parent != self._folder:
             return
+        import torch_xla
+
         from lazyviz.backends.ts import load_hook
 
         if classify is None:
             if self._lines_hook is not None:
                 self._lines_hook.set_source_lines(None)  # torch's getter back, XLA_IR_DEBUG off
                 self._lines_hook = None
-                if self._user_ir_debug:
-                    import torch_xla
-
-                    torch_xla._XLAC._set_ir_debug(True)  # theirs: on as untraced
+            elif self._ir_from_hlo:
+                torch_xla._XLAC._set_ir_debug(False)  # turned on below, without the hook
+            if self._user_ir_debug:
+                torch_xla._XLAC._set_ir_debug(True)  # theirs: on as untraced
             return
         try:
             self._lines_hook = load_hook()
         except BackendError as error:
             self._notes.append(f"node locations from torch's frame getter, slower: {error}")
-            import torch_xla
-
-            torch_xla._XLAC._set_ir_debug(True)
+            if self._ir_from_hlo:
+                torch_xla._XLAC._set_ir_debug(True)
             return
         # It turns XLA_IR_DEBUG on (the flag XLA reads at each node), and off at the end.
         self._lines_hook.set_source_lines(classify)
