@@ -4,6 +4,11 @@ execution a cache hit from the same line) and a fallback step (`torch.lerp`, whi
 backend runs on the CPU: each step syncs inside the op as well as at mark_step).
 
     python bench/cpu_per_step.py [--steps 3000]
+    PJRT_DEVICE=CPU .venv-xla/bin/python bench/cpu_per_step.py --backend xla   # tiny step only
+
+On PyTorch/XLA the device runs each graph on threads of its own: the traced thread's clock
+holds what lazyviz and the XLA reports it turns on cost the script's own thread, which
+is where they run (XLA writes its analyses at the sync).
 
 Each mode runs in its own process (`lazyviz.trace` around the loop); the figure is the
 least CPU time per step over 5 chunks of the loop, so a chunk that a neighbour slowed
@@ -53,20 +58,51 @@ else:
         print(least_cpu_us())
 """
 
+# XLA reads its debug settings at import: lazyviz starts before torch_xla is imported.
+CHILD_XLA = r"""
+import sys, time
+kind, mode, steps, path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+if mode != "untraced":
+    import lazyviz
+    recording = lazyviz.trace(path, capture=mode, backend="xla")
+    recording.start()
+import torch, torch_xla
+a = torch.zeros(64, device=torch_xla.device())
+
+def loop(n):
+    global a
+    for _ in range(n):
+        a = a + 1
+        torch_xla.sync()
+
+loop(50)
+chunk = steps // 5
+best = []
+for _ in range(5):
+    started = time.thread_time()
+    loop(chunk)
+    best.append((time.thread_time() - started) / chunk * 1e6)
+if mode != "untraced":
+    recording.stop()
+print(min(best))
+"""
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--backend", choices=("ts", "xla"), default="ts")
     options = parser.parse_args()
     modes = ["untraced", "light", "full"]
+    child, kinds = (CHILD_XLA, ("tiny",)) if options.backend == "xla" else (CHILD, ("tiny", "fallback"))
     print(f"{'step':<10}" + "".join(f"{mode:>22}" for mode in modes))
     with tempfile.TemporaryDirectory() as folder:
-        for kind in ("tiny", "fallback"):
+        for kind in kinds:
             cells = []
             baseline = None
             for mode in modes:
                 trace = Path(folder) / f"{kind}-{mode}.trace"
-                result = subprocess.run([sys.executable, "-c", CHILD, kind, mode, str(options.steps), str(trace)],
+                result = subprocess.run([sys.executable, "-c", child, kind, mode, str(options.steps), str(trace)],
                                         capture_output=True, text=True, check=True)
                 us = float(result.stdout.strip().splitlines()[-1])
                 baseline = us if baseline is None else baseline

@@ -454,8 +454,8 @@ class XlaBackend(LazyBackend):
         self._on_execution, self._on_execute_time = on_execution, on_execute_time
 
         self._counters = self.counters()
-        self._compile_samples = self._metric("CompileTime")[0]
-        self._execute_samples = self._metric("ExecuteTime")[0]
+        self._compile_samples = self._new_samples("CompileTime", 0)[0]
+        self._execute_samples = self._new_samples("ExecuteTime", 0)[0]
         self._executed, self._compiled = self._xla_counts()
         self._enabled = True
 
@@ -733,31 +733,27 @@ class XlaBackend(LazyBackend):
             self._graphs = _Tail(found[0], self._dump_sizes.get(found[0], 0))
         self._ir.update(self._graph_parser.feed(self._graphs.read()))
 
-    def _metric(self, name: str) -> tuple[int, list[float]]:
-        """(samples ever taken, the values kept) of an XLA metric, values in ms."""
+    def _new_samples(self, name: str, seen: int) -> tuple[int, list[float]]:
+        """(samples ever taken, the values of those after the first `seen`, in ms) of an
+        XLA metric. Only the new ones are converted: XLA keeps the last 1,000, and
+        converting them all at every sync cost a tiny step 20 us."""
         import torch_xla.debug.metrics as metrics
 
         data = metrics.metric_data(name)
         if not data:
             return 0, []
         count, _total, samples = data
-        return count, [value / _NS_PER_MS for _timestamp, value in samples]
+        new = min(count - seen, len(samples))
+        return count, [value / _NS_PER_MS for _timestamp, value in samples[len(samples) - new:]] if new > 0 else []
 
     def _take_compile_times(self) -> None:
-        count, values = self._metric("CompileTime")
-        new = count - self._compile_samples
-        if new > 0:
-            self._compile_ms.extend(values[-new:])
-            self._compile_samples = count
+        self._compile_samples, values = self._new_samples("CompileTime", self._compile_samples)
+        self._compile_ms.extend(values)
 
     def _take_execute_times(self) -> None:
-        count, values = self._metric("ExecuteTime")
-        new = count - self._execute_samples
-        if new <= 0:
-            return
-        self._execute_samples = count
+        self._execute_samples, values = self._new_samples("ExecuteTime", self._execute_samples)
         assert self._on_execute_time is not None
-        for execute_ms in values[-new:]:
+        for execute_ms in values:
             if not self._awaiting_execute:
                 break
             self._on_execute_time(self._awaiting_execute.popleft(), execute_ms)
