@@ -40,6 +40,36 @@ def test_reports_split_across_reads() -> None:
     assert [r.graph_hash for r in reports] == [r.graph_hash for r in ReportParser().feed(text)]
 
 
+def _blocks(text: str) -> list[str]:
+    """The fixture's blocks as XLA writes each: a newline, then its lines."""
+    return ["\n" + block.strip("\n") + "\n" for block in text.split("\n\n") if " Analysis: " in block]
+
+
+def test_blocks_two_threads_wrote_into_each_other_are_read_apart() -> None:
+    """XLA writes a block over 1 KB in two writes (1,025 bytes, then the rest), and a
+    thread per device can write its own block between them: before, the two merged into
+    one report with the first one's hash, and a compile went missing (3 misses where XLA
+    counted 4, 1 run in 12)."""
+    blocks = [block for block in _blocks((FIXTURES / "analysis.txt").read_text())
+              if "Graph Hash: " in block][:2]
+    first, second = (block.replace("Graph Hash: ", "Graph Hash: " + tag) for tag, block in zip("ab", blocks))
+    # Where XLA's first write ends (1,025 bytes with real paths; these are shortened):
+    # inside the last frame line.
+    a, b = (text.rfind(")\n", 0, len(text) - 200) - 5 for text in (first, second))
+    kinds = [first.split(" Analysis: ")[0].strip(), second.split(" Analysis: ")[0].strip()]
+    expected = [(kinds[1], "b"), (kinds[0], "a")]
+    # One block inside the other, then the two crossing.
+    for stream in (first[:a] + second + first[a:], first[:a] + second[:b] + first[a:] + second[b:]):
+        reports = ReportParser().feed(stream)
+        assert sorted((r.kind, r.graph_hash[:1]) for r in reports) == sorted(expected), stream
+        whole = next(r for r in reports if r.graph_hash.startswith("a"))
+        assert whole.field("Number of Graph Inputs") == next(
+            r for r in ReportParser().feed(first)).field("Number of Graph Inputs")
+    # The block inside the other: the first one's frames whole again (its cut line rejoined).
+    nested = ReportParser().feed(first[:a] + second + first[a:])
+    assert next(r for r in nested if r.graph_hash.startswith("a")).frames == ReportParser().feed(first)[0].frames
+
+
 def test_graph_dump_gives_each_graph_once_with_locations() -> None:
     text = (FIXTURES / "graphs.txt").read_text()
     parser = GraphDumpParser()

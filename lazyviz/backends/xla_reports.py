@@ -61,21 +61,41 @@ class Report:
 
 
 class ReportParser:
-    """Feed it whole lines as the analysis file grows; it returns the reports completed."""
+    """Feed it whole lines as the analysis file grows; it returns the reports completed.
+
+    XLA appends a block in more than one write when it is over 1 KB (the first 1,025
+    bytes, then the rest), with no lock: with a thread per device another thread's block
+    can land between the two parts, the first ending mid-line. A block that opens inside
+    another suspends it until it closes; a line without a prefix is the rest of the line
+    the first part cut. The block's head (cause, hash, inputs and outputs) comes first,
+    so it stays whole even where two blocks cross."""
 
     def __init__(self) -> None:
         self._report: Report | None = None
+        self._suspended: list[Report] = []
+        self._closed = ""  # the kind whose "----" line came last: its "====" line closes it
 
     def feed(self, text: str) -> list[Report]:
         done = []
         for line in text.splitlines():
             kind, sep, body = line.partition(" Analysis: ")
-            if not sep or kind not in KINDS or body.startswith("===="):
+            if not sep or kind not in KINDS:
+                if line and not line.startswith("Computation hash:") and self._report is not None \
+                        and self._report.lines:
+                    self._report.lines[-1] += line  # the rest of a line another block's write cut
                 continue
+            if body.startswith("===="):
+                if self._closed != kind and self._report is not None:
+                    self._suspended.append(self._report)  # a block opened inside another
+                    self._report = None
+                self._closed = ""
+                continue
+            self._closed = ""
             if body.startswith("----"):
                 if self._report is not None:
                     done.append(self._report)
-                self._report = None
+                self._report = self._suspended.pop() if self._suspended else None
+                self._closed = kind
                 continue
             if self._report is None or self._report.kind != kind:
                 self._report = Report(kind)
