@@ -1,6 +1,6 @@
 """HLO text as XLA prints it, split into parts: shared by the XLA backend (which matches
-its compiler dump's modules with graphs) and the analysis (which compares two modules).
-Pure text functions, no torch.
+its compiler dump's modules with graphs, and writes each graph's IR from its module:
+hlo_as_ir) and the analysis (which compares two modules). Pure text functions, no torch.
 
     ENTRY %SyncTensorsGraph.30 (p0.1: f32[16,1], p1.2: f32[]) -> (f32[], /*index=1*/f32[16,1]) {
 """
