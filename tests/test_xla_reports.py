@@ -265,7 +265,10 @@ def test_the_same_hlo_compiled_anew_is_not_called_a_value_the_ir_leaves_out() ->
     texts = {f"g{i}": hlo_as_ir(_before(64, 1)) for i in range(3)}
     recompiles = explain_recompiles(executions, IRWithHlo(texts, lambda graph: _before(64, 1)))
     assert recompiles[-1].note.startswith("same HLO as graph g1, but XLA compiled it anew")
-    assert "does not print" not in recompiles[-1].note
+    assert "does not print" not in recompiles[-1].note and recompiles[-1].brief() == "same HLO"
+    (finding,) = [f for f in analyze(run_info(backend="xla", steps=3), executions,
+                                     IRWithHlo(texts, lambda graph: _before(64, 1))).findings if f.kind == "recompile"]
+    assert "baked into the graph" not in finding.fix and "export --format hlo" in finding.fix
 
 
 def test_an_instruction_no_ir_op_lowered_is_still_a_node() -> None:

@@ -356,6 +356,8 @@ _SHAPE_FIX = "pad or bucket batches to a few fixed shapes (or drop_last=True in 
 _CONSTANT_FIX = ("a value baked into the graph as a constant changed (a Python number used as a slice bound, "
                  "index, size or scalar argument): keep it the same every step, slice or index on the CPU "
                  "before moving data to the device, or pass it as a tensor (index_select with an index tensor)")
+_SAME_HLO_FIX = ("XLA hashed something its HLO does not show (which inputs it may donate, their order): compare "
+                 "the two graphs' HLO modules whole, their first line included (lazyviz export --format hlo)")
 _PATH_FIX = ("the step's code took another path (ops were added or removed: a Python branch, a setting that "
              "changed, a first optimizer step): compare the two graphs with lazyviz export --diff")
 _NEW_GRAPH_FIX = ("the step ran code no earlier step ran at this site (a new phase or branch, e.g. evaluation); "
@@ -391,6 +393,8 @@ def _recompile_fix(recompile: Recompile) -> str:
     if recompile.diff is None:
         return "record with --capture full (the IR of every graph) to see what changed"
     if recompile.diff.is_empty:
+        if recompile.same_hlo:
+            return _SAME_HLO_FIX
         return _CONSTANT_FIX if recompile.note else _ALIASING_FIX  # note: a value XLA's IR text leaves out
     kinds = {change.kind for change in recompile.diff.origins}
     if kinds == {"aliasing"}:

@@ -40,6 +40,7 @@ class Recompile:
     diff: GraphDiff | None  # None when the IR was not captured or did not parse, or for a new graph
     note: str = ""
     new_graph: bool = False  # no earlier graph is close: closest is only the nearest one
+    same_hlo: bool = False  # XLA: the same HLO as closest, yet compiled anew (what differs is not in it)
     choice: str = ""  # which graph was compared against and why, in one line
     context: str | None = None  # the test that ran it, under pytest
 
@@ -78,7 +79,7 @@ class Recompile:
             return "first graph" if self.closest is None else "changed (no IR to compare)"
         origins = self.diff.origins
         if not origins:
-            return "a value not in the IR" if self.note else "aliasing"
+            return "same HLO" if self.same_hlo else "a value not in the IR" if self.note else "aliasing"
         first = origins[0]
         if first.kind in ("op_added", "op_removed"):
             added = sum(1 for c in origins if c.kind == "op_added")
@@ -400,7 +401,7 @@ def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[
     choice = (f"compared with execution {closest.index}'s graph {closest.graph}: the closest of "
               f"{len(candidates)} earlier graph{'s' if len(candidates) != 1 else ''} {where} "
               f"({shared:.0%} of ops shared, {len(diff.changed_nodes)} nodes differ)")
-    note = ""
+    note, same_hlo = "", False
     if diff.is_empty and "xla::device_data" in new_text:
         # PyTorch/XLA's IR text leaves some values out (a slice's bounds): its HLO says them.
         values = hlo_changes(ir_texts.hlo(closest.graph), ir_texts.hlo(execution.graph)) \
@@ -409,6 +410,7 @@ def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[
             diff = diff.with_values(values)
             choice += f"; in the HLO XLA compiled, {len(values)} value{'s differ' if len(values) != 1 else ' differs'}"
         elif new_text.startswith(FROM_HLO):
+            same_hlo = True
             note = (f"same HLO as graph {closest.graph}, but XLA compiled it anew: what XLA hashed differs outside "
                     "the computation it dumps (which inputs' buffers it may donate, say)")
         else:
@@ -416,7 +418,7 @@ def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[
                     "not print changed (a slice's bounds from a Python number, say); the HLO of each graph "
                     "shows which (lazyviz export --format hlo; not recorded in a process a launcher started)")
     return Recompile(closest=closest.graph, closest_execution=closest.index, same_site=bool(same_site),
-                     diff=diff, choice=choice, note=note, **base)
+                     diff=diff, choice=choice, note=note, same_hlo=same_hlo, **base)
 
 
 def _latest_if_closest(latest: Execution, new: IRGraph, new_text: str,
