@@ -184,9 +184,12 @@ async def test_word_language_model_first_screen_names_the_root_cause_and_its_fix
     async with app.run_test(size=(80, 24)) as pilot:
         for _ in range(200):  # the analysis runs in a worker
             await pilot.pause(0.05)
-            if app.latest is not None and app._opened:
+            # ...and the fix line is shown and laid out, as the user first sees it.
+            if app.latest is not None and app._opened and app.query_one("#fix").size.width:
                 break
         strip = app.query_one(FindingsStrip)
         first = str(strip.get_option_at_index(0).prompt)
         assert "no mark_step" in first and "grows" in first
-        assert str(app.query_one("#fix").render()).startswith("fix: call torch._lazy.mark_step()")
+        fix = app.query_one("#fix")
+        assert fix.display and fix.size.width > 40
+        assert str(fix.render()).startswith("fix: call torch._lazy.mark_step()")

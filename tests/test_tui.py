@@ -431,11 +431,10 @@ async def test_a_live_run_moves_to_its_worst_finding_when_it_ends(tmp_path: Path
         app = build_app(trace, process=process, poll_s=0.05)
         async with app.run_test(size=(80, 24)) as pilot:
             table = app.query_one(ExecutionList)
-            await wait_for(pilot, lambda: app._opened, seconds=120)
-            await pilot.pause()
-            assert table.selected is not None and table.selected.index == 4 and not table.follow
             fix = app.query_one("#fix")
-            assert "pad or bucket batches" in str(fix.render())
+            await wait_for(pilot, lambda: app._opened and fix.size.width > 0, seconds=120)
+            assert table.selected is not None and table.selected.index == 4 and not table.follow
+            assert fix.display and "pad or bucket batches" in str(fix.render())
     finally:
         process.wait(timeout=120)
 

@@ -32,5 +32,6 @@ class FixLine(Static):
         if self.finding is not None and self.finding.fix:
             line.append("fix: ", f"bold {palette().hit}")
             line.append(self.finding.fix)
-            line.truncate(max(10, self.size.width), overflow="ellipsis")
+            if self.size.width:  # zero until the first layout after it is shown
+                line.truncate(self.size.width, overflow="ellipsis")
         return line
