@@ -1,11 +1,18 @@
 // lazyviz's hook into torch's lazy core: a BackendImplInterface that forwards
 // every call to the backend already registered and reports each graph execution
-// to Python. Checked on torch 2.13.0 (torch/csrc/lazy/backend/backend_interface.h).
+// to Python. Checked on torch 2.13.0 (torch/csrc/lazy/backend/backend_interface.h),
+// and on 2.11.0 (CPU, and CUDA with LTC_TS_CUDA=1).
 //
 // Why a backend wrapper: the lazy core has no Python hook per sync, but every
 // execution (mark_step, .item(), an eager fallback) goes through
 // ExecuteComputation, and every cache miss through CreateLoweringContext with the
 // graph's post order: so each distinct graph is formatted once, on its miss.
+//
+// No C++ stream (<sstream>, operator<<) anywhere: text is built from strings. The
+// hook is compiled by the user's g++ against torch's prebuilt libraries, and where
+// that g++ was another than torch's (Ubuntu 24.04's g++ 13 and libstdc++ 14, torch
+// 2.11's wheel) an ostringstream made here crashed the first time torch's code wrote a
+// number to it (SIGSEGV in basic_ostream::_M_insert<long>, at the first sync).
 #include <torch/extension.h>
 #include <torch/csrc/lazy/backend/backend_interface.h>
 #include <torch/csrc/lazy/core/config.h>
@@ -27,7 +34,6 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <string_view>
 #include <tuple>
 #include <typeinfo>

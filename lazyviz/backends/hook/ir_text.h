@@ -60,14 +60,19 @@ std::string PostOrderText(c10::ArrayRef<const Node*> post_order, c10::ArrayRef<c
   for (size_t i = 0; i < roots.size(); ++i) root_ids[roots[i]] = i;
   std::string out = "IR {\n";
   out.reserve(post_order.size() * 160);
-  std::ostringstream shapes;  // shapes print through c10's operator<<, as torch's do
   for (const Node* node : post_order) {
-    shapes.str("");
-    shapes << node->shapes() << " " << node->op() << "(";
     out += "  %";
     out += std::to_string(ids.at(node));
-    out += " = ";
-    out += shapes.str();
+    out += " = [";  // the shapes as c10 prints an ArrayRef of them
+    bool first_shape = true;
+    for (const Shape& shape : node->shapes()) {
+      if (!first_shape) out += ", ";
+      first_shape = false;
+      out += shape.to_string();
+    }
+    out += "] ";
+    out += node->op().ToString();
+    out += '(';
     bool first = true;
     for (const Output& operand : node->operands()) {
       if (!first) out += ", ";

@@ -22,10 +22,12 @@ void PruneWhenLarge(Map& map, size_t& limit, Alive alive) {
   limit = std::max<size_t>(1024, map.size() * 2);
 }
 
+// ", location=fn@file:line", as torch's EmitShortFrameInfo prints it (the file's base
+// name). Made of strings: the hook uses no C++ stream (see common.h).
 std::string LocationText(const SourceLocation& where) {
-  std::ostringstream text;
-  EmitShortFrameInfo(text, {where});  // ", location=fn@file:line", as torch prints it
-  return text.str();
+  size_t slash = where.file.find_last_of('/');
+  return ", location=" + where.function + "@" + where.file.substr(slash == std::string::npos ? 0 : slash + 1) + ":" +
+         std::to_string(where.line);
 }
 
 // The fields of Python's answer, Recorded(index, kind, repeat, fallback) in
@@ -246,10 +248,13 @@ class RecordingBackend : public BackendImplInterface {
       }
     }
     if (marks.empty()) return text;
-    std::istringstream in(text);
-    std::ostringstream out;
-    std::string line;
-    for (size_t number = 0; std::getline(in, line); ++number) {
+    std::string out;
+    out.reserve(text.size() + marks.size() * 48);
+    for (size_t start = 0, number = 0; start < text.size(); ++number) {
+      size_t end = text.find('\n', start);
+      if (end == std::string::npos) end = text.size();
+      std::string line = text.substr(start, end - start);
+      start = end + 1;
       auto mark = marks.find(number);
       if (mark != marks.end()) {
         size_t at = line.find(", location=");
@@ -261,9 +266,10 @@ class RecordingBackend : public BackendImplInterface {
         if (before == std::string::npos) before = line.find(", NodeType=");
         line.insert(before == std::string::npos ? line.size() : before, mark->second);
       }
-      out << line << '\n';
+      out += line;
+      out += '\n';
     }
-    return out.str();
+    return out;
   }
 
   // The same graph gives the same id in every run: node hashes cover op, shapes and
