@@ -32,6 +32,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 import zlib
 from collections import deque
 from collections.abc import Iterator, MutableMapping
@@ -66,10 +67,13 @@ def launchers() -> list[tuple[object, str, str]]:
     return [(torch_xla, "launch", "torch_xla.launch()"), (xmp, "spawn", "xmp.spawn()")]
 
 _NS_PER_MS = 1e6
-# XLA metrics of host<->device copies -> (counter name, take the total (bytes), not the count).
-_TRANSFER_METRICS = (("TransferToDeviceTime", "TransferToDevice", False), ("OutboundData", "TransferToDeviceBytes", True),
-                     ("TransferFromDeviceTime", "TransferFromDevice", False),
-                     ("InboundData", "TransferFromDeviceBytes", True))
+# XLA's metric of the bytes of each host<->device copy -> lazyviz's names for how many
+# copies and how many bytes. Each copy adds one sample (PJRT and IFRT clients, beside
+# one to TransferTo/FromDeviceTime, which a failed copy adds alone), so one metric
+# gives both. Reading a metric converts the last 1,024 samples it keeps: 35 us a read.
+_TRANSFER_METRICS = (("OutboundData", "TransferToDevice", "TransferToDeviceBytes"),
+                     ("InboundData", "TransferFromDevice", "TransferFromDeviceBytes"))
+_EXECUTE_READ_S = 0.05  # XLA's execute times are read at most this often (see _execute_times_due)
 _HOST_READ = "trying to access tensor value"  # XLA's cause for a sync that reads values on the host
 _FRAME_LINE = re.compile(r"^[\w ]+Analysis:\s+\S.*? \((.+):\d+\)$")  # "...Analysis:   fn (file:line)"
 
@@ -322,6 +326,7 @@ class XlaBackend(LazyBackend):
         self._compile_samples = 0
         self._execute_samples = 0
         self._awaiting_execute: deque[int] = deque()  # executions without an execute time yet
+        self._execute_read_at = 0.0  # perf_counter() of the last read of ExecuteTime
         self._counters: dict[str, int] = {}
         self._last_index: int | None = None  # the last execution handed on
         # Executions and compiles as XLA counts them (CachedCompile + UncachedCompile, one
@@ -535,8 +540,19 @@ class XlaBackend(LazyBackend):
             self._take_compile_times()
             self._hand_on_pending(max(frameless, 0), compiled - self._compiled)
         self._executed, self._compiled = executed, compiled
-        if self._awaiting_execute:
+        if self._awaiting_execute and (final or self._execute_times_due()):
             self._take_execute_times()
+
+    def _execute_times_due(self) -> bool:
+        """Reading XLA's ExecuteTime converts every sample it keeps (35 us once it holds
+        1,024): at most every 50 ms, or sooner once 256 executions wait, long before XLA
+        drops a sample not yet read. The times come a window later, as they reach the
+        trace anyway (the writer commits every 0.1 s)."""
+        now = time.perf_counter()
+        if len(self._awaiting_execute) < 256 and now - self._execute_read_at < _EXECUTE_READ_S:
+            return False
+        self._execute_read_at = now
+        return True
 
     def _xla_counts(self) -> tuple[int, int]:
         """(executions, compiles) as XLA counts them: every execution looks its graph up."""
@@ -768,10 +784,10 @@ class XlaBackend(LazyBackend):
         import torch_xla.debug.metrics as metrics
 
         counters = {name: metrics.counter_value(name) or 0 for name in metrics.counter_names()}
-        for metric, name, total in _TRANSFER_METRICS:
+        for metric, copies, size in _TRANSFER_METRICS:
             data = metrics.metric_data(metric)
             if data:
-                counters[name] = int(data[1]) if total else data[0]
+                counters[copies], counters[size] = data[0], int(data[1])
         return counters
 
     def sync_sites(self) -> list[SyncSite]:
