@@ -23,7 +23,7 @@ void PruneWhenLarge(Map& map, size_t& limit, Alive alive) {
 }
 
 // ", location=fn@file:line", as torch's EmitShortFrameInfo prints it (the file's base
-// name). Made of strings: the hook uses no C++ stream (see common.h).
+// name). Made of strings: the hook uses no C++ stream (see hook.cpp).
 std::string LocationText(const SourceLocation& where) {
   size_t slash = where.file.find_last_of('/');
   return ", location=" + where.function + "@" + where.file.substr(slash == std::string::npos ? 0 : slash + 1) + ":" +
