@@ -509,7 +509,8 @@ class Tracer:
             sync_ms=sync_ms, trace_ms=trace_ms, compile_ms=compile_ms, execute_ms=execute_ms,
             start_ms=(start - self._started) * 1000,
             fallback_ops=fallback_ops, counters=dict(counters) if self.capture == "full" else {},
-            call=self._user_call(frame) if cause == "fallback" and frame is not None else None,
+            # The call of the user's that led here (a library's own sync or fallback inside it).
+            call=self._user_call(frame) if cause != "mark_step" and frame is not None else None,
             context=_test_running(),
         )
         self.writer.add_execution(record, new_graph, new_stack)

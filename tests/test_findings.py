@@ -297,7 +297,7 @@ def test_fallback_finding_counts_calls_and_forced_executions() -> None:
                   for i in range(4)]
     [finding] = fallback_findings(executions, 4)
     assert finding.details == {"op": "aten::mse_loss", "calls": 4, "executions_forced": 4, "per_step": 1.0,
-                               "call": None}
+                               "call": None, "library_line": None, "library_fix": False}
     assert "((output - target) ** 2).mean()" in finding.fix
 
 

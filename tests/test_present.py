@@ -6,8 +6,8 @@ from pathlib import Path
 
 from builders import IR16, IR24, ex
 
-from lazyviz.analysis.diff import diff_texts
 from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.summary import graph_memory, summarize
 from lazyviz.present import (
     ADDED,
@@ -24,6 +24,11 @@ from lazyviz.present import (
 from lazyviz.trace.model import Frame
 
 
+def diff_of(old: str, new: str):
+    """What differs from one IR text to another, as the analysis asks it (IRGraphs.diff)."""
+    return IRGraphs({"old": old, "new": new}).diff("old", "new")
+
+
 def test_short_path_rules() -> None:
     home = str(Path.home())
     assert short_path("/repo/src/train.py", "/repo") == "src/train.py"
@@ -33,7 +38,7 @@ def test_short_path_rules() -> None:
 
 
 def test_diff_marks_keep_the_origin() -> None:
-    diff = diff_texts(IR16, IR24)
+    diff = diff_of(IR16, IR24)
     marks = diff_marks(diff)
     assert marks["%0"] == ORIGIN and set(marks.values()) <= {ORIGIN, CARRIED, ADDED}
     assert list(marks.values()).count(ORIGIN) == len({c.node for c in diff.origins if c.node})
@@ -41,7 +46,7 @@ def test_diff_marks_keep_the_origin() -> None:
 
 
 def test_diff_texts_is_none_for_text_that_is_not_ir() -> None:
-    assert diff_texts("not ir", IR16) is None and diff_texts("", "") is None
+    assert diff_of("not ir", IR16) is None and diff_of("", "") is None
 
 
 def test_findings_of_one_kind_at_one_site_are_one_group_worst_first() -> None:

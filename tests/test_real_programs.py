@@ -193,3 +193,60 @@ async def test_word_language_model_first_screen_names_the_root_cause_and_its_fix
         fix = app.query_one("#fix")
         assert fix.display and fix.size.width > 40
         assert str(fix.render()).startswith("fix: call torch._lazy.mark_step()")
+
+
+BERT = ["--steps", "6"]
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, int], dict]:
+    """A Hugging Face classifier fine-tuned as its examples write it: per-batch padding
+    (DataCollatorWithPadding), transformers' own attention-mask code."""
+    return traced(tmp_path_factory.mktemp("bert"), "bert_classifier.py", *BERT)
+
+
+def test_bert_counts_are_the_runs_and_the_library_sync_is_named_where_it_is(bert) -> None:
+    trace, counters, report = bert
+    assert_counts_match_ltc(trace, counters)
+    findings = report["findings"]
+    # Per-batch padding: one cause, counted in the run's steps (6), however many syncs a step recompiles at.
+    [shapes] = [f for f in findings if f["kind"] == "dynamic_shape"]
+    assert shapes["details"]["steps"] <= 6 and "of 6 steps" in shapes["message"]
+    assert "pad or bucket" in shapes["fix"]
+    # The host read is transformers' check of the mask, inside the model: named there, with the option that avoids it.
+    [read] = [f for f in findings if f["kind"] == "extra_sync" and f["details"]["cause"] == "bool"]
+    assert read["details"]["library_line"].startswith("transformers/masking_utils.py:")
+    assert "inside BertModel.forward()" in read["message"]
+    assert "attn_implementation=\"eager\"" in read["fix"] and "4D additive mask" in read["fix"]
+    assert "instead of `if tensor:`" not in read["fix"]  # there is no `if` in the user's code
+    index = next(f for f in findings if f["kind"] == "fallback" and f["details"]["op"] == "aten::index.Tensor")
+    assert index["details"]["library_line"].startswith("transformers/masking_utils.py:") and index["details"]["library_fix"]
+
+
+def test_bert_with_the_advised_mask_has_no_library_sync_or_fallback(tmp_path: Path) -> None:
+    # The fix lazyviz gives, applied: eager attention and a 4D additive mask. LTC's counters
+    # say what is left: no fallback, no host read but the final loss.item(), one execution a step.
+    trace, counters, report = traced(tmp_path, "bert_classifier.py", *BERT, "--mask-4d")
+    assert_counts_match_ltc(trace, counters)
+    assert not any(name.startswith("aten::") and name != "aten::_local_scalar_dense" for name in counters)
+    assert counters.get("aten::_local_scalar_dense") == 1
+    assert {f["kind"] for f in report["findings"]} == {"dynamic_shape"}
+    assert report["summary"]["executions"] == 6 == counters["MarkStep"]
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_a_scripts_own_counters_read_as_untraced_in_every_capture_mode(tmp_path: Path, optimizer: str) -> None:
+    # A user printing torch._lazy.metrics sees the numbers of their loop, not lazyviz's:
+    # full capture with source lines once kept the last frame that built a node alive,
+    # and a tensor in it was one more SyncedTensorsWithIR at every mark_step (with Adam).
+    program = PROGRAMS / "optimizer_counters.py"
+    untraced = subprocess.run([sys.executable, str(program), optimizer], capture_output=True, text=True, timeout=300)
+    assert untraced.returncode == 0, untraced.stderr
+    expected = untraced.stdout.strip().splitlines()[-1]
+    assert "'SyncedTensorsWithIR'" in expected
+    for mode in ([], ["--no-source-lines"], ["--capture", "light"]):
+        trace = tmp_path / f"{'-'.join(mode) or 'full'}.trace"
+        run = cli("run", "--no-tui", "-o", trace, *mode, program, optimizer)
+        assert run.status == 0, run.stderr
+        printed = next(line for line in run.stdout.splitlines() if line.startswith("{"))
+        assert printed == expected, f"capture {mode or 'full'}"

@@ -7,13 +7,18 @@ from pathlib import Path
 from builders import ex, run_info
 
 from lazyviz.analysis import analyze
-from lazyviz.analysis.diff import diff_texts
-from lazyviz.analysis.hlo import IRWithHlo, hlo_changes
+from lazyviz.analysis.graphs import IRGraphs
+from lazyviz.analysis.hlo import hlo_changes
 from lazyviz.analysis.ir import parse_ir
 from lazyviz.analysis.recompiles import explain_recompiles
 from lazyviz.analysis.summary import split_hlo
 from lazyviz.backends.xla_reports import GraphDumpParser, ReportParser, hlo_entry_size, hlo_signature
 from lazyviz.hlo_text import hlo_as_ir
+
+
+def diff_of(old: str, new: str):
+    """What differs from one IR text to another, as the analysis asks it (IRGraphs.diff)."""
+    return IRGraphs({"old": old, "new": new}).diff("old", "new")
 
 FIXTURES = Path(__file__).parent / "fixtures" / "xla"
 
@@ -173,10 +178,10 @@ def test_the_same_xla_ir_text_compiled_anew_is_a_value_its_text_leaves_out() -> 
     executions = [ex(i, step=i, graph=f"g{i}", cache="miss") for i in range(4)]
     hlo = {f"g{i}": f"# the HLO\n{_module(i, '0.5')}" for i in range(4)}
     info = run_info(backend="xla", steps=4)
-    with_hlo = IRWithHlo({g: SELECTED for g in hlo}, hlo.__getitem__)
+    with_hlo = IRGraphs({g: SELECTED for g in hlo}, hlo.__getitem__)
     finding = next(f for f in analyze(info, executions, with_hlo).findings if f.kind == "recompile")
     assert "slice={[0:64], [1:17]} -> slice={[0:64], [2:18]}, built at train.py:19" in finding.message
-    without = IRWithHlo({g: SELECTED for g in hlo}, lambda graph: "")
+    without = IRGraphs({g: SELECTED for g in hlo}, lambda graph: "")
     finding = next(f for f in analyze(info, executions, without).findings if f.kind == "recompile")
     assert "a value its IR text does not print changed" in finding.message and "share buffers" not in finding.message
     assert "a Python number used as a slice bound" in finding.fix
@@ -197,14 +202,14 @@ def test_light_capture_explains_an_input_shape_change_from_the_hlo_once_for_both
             executions.append(ex(2 * step + at, step=step, graph=graph, cause=cause, line=line,
                                  cache="miss" if step in (0, 3) else "hit"))
     info = run_info(backend="xla", capture="light", steps=4)
-    findings = analyze(info, executions, IRWithHlo(dict.fromkeys(hlo, ""), hlo.__getitem__)).findings
+    findings = analyze(info, executions, IRGraphs(dict.fromkeys(hlo, ""), hlo.__getitem__)).findings
     (finding,) = [f for f in findings if f.kind in ("recompile", "dynamic_shape")]  # and the .item()'s extra sync
     assert finding.message.startswith("step 3 recompiled: input shape f32[16,8] -> f32[24,8]")
     assert "one cause: 2 recompiles at 2 sync sites" in finding.message and "pad or bucket" in finding.fix
     # The same input in another dtype: a dtype change, with its own fix.
     hlo["item24"], hlo["mark_step24"] = (text.replace("f32[24,8]", "f16[16,8]") for text in
                                          (hlo["item24"], hlo["mark_step24"]))
-    findings = analyze(info, executions, IRWithHlo(dict.fromkeys(hlo, ""), hlo.__getitem__)).findings
+    findings = analyze(info, executions, IRGraphs(dict.fromkeys(hlo, ""), hlo.__getitem__)).findings
     (finding,) = [f for f in findings if f.kind == "recompile"]
     assert "dtype: xla::device_data %p0: f32[16,8] -> f16[16,8]" in finding.message and "cast it once" in finding.fix
 
@@ -249,11 +254,11 @@ def test_an_hlo_module_reads_as_xlas_ir_one_node_per_instruction() -> None:
 
 
 def test_a_diff_of_hlo_graphs_names_the_value_and_the_input_that_changed() -> None:
-    (bound,) = diff_texts(hlo_as_ir(_before(64, 1)), hlo_as_ir(_before(64, 2))).origins
+    (bound,) = diff_of(hlo_as_ir(_before(64, 1)), hlo_as_ir(_before(64, 2))).origins
     assert bound.describe() == ("attribute: xla::select.slice %1: {[0:64], [1:17]} -> {[0:64], [2:18]}, "
                                 "built at train.py:19")
     # Another batch: the input is the origin; the slice's and the mean's new sizes follow it.
-    (batch,) = diff_texts(hlo_as_ir(_before(64, 1)), hlo_as_ir(_before(48, 1))).origins
+    (batch,) = diff_of(hlo_as_ir(_before(64, 1)), hlo_as_ir(_before(48, 1))).origins
     assert (batch.kind, batch.before, batch.after, batch.source_line) == (
         "input_shape", "f32[64,32]", "f32[48,32]", "train.py:12")
 
@@ -263,11 +268,11 @@ def test_the_same_hlo_compiled_anew_is_not_called_a_value_the_ir_leaves_out() ->
     left out can be the difference (that note is for XLA's own IR text)."""
     executions = [ex(i, step=i, graph=f"g{i}", cache="miss") for i in range(3)]
     texts = {f"g{i}": hlo_as_ir(_before(64, 1)) for i in range(3)}
-    recompiles = explain_recompiles(executions, IRWithHlo(texts, lambda graph: _before(64, 1)))
+    recompiles = explain_recompiles(executions, IRGraphs(texts, lambda graph: _before(64, 1)))
     assert recompiles[-1].note.startswith("same HLO as graph g1, but XLA compiled it anew")
     assert "does not print" not in recompiles[-1].note and recompiles[-1].brief() == "same HLO"
     (finding,) = [f for f in analyze(run_info(backend="xla", steps=3), executions,
-                                     IRWithHlo(texts, lambda graph: _before(64, 1))).findings if f.kind == "recompile"]
+                                     IRGraphs(texts, lambda graph: _before(64, 1))).findings if f.kind == "recompile"]
     assert "baked into the graph" not in finding.fix and "export --format hlo" in finding.fix
 
 

@@ -22,6 +22,7 @@ from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
 from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.ranks import find_divergence, rank_list, step_graphs
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
 from lazyviz.analysis.run import Run
@@ -101,6 +102,7 @@ class LazyvizApp(App[str | None]):
         """Forget what was read: on start, and when switching to another rank's trace."""
         self.count = 0  # rows of the watcher's table shown so far
         self.ir_texts: dict[str, str] = {}
+        self.ir_graphs = IRGraphs(self.ir_texts)  # the tabs' parsed graphs; with the HLO on XLA (_apply)
         self.run_info: RunInfo | None = None
         self.latest: Run | None = None  # the run as its latest analysis saw it
         self.analysed = 0  # executions the latest analysis covered
@@ -255,8 +257,20 @@ class LazyvizApp(App[str | None]):
         except NoMatches:  # an update that arrives while the app closes
             pass
 
+    def _backend_text(self, graph_id: str) -> str:
+        """A graph's backend text, read from the trace when the Diff tab asks for its HLO
+        (only where two graphs' IR texts are the same, on PyTorch/XLA)."""
+        try:
+            with Trace(self.trace_path) as trace:
+                graph = trace.graph(graph_id)
+        except TraceError:
+            return ""
+        return graph.backend_text if graph is not None else ""
+
     def _apply(self, update: TraceUpdate) -> None:
         if update.run is not None:
+            if update.run.backend == "xla" and not self.ir_graphs.has_hlo:
+                self.ir_graphs = IRGraphs(self.ir_texts, self._backend_text)
             self.run_info = update.run
             self.query_one(ExecutionList).cwd = update.run.cwd
         self.process_status = update.process_status
@@ -412,8 +426,7 @@ class LazyvizApp(App[str | None]):
         try:
             with Trace(self.trace_path) as trace:
                 # Snapshots: the watcher goes on adding rows, and the UI graphs.
-                context = DetailContext(trace, self.watcher.executions.head(self.count), dict(self.ir_texts),
-                                        self.raw)
+                context = DetailContext(trace, self.watcher.executions.head(self.count), self.ir_graphs, self.raw)
                 texts = {}
                 for panel in EXECUTION_PANELS:
                     if worker.is_cancelled:
@@ -568,7 +581,7 @@ class LazyvizApp(App[str | None]):
             self.call_from_thread(self.notify, "no IR recorded for this graph (capture light)", severity="warning")
             return
         try:
-            svg = render_svg(execution_dot(ir, execution))
+            svg = render_svg(execution_dot(self.ir_graphs.parsed(execution.graph), execution))
             path = new_file(self.trace_path.with_name(f"{self.trace_path.name}.execution-{execution.index}"), ".svg")
             with path.open("x", encoding="utf-8") as handle:  # never over an existing file
                 handle.write(svg)

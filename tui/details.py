@@ -6,7 +6,7 @@ import linecache
 import os
 from collections.abc import Callable, Sequence
 
-from lazyviz.analysis.ir import parsed
+from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.recompiles import Recompile
 from lazyviz.present import ADDED, CARRIED, ORIGIN, diff_marks, readable_ir
 from lazyviz.trace.model import Execution, Frame
@@ -60,8 +60,7 @@ def last_before(table: ExecutionTable, index: int, test: Callable[[Kind], bool])
     return table[found[before - 1]] if before else None
 
 
-def diff_text(execution: Execution, recompile: Recompile | None, old_ir: str, new_ir: str,
-              raw: bool = False) -> str:
+def diff_text(execution: Execution, recompile: Recompile | None, graphs: IRGraphs, raw: bool = False) -> str:
     """The new graph's IR with each line marked against the closest earlier graph:
     '!' where a change came in, '~' carried from operands, '+' added, '-' removed."""
     if recompile is None:
@@ -86,7 +85,8 @@ def diff_text(execution: Execution, recompile: Recompile | None, old_ir: str, ne
                 header.append(f"#       built at {built}")
     else:
         header.append(f"# {recompile.headline()}")
-    new_graph, old_graph = parsed(new_ir), parsed(old_ir)
+    new_graph, old_graph = graphs.parsed(execution.graph), graphs.parsed(recompile.closest)
+    new_ir, old_ir = graphs.text(execution.graph), graphs.text(recompile.closest)
     if new_graph is None or old_graph is None:
         return "\n".join(header + ["# cannot read the IR"])
     tidy = (lambda line: line) if raw else readable_ir

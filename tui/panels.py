@@ -15,9 +15,8 @@ from typing import ClassVar
 from textual.containers import VerticalScroll
 from textual.widget import Widget
 
-from lazyviz.analysis.ir import parsed
+from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.recompiles import Recompile, explain_execution
-from lazyviz.analysis.run import with_hlo
 from lazyviz.analysis.summary import graph_memory, split_hlo
 from lazyviz.present import memory_text, readable_backend, readable_ir
 from lazyviz.trace import Execution, Trace
@@ -36,7 +35,7 @@ class DetailContext:
 
     trace: Trace
     executions: ExecutionTable
-    ir_texts: dict[str, str]
+    graphs: IRGraphs  # the app's: each graph parsed once, however often it is selected
     raw: bool = False  # IR and backend text as recorded (the r key), not tidied
 
 
@@ -92,10 +91,8 @@ class DiffPanel(ExecutionPanel):
     about = "what changed since the closest earlier graph: ! origin, ~ carried, + added, - removed"
 
     def text(self, execution: Execution, context: DetailContext) -> str:
-        texts = with_hlo(context.ir_texts, context.trace, context.trace.run)
-        recompile = explain_execution(context.executions, texts, execution.index)
-        old_ir = context.ir_texts.get(recompile.closest, "") if recompile and recompile.closest else ""
-        return diff_text(execution, recompile, old_ir, context.ir_texts.get(execution.graph, ""), context.raw)
+        recompile = explain_execution(context.executions, context.graphs, execution.index)
+        return diff_text(execution, recompile, context.graphs, context.raw)
 
 
 class StackPanel(ExecutionPanel):
@@ -120,7 +117,7 @@ class OpsPanel(ExecutionPanel):
     about = "what the graph is made of: each op and how many times it appears"
 
     def text(self, execution: Execution, context: DetailContext) -> str:
-        graph = parsed(context.ir_texts.get(execution.graph, ""))
+        graph = context.graphs.parsed(execution.graph)
         if graph is None:
             return "no IR recorded for this graph (capture light)"
         counts = Counter(node.op for node in graph.nodes)

@@ -10,7 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lazyviz.analysis.run import Run, with_hlo
+from lazyviz.analysis.graphs import IRGraphs
+from lazyviz.analysis.library import Stacks, no_stacks
+from lazyviz.analysis.run import Run, stacks_of, with_hlo
 from lazyviz.analysis.summary import StepTimes, step_times
 from lazyviz.trace import RunInfo, Trace, TraceError
 from lazyviz.trace.table import ExecutionTable
@@ -57,6 +59,8 @@ class TraceWatcher:
         # then copies it, rather than walking a million rows again).
         _ = self.executions.positions
         self.ir_texts: dict[str, str] = {}
+        self.graphs: IRGraphs | None = None  # over ir_texts: what one analysis parsed, the next keeps
+        self.stacks: Stacks = no_stacks  # the trace's, once it is open
         self._output_offset = 0
         self._last_run: RunInfo | None = None
         self._last_status: int | None = None
@@ -141,8 +145,11 @@ class TraceWatcher:
             # pass goes out first, the whole analysis at the next poll, at once.
             quick = not self._quick_sent and sum(map(len, self.ir_texts.values())) > QUICK_FIRST_IR_BYTES
             self._quick_sent = True
-            texts = with_hlo(self.ir_texts, trace, update.run)  # XLA: what its IR text leaves out, from the HLO
-            update.analysed = Run.of(update.run, table, texts).analysed(quick)  # never in the UI's thread
+            if self.graphs is None:  # XLA: what its IR text leaves out, from the HLO
+                self.graphs = with_hlo(self.ir_texts, trace, update.run)
+                self.stacks = stacks_of(trace)
+            # Never in the UI's thread.
+            update.analysed = Run.of(update.run, table, self.graphs, stacks=self.stacks).analysed(quick)
             update.steps = step_times(table)
             if quick:
                 update.more = True

@@ -5,6 +5,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lazyviz.analysis.findings import Finding, find_all
+from lazyviz.analysis.graphs import IRGraphs
+from lazyviz.analysis.library import Stacks, no_stacks
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile, explain_recompiles
 from lazyviz.analysis.summary import Summary, summarize
 from lazyviz.trace.model import Execution, RunInfo
@@ -20,13 +22,15 @@ class Analysis:
 
 
 def analyze(run: RunInfo, executions: Sequence[Execution], ir_texts: Mapping[str, str],
-            quick: bool = False) -> Analysis:
+            quick: bool = False, stacks: Stacks = no_stacks) -> Analysis:
     """Everything the report and the UI show about a run. ir_texts: graph id -> IR text.
     quick: only what needs no graph's IR parsed in full (failures, extra syncs,
     fallbacks, growing graphs), for a UI to show while the whole analysis runs: on a
-    word language model's 68 MB of IR that is 0.1 s of 4."""
+    word language model's 68 MB of IR that is 0.1 s of 4. stacks: each execution's
+    Python stack by its id (Trace.stack), for where in a library a sync happened."""
     executions = ExecutionTable.of(executions)  # once, for every pass below
+    ir_texts = IRGraphs.of(ir_texts)  # each graph parsed once, for every pass below
     summary = summarize(executions, run.steps)
     recompiles = [] if quick else explain_recompiles(executions, ir_texts)
-    findings = find_all(executions, summary.steps, recompiles, ir_texts, run.names, run, quick=quick)
+    findings = find_all(executions, summary.steps, recompiles, ir_texts, run.names, run, quick=quick, stacks=stacks)
     return Analysis(summary, recompiles, findings, complete=not quick)

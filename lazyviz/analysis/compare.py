@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lazyviz.analysis.budget import site_key, steady_steps
-from lazyviz.analysis.diff import diff_texts
+from lazyviz.analysis.graphs import diff_across
 from lazyviz.analysis.recompiles import WARMUP_STEPS
 from lazyviz.analysis.summary import step_times
 from lazyviz.trace.model import Execution, RunInfo
@@ -71,7 +71,7 @@ def compare_runs(run_a: RunInfo, executions_a: list[Execution], ir_a: Mapping[st
     for site, graph in only_b:
         candidates = [g for g in sites_a.get(site, []) if g not in all_b]
         for old in candidates[-1:]:
-            diff = diff_texts(ir_a.get(old, ""), ir_b.get(graph, ""))
+            diff = diff_across(ir_a, old, ir_b, graph)
             first = diff.first if diff else None
             changed.append(ChangedGraph(site, old, graph, first.describe() if first else "no IR to compare"))
     return RunDiff(run_stats(run_a, executions_a), run_stats(run_b, executions_b), only_a, only_b, changed)

@@ -7,12 +7,14 @@ not explained by a differing operand is an *origin*: the place the change came i
 from __future__ import annotations
 
 import difflib
+import itertools
+import operator
 import re
+from collections.abc import Callable
 from fractions import Fraction
-from functools import cached_property, lru_cache
 from typing import NamedTuple
 
-from lazyviz.analysis.ir import IRGraph, Node, parse_ir, parsed, source_line
+from lazyviz.analysis.ir import IRGraph, Node, source_line
 
 # Change kinds, in the order a user should read them.
 # Aliasing comes last among origins: it explains a miss only when nothing else changed.
@@ -60,32 +62,41 @@ class GraphDiff:
     """What differs between two graphs. The origins and which nodes differ are found at
     once; the carried changes (every node downstream of a new input shape, say) are
     listed on first use of .changes: a report of a run whose shapes change each step
-    reads only the origins of its thousands of diffs."""
+    reads only the origins of its thousands of diffs. It holds no graph: `graphs` gives
+    the two again when the carried changes are asked for (a run's store may have let them
+    go), so a run's thousands of recompiles do not keep every graph they compared."""
 
     def __init__(self, origins: tuple[Change, ...], changed_nodes: frozenset[str], matched: int,
-                 old: IRGraph, new: IRGraph, mapping: dict[str, str]) -> None:
+                 graphs: Callable[[], tuple[IRGraph | None, IRGraph | None]]) -> None:
         self.origins = origins  # where each change came in, in the order a user should read them
         self.changed_nodes = changed_nodes  # ids in the new graph of the nodes that differ in any way
         self.matched = matched  # nodes aligned between the two graphs
-        self._graphs = (old, new, mapping)
+        self._graphs = graphs
+        self._values: tuple[Change, ...] | None = None  # with_values: the changes, known
 
-    @cached_property
+    @property
     def changes(self) -> tuple[Change, ...]:
-        """Every change: the origins first, then the carried ones in topological order."""
-        changes, _ = _changes(*self._graphs, carried=True)
+        """Every change: the origins first, then the carried ones in topological order.
+        Listed again at each ask, not kept: the JSON report asks once for each of a run's
+        thousands of recompiles (every node of a graph whose input shape changed)."""
+        if self._values is not None:
+            return self._values
+        old, new = self._graphs()
+        if old is None or new is None:
+            return self.origins
+        changes, _ = _changes(old, new, align(old, new), carried=True)
         return changes
 
     @classmethod
     def of_changes(cls, changes: tuple[Change, ...]) -> GraphDiff:
         """A diff known without the IR (from XLA's HLO, in light capture): these changes."""
-        empty = parse_ir("")
-        return cls((), frozenset(), 0, empty, empty, {}).with_values(changes)
+        return cls((), frozenset(), 0, lambda: (None, None)).with_values(changes)
 
     def with_values(self, changes: tuple[Change, ...]) -> GraphDiff:
         """This diff, empty, with the changed values the backend's IR text did not print,
         found elsewhere (XLA's HLO): they are its origins and all its changes."""
-        diff = GraphDiff(changes, self.changed_nodes, self.matched, *self._graphs)
-        diff.__dict__["changes"] = changes
+        diff = GraphDiff(changes, self.changed_nodes, self.matched, self._graphs)
+        diff._values = changes
         return diff
 
     @property
@@ -102,7 +113,7 @@ def align(old: IRGraph, new: IRGraph) -> dict[str, str]:
     if old.structure == new.structure:
         # Node for node the same computation (a constant or a shape changed): position is
         # the alignment. The common case on long runs, and linear.
-        return {n.id: o.id for n, o in zip(new.nodes, old.nodes)}
+        return dict(zip(new.ids, old.ids))
     old_keys, new_keys = old.structure_keys, new.structure_keys
     pool: dict[int, list[str]] = {}
     for node in old.nodes:
@@ -146,10 +157,12 @@ def align(old: IRGraph, new: IRGraph) -> dict[str, str]:
     return mapping
 
 
-def diff_graphs(old: IRGraph, new: IRGraph) -> GraphDiff:
+def diff_graphs(old: IRGraph, new: IRGraph,
+                graphs: Callable[[], tuple[IRGraph | None, IRGraph | None]] | None = None) -> GraphDiff:
+    """graphs: gives the two graphs again for the carried changes (default: keeps them)."""
     mapping = align(old, new)
     origins, changed_nodes = _changes(old, new, mapping, carried=False)
-    return GraphDiff(origins, changed_nodes, len(mapping), old, new, mapping)
+    return GraphDiff(origins, changed_nodes, len(mapping), graphs or (lambda: (old, new)))
 
 
 def _changes(old: IRGraph, new: IRGraph, mapping: dict[str, str],
@@ -159,18 +172,39 @@ def _changes(old: IRGraph, new: IRGraph, mapping: dict[str, str],
     only looked at to know whether it differs (none of its changes can be an origin)."""
     # Same ids node for node (a recompile that changed a value): an operand is rewired
     # exactly when its text differs, no need to map it.
-    same_ids = len(mapping) == len(new.nodes) == len(old.nodes) and all(k == v for k, v in mapping.items())
+    same_ids = len(mapping) == len(new.nodes) == len(old.nodes) and list(mapping) == list(mapping.values())
+    positional = same_ids and old.structure == new.structure  # node for node: none added or gone
+    if positional and not carried:
+        changes, differing = _aligned_origins(old, new)
+    else:
+        changes, differing = _walk(old, new, mapping, same_ids, carried)
+    if not positional:
+        mapped_old = set(mapping.values())
+        for node in old.nodes:
+            if node.id not in mapped_old:
+                changes.append(Change("op_removed", "", node.op, node.type_text, "", True, old_node=node.id,
+                                      location=node.location))
+    changes += _aliasing(old, new, mapping, same_ids)
+    changes = _carry_shape_constants(changes)
+    changes.sort(key=lambda c: (not c.origin, KINDS.index(c.kind) if c.origin else 0))
+    changed_nodes = frozenset(differing.union(c.node for c in changes if c.node))
+    return tuple(changes) if carried else tuple(c for c in changes if c.origin), changed_nodes
+
+
+def _walk(old: IRGraph, new: IRGraph, mapping: dict[str, str], same_ids: bool,
+          carried: bool) -> tuple[list[Change], set[str]]:
+    """(the changes node by node, the new ids of carried nodes that differ when carried
+    changes are not listed)."""
     changed: set[str] = set()  # new ids that differ in any way, or whose operands do
-    differing: set[str] = set()  # new ids of carried nodes that differ (when not carried)
+    differing: set[str] = set()
     changes: list[Change] = []
     for node in new.nodes:
-        old_id = mapping.get(node.id)
-        if old_id is None:
+        before = old.by_id.get(mapping.get(node.id, ""))
+        if before is None:
             changed.add(node.id)
             changes.append(Change("op_added", node.id, node.op, "", node.type_text, True,
                                   location=node.location))
             continue
-        before = old.by_id[old_id]
         operands_changed = (changed and not changed.isdisjoint(node.operand_ids)) or \
             (node.operands != before.operands if same_ids else _rewired(node, before, mapping))
         if operands_changed and not carried and before.op == node.op and not node.is_input:
@@ -182,16 +216,46 @@ def _changes(old: IRGraph, new: IRGraph, mapping: dict[str, str],
         if node_changes or operands_changed:
             changed.add(node.id)
         changes.extend(node_changes)
-    mapped_old = set(mapping.values())
-    for node in old.nodes:
-        if node.id not in mapped_old:
-            changes.append(Change("op_removed", "", node.op, node.type_text, "", True, old_node=node.id,
-                                  location=node.location))
-    changes += _aliasing(old, new, mapping)
-    changes = _carry_shape_constants(changes)
-    changes.sort(key=lambda c: (not c.origin, KINDS.index(c.kind) if c.origin else 0))
-    changed_nodes = frozenset(differing.union(c.node for c in changes if c.node))
-    return tuple(changes) if carried else tuple(c for c in changes if c.origin), changed_nodes
+    return changes, differing
+
+
+_OUTPUTS, _ATTRS = operator.attrgetter("outputs"), operator.attrgetter("attrs")
+
+
+def _aligned_origins(old: IRGraph, new: IRGraph) -> tuple[list[Change], set[str]]:
+    """_walk without carried changes, for two graphs aligned node for node by id (the
+    same structure): the carried nodes (every node after a new input shape) are only
+    collected in the walk, and which of them differ is found over whole columns at once."""
+    changed: set[str] = set()
+    carried: list[str] = []
+    changes: list[Change] = []
+    # Bound once: this loop runs for every node of thousands of graphs.
+    unchanged, change, carry = changed.isdisjoint, changed.add, carried.append
+    for before, node in zip(old.nodes, new.nodes):
+        if changed and not unchanged(node.operand_ids):
+            change(node.id)
+            if before is not node:
+                carry(node.id)
+            continue
+        if before is node:  # the same line at the same place (the parser shares it)
+            continue
+        if node.operands != before.operands:  # rewired: the same op (the same structure), carried
+            changed.add(node.id)
+            carried.append(node.id)
+            continue
+        node_changes = _compare(before, node, False)
+        if node_changes:
+            changed.add(node.id)
+        changes.extend(node_changes)
+    if not carried:
+        return changes, set()
+    carried_ids = set(carried)
+    differing = carried_ids.intersection(
+        itertools.compress(new.ids, map(operator.ne, map(_OUTPUTS, old.nodes), map(_OUTPUTS, new.nodes))))
+    other_attrs = carried_ids.intersection(
+        itertools.compress(new.ids, map(operator.ne, map(_ATTRS, old.nodes), map(_ATTRS, new.nodes)))) - differing
+    differing.update(i for i in other_attrs if _compare(old.by_id[i], new.by_id[i], True))
+    return changes, differing
 
 
 def _carry_shape_constants(changes: list[Change]) -> list[Change]:
@@ -272,33 +336,31 @@ def _compare(before: Node, after: Node, operands_changed: bool) -> list[Change]:
     return changes
 
 
-def _buffer_groups(graph: IRGraph) -> dict[str, frozenset[str]]:
-    """Input id -> the inputs sharing its buffer (itself included), from the hook's
-    `alias=%j` marks (the later users of a buffer point at its first)."""
-    groups: dict[str, set[str]] = {}
-    for node in graph.nodes:
-        if node.is_input:
-            first = node.attrs.get("alias", node.id)
-            groups.setdefault(first, set()).add(node.id)
-    return {member: frozenset(group) for group in groups.values() for member in group}
-
-
-def _aliasing(old: IRGraph, new: IRGraph, mapping: dict[str, str]) -> list[Change]:
+def _aliasing(old: IRGraph, new: IRGraph, mapping: dict[str, str], same_ids: bool = False) -> list[Change]:
     """Inputs that now share one buffer, or no longer do: the executor's cache key covers
     that sharing (equal Python numbers get one buffer), so the same IR can miss. One
-    change per group of the new graph whose members' partners differ from before."""
-    old_groups, new_groups = _buffer_groups(old), _buffer_groups(new)
-    reverse = {old_id: new_id for new_id, old_id in mapping.items()}
-    changes, reported = [], set()
-    for node in new.nodes:
-        group = new_groups.get(node.id)
-        if group is None or group in reported or node.id not in mapping:
+    change per group of the new graph whose members' partners differ from before.
+    same_ids: the mapping is every node to the node of its own id."""
+    old_groups, new_groups = old.buffer_groups, new.buffer_groups
+    if (not old_groups and not new_groups) or (same_ids and old_groups == new_groups):
+        return []  # the same inputs share the same buffers in both: nothing to compare
+    # old id -> new id: the same id where the mapping is one to one by id.
+    reverse = new.by_id if same_ids else {old_id: new_id for new_id, old_id in mapping.items()}
+    changes, checked = [], set()
+    for node in new.inputs:
+        # An input alone with its buffer in both graphs (most are) has nothing to say.
+        if node.id not in new_groups and mapping.get(node.id) not in old_groups:
             continue
-        before = {reverse[o] for o in old_groups.get(mapping[node.id], ()) if o in reverse}
+        group = new_groups.get(node.id, frozenset((node.id,)))
+        if group in checked or node.id not in mapping:
+            continue
+        # One member answers for its group: were its partners the same, so are every member's.
+        checked.add(group)
+        old_id = mapping[node.id]
+        before = {o if same_ids else reverse[o] for o in old_groups.get(old_id, (old_id,)) if o in reverse}
         after = {m for m in group if m in mapping}
         if before == after:
             continue
-        reported.add(group)
         partner = next((new.by_id[m] for m in sorted(group, key=_order) if m != node.id), None)
         changes.append(Change(
             "aliasing", node.id, node.op, ", ".join(sorted(before - {node.id}, key=_order)) or "-",
@@ -309,10 +371,3 @@ def _aliasing(old: IRGraph, new: IRGraph, mapping: dict[str, str]) -> list[Chang
 
 def _order(node_id: str) -> int:
     return int(node_id.lstrip("%").split(".")[0])
-
-
-@lru_cache(maxsize=1024)
-def diff_texts(old: str, new: str) -> GraphDiff | None:
-    """diff_graphs of two IR texts, once per pair; None when either is not IR."""
-    old_graph, new_graph = parsed(old), parsed(new)
-    return diff_graphs(old_graph, new_graph) if old_graph and new_graph else None

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Mapping
 
-from lazyviz.analysis.ir import IRGraph, Node, parsed
+from lazyviz.analysis.graphs import IRGraphs
+from lazyviz.analysis.ir import IRGraph, Node
 from lazyviz.trace.model import Failure, Frame, RunInfo
 from lazyviz.trace.table import ExecutionTable
 
@@ -58,7 +58,7 @@ def first_same_dtype_use(graph: IRGraph, start: Node) -> Node | None:
     return None
 
 
-def explain(failure: Failure, ir_text: str) -> tuple[str, str, dict]:
+def explain(failure: Failure, graph: IRGraph | None) -> tuple[str, str, dict]:
     """(what went wrong, what to do, details) for one failed execution: the device's
     memory, a dtype the IR hides, or the op the message names, in that order."""
     what = headline(failure.error).rstrip(".")
@@ -69,7 +69,6 @@ def explain(failure: Failure, ir_text: str) -> tuple[str, str, dict]:
             "keep the function free of reads (.item(), print, bool(tensor), if on a tensor): return the tensor "
             "and read it after the call, use torch.where for a data-dependent choice, or compile with "
             "full_graph=False"), details
-    graph = parsed(ir_text)
     if graph is not None:
         for explainer in (_out_of_memory, _hidden_double, _named_op):
             found = explainer(graph, failure.error, what, details)
@@ -159,7 +158,7 @@ def raising_line(frames: list[Frame]) -> Frame | None:
 
 
 def crash(run: RunInfo, table: ExecutionTable,
-          ir_texts: Mapping[str, str] | None = None) -> tuple[str, str, dict, Frame | None] | None:
+          graphs: IRGraphs | None = None) -> tuple[str, str, dict, Frame | None] | None:
     """(what happened, what to do, details, the user's line) when the script raised;
     None when it did not, or the user stopped it (Ctrl-C)."""
     if not run.error or run.error.startswith("KeyboardInterrupt"):
@@ -180,7 +179,7 @@ def crash(run: RunInfo, table: ExecutionTable,
     if memory is not None and len(table):
         # The last execution's graph is the one the device could not hold.
         position = len(table) - 1
-        graph = parsed((ir_texts or {}).get(table.kind_at(position).graph, ""))
+        graph = graphs.parsed(table.kind_at(position).graph) if graphs is not None else None
         found = too_big(graph, int(memory.group(1) or memory.group(2) or 0) or None) if graph else None
         if found is not None:
             node, size = found
@@ -198,15 +197,19 @@ def crash(run: RunInfo, table: ExecutionTable,
                                           "device='lazy' or move it with .to('lazy')"), details, user or raised_at
     in_call = f" in {call}()" if call else ""
     when = f"execution {execution}" if execution is not None else "after the last execution"
-    details.update(op=op, call=call, execution=execution)
+    # Where the op ran, when it synced its input (an execution names its line): the line
+    # to change, where the raise is only where a piece was first used.
+    at = table.kind_at(table.position_of(execution)).frame if execution is not None else None
+    op_line = f" at {_short(at)}" if at is not None else ""
+    details.update(op=op, call=call, execution=execution, op_line=at.site if at is not None else None)
     several = any(name in op for name in _SEVERAL_OUTPUTS)
     if several:
-        return (f"{what}: a tensor that is not lazy reached a lazy op. It came from {op}, which falls back to the "
-                f"CPU{in_call} ({when}): an op without a lowering that returns several tensors hands them back as "
-                "CPU tensors that still say device lazy:0, and the first lazy op to use one raises"), (
+        return (f"{what}: a tensor that is not lazy reached a lazy op. It came from {op}{op_line}, which falls back "
+                f"to the CPU{in_call} ({when}): an op without a lowering that returns several tensors hands them back "
+                "as CPU tensors that still say device lazy:0, and the first lazy op to use one raises"), (
             f"{op.removeprefix('aten::').split('.')[0]} has no lowering here: take the pieces by slicing or narrow "
             "(x[..., :n], x.narrow(dim, start, n)), which lower; torch.chunk goes through split too"), \
-            details, user or raised_at
+            details, at or user or raised_at
     return (f"{what}: a tensor that is not lazy reached a lazy op; the last op to fall back before it was {op}"
             f"{in_call} ({when}), whose result may have stayed on the CPU"), (
         "keep that op's result on the lazy device (.to('lazy')) or replace it with ops that lower"), details, user or raised_at

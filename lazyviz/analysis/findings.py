@@ -8,7 +8,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from lazyviz.analysis.failures import crash, explain, headline
-from lazyviz.analysis.ir import IRGraph, facts, parsed
+from lazyviz.analysis.graphs import IRGraphs
+from lazyviz.analysis.ir import IRGraph
+from lazyviz.analysis.library import LibraryLine, Stacks, library_fix, library_line, no_stacks
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
 from lazyviz.trace.model import TS_NAMES, Execution, Failure, Frame, RunInfo
 from lazyviz.trace.table import ExecutionTable
@@ -27,8 +29,23 @@ SYNC_FIXES = {
              "move it out of the step or make it device-side",
 }
 
+# Each equivalent named here lowers on torch 2.13's TorchScript backend and computes the
+# same values: tests/test_fallback_fixes.py runs every one of them.
+_CHECKED = " (checked on torch 2.13's TorchScript backend: no fallback, the same values)"
 FALLBACK_FIXES = {
     "aten::mse_loss": "write the loss as ((output - target) ** 2).mean(), which lowers",
+    "aten::median": "sort lowers: torch.sort(x.flatten())[0][(x.numel() - 1) // 2] is x.median()" + _CHECKED,
+    "aten::isnan": "x != x is True exactly where x is NaN, and lowers: use it for torch.isnan(x)" + _CHECKED,
+    "aten::argmax": "x.max(dim=d).indices is x.argmax(dim=d) (x.flatten().max(dim=0).indices without a dim), "
+                    "and lowers" + _CHECKED,
+    "aten::where.self": "for torch.where(cond, a, b) write a.masked_fill(cond == 0, 0) + b.masked_fill(cond, 0), "
+                        "which lowers (a.masked_fill(cond == 0, value) where b is a number)" + _CHECKED,
+    "aten::index.Tensor": "indexing with a tensor of indices falls back: x.index_select(dim, idx) (or torch.gather) "
+                          "lowers and gives x[idx]" + _CHECKED,
+    "aten::linalg_vector_norm": "the 2-norm from ops that lower: (x * x).sum().sqrt()" + _CHECKED,
+    "aten::lerp.Tensor": "a.lerp(b, w) is a + w * (b - a), which lowers" + _CHECKED,
+    "aten::kthvalue.values": "sort lowers: torch.sort(x, dim=d)[0].select(d, k - 1) is x.kthvalue(k, dim=d).values"
+                             + _CHECKED,
     "aten::mse_loss_backward": "goes away with the forward: ((output - target) ** 2).mean()",
     "aten::lerp.Scalar": "Adam/AdamW update their moments with lerp_, which has no lowering on this "
                          "backend; no optimizer option avoids it here (foreach and capturable do not "
@@ -80,21 +97,22 @@ class RunFacts:
     executions: ExecutionTable
     steps: int
     recompiles: list[Recompile | PendingRecompile]
-    ir_texts: Mapping[str, str]
+    graphs: IRGraphs
     names: Mapping[str, str]  # the backend's names for the calls fixes mention (RunInfo.names)
     run: RunInfo | None = None  # how it ended: failed executions, the exception it raised
     quick: bool = False  # skip what parses every graph's IR (an unrolled loop's repeated block)
+    stacks: Stacks = no_stacks  # an execution's Python stack by its stack id (the trace's)
 
 
 # The finders, one line each: a new kind of finding is a function and a line here.
 FINDERS: tuple[Callable[[RunFacts], list[Finding]], ...] = (
-    lambda facts: failure_findings(facts.run.failures if facts.run else (), facts.executions, facts.ir_texts),
-    lambda facts: crash_findings(facts.run, facts.executions, facts.ir_texts) if facts.run else [],
-    lambda facts: recompile_findings(facts.recompiles, facts.steps, facts.ir_texts),
-    lambda facts: extra_sync_findings(facts.executions, facts.steps, facts.names),
+    lambda facts: failure_findings(facts.run.failures if facts.run else (), facts.executions, facts.graphs),
+    lambda facts: crash_findings(facts.run, facts.executions, facts.graphs) if facts.run else [],
+    lambda facts: recompile_findings(facts.recompiles, facts.steps, facts.graphs),
+    lambda facts: extra_sync_findings(facts.executions, facts.steps, facts.names, facts.stacks),
     lambda facts: fallback_findings(facts.executions, facts.steps,
-                                    facts.run.fallbacks_after_last_execution if facts.run else {}),
-    lambda facts: missing_mark_step_findings(facts.executions, facts.ir_texts, facts.names, facts.quick),
+                                    facts.run.fallbacks_after_last_execution if facts.run else {}, facts.stacks),
+    lambda facts: missing_mark_step_findings(facts.executions, facts.graphs, facts.names, facts.quick),
 )
 
 
@@ -109,7 +127,7 @@ def failure_findings(failures: Sequence[Failure], executions: Sequence[Execution
         if position is None:
             continue  # the trace stopped before the row (a full disk)
         kind = table.kind_at(position)
-        what, fix, details = explain(failure, ir_texts.get(kind.graph, ""))
+        what, fix, details = explain(failure, IRGraphs.of(ir_texts).parsed(kind.graph))
         sync = kind.detail or kind.cause
         findings.append(Finding(
             "failed_execution", "error",
@@ -126,7 +144,7 @@ def crash_findings(run: RunInfo, executions: Sequence[Execution], ir_texts: Mapp
     that is not lazy reached a lazy op: the fallback that made it). A failed execution
     already explains its own error."""
     table = ExecutionTable.of(executions)
-    found = crash(run, table, ir_texts or {})
+    found = crash(run, table, IRGraphs.of(ir_texts or {}))
     if found is None or any(failure.error.strip() and headline(failure.error) in run.error for failure in run.failures):
         return []
     what, fix, details, frame = found
@@ -144,25 +162,33 @@ def missing_mark_step_findings(executions: Sequence[Execution], ir_texts: Mappin
     """Both forms of a loop without mark_step(): a graph that grows at every sync of one
     site, and a loop unrolled into one graph (report and check ask the same question).
     quick: the first form only (the second searches every graph's ops)."""
-    growing = growing_site_findings(executions, names, ir_texts)
+    graphs = IRGraphs.of(ir_texts)
+    growing = growing_site_findings(executions, names, graphs)
     if quick:
         return growing
-    return growing + growth_findings(executions, ir_texts, names, skip=growing_graphs(executions))
+    return growing + growth_findings(executions, graphs, names, skip=growing_graphs(executions))
 
 
 def find_all(
     executions: Sequence[Execution], steps: int, recompiles: list[Recompile | PendingRecompile],
     ir_texts: Mapping[str, str], names: Mapping[str, str] = TS_NAMES, run: RunInfo | None = None,
-    quick: bool = False,
+    quick: bool = False, stacks: Stacks = no_stacks,
 ) -> list[Finding]:
     """Every finding, root causes first: by severity, then a missing mark_step() before
     the rest (it multiplies what every other sync costs), then by the time it cost."""
     table = ExecutionTable.of(executions)
-    facts = RunFacts(table, steps, recompiles, ir_texts, names, run, quick)
+    facts = RunFacts(table, steps, recompiles, IRGraphs.of(ir_texts), names, run, quick, stacks)
     findings = [replace(finding, cost_ms=table.sum_at(table.sync_ms, finding.executions))
                 for finder in FINDERS for finding in finder(facts)]
-    findings = _blame_uncut_graph(findings, table, steps)
+    findings = _blame_uncut_graph(_crash_speaks_for_its_op(findings), table, steps)
     return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), f.kind not in ROOT_KINDS, -f.cost_ms))
+
+
+def _crash_speaks_for_its_op(findings: list[Finding]) -> list[Finding]:
+    """The fallback a crash names (split's pieces left on the CPU) is that crash's cause:
+    one finding says it, with the op's line, not a second one about the same op."""
+    named = {f.details.get("op") for f in findings if f.kind == "crash"} - {None}
+    return [f for f in findings if not (f.kind == "fallback" and f.details.get("op") in named)]
 
 
 # Findings whose fix changes what every other finding measures: fixed first.
@@ -204,10 +230,10 @@ def recompile_findings(recompiles: list[Recompile | PendingRecompile], steps: in
     # Past the first few at a site, recompiles that changed the graph's structure are
     # counted, not compared: they join the site's largest group below (with steps; a
     # stepless run's are pieces of its pass, never findings).
-    waiting: dict[tuple, list[int]] = defaultdict(list)  # site -> executions
+    waiting: dict[tuple, list[tuple[int, int]]] = defaultdict(list)  # site -> (execution, step)
     for r in recompiles:
         if steps and not r.warmup and isinstance(r, PendingRecompile):
-            waiting[(r.context, r.frame.site if r.frame else "?")].append(r.execution)
+            waiting[(r.context, r.frame.site if r.frame else "?")].append((r.execution, r.step))
     if not steps:
         # No mark_step(): one site syncs the pieces of a pass between its fallbacks and
         # .item()s, each a different graph the first time round. Only the same graph
@@ -237,25 +263,29 @@ def recompile_findings(recompiles: list[Recompile | PendingRecompile], steps: in
         first = group[0]
         more = extra.get(key, 0)
         count = len(group) + more
+        # A step may recompile several times at one site (a fallback's syncs): steps and
+        # recompiles are counted apart, and neither more than the run had.
+        at_steps = {r.step for r in group} | ({step for _, step in waiting[key[:2]]} if more else set())
         when = f"step {first.step}" if steps else f"execution {first.execution}"
         message = f"{when} recompiled: {first.headline()}"
         if first.new_graph and ir_texts:  # which lines a new phase or branch runs
-            message += _lines_that_built(ir_texts.get(first.graph, ""))
+            message += _lines_that_built(IRGraphs.of(ir_texts), first.graph)
         if count > 1:
-            where = f"{count} steps" if steps else f"{count} syncs here"
+            where = (_steps_text(len(at_steps), steps, count) if steps else f"{count} syncs here")
             alike_text = ("each time the same kind of change" if not more
                           else f"the first {len(group)} compared each the same kind of change")
             message = f"recompiled at {where}, {alike_text}; first at {message}"
         short = f"{when}: {first.brief()}"
         if count > 1:
             short = f"at {where}, first at {short}"
-        executions = [r.execution for r in group] + (waiting[key[:2]] if more else [])
+        executions = [r.execution for r in group] + ([e for e, _ in waiting[key[:2]]] if more else [])
         findings.append(Finding(
             "recompile", "warning", _in_test(first.context) + message,
             first.frame, tuple(sorted(executions)),
             fix=_recompile_fix(first),
             details={"closest_graph": first.closest, "closest_execution": first.closest_execution,
                      "new_graph": first.new_graph, "recompiles": count, "compared": len(group),
+                     "steps": len(at_steps) if steps else None,
                      "changes": sorted({c.kind for c in (first.diff.origins if first.diff else ())})},
             short=_in_test(first.context) + short,
         ))
@@ -274,18 +304,27 @@ def recompile_findings(recompiles: list[Recompile | PendingRecompile], steps: in
             message = f"{when} recompiled: {what} {first.before} -> {first.after}{built}"
             short = f"{when}: {group[0].brief()}"
         else:
-            message = (f"{what}s change at {len(group)} {'steps' if steps else 'syncs'}, each a recompile "
-                       f"(first {first.before} -> {first.after}{built})")
-            short = f"{what}s change at {len(group)} {'steps' if steps else 'syncs'} (first {group[0].brief()})"
+            # How many recompiles it made is said once it is known whether other sites share the cause (_reaching).
+            where = f"{len({r.step for r in group})} of {steps} steps" if steps else f"{len(group)} syncs"
+            message = f"{what}s change at {where} (first {first.before} -> {first.after}{built})"
+            short = f"{what}s change at {where} (first {group[0].brief()})"
         message = _in_test(group[0].context) + message
         findings.append(Finding(
             "recompile" if once else "dynamic_shape", "warning", message, group[0].frame,
             tuple(r.execution for r in group),
             fix=_SHAPE_FIX,
-            details={"history": history, "changes": [first.kind], "recompiles": len(group)},
+            details={"history": history, "changes": [first.kind], "recompiles": len(group),
+                     "steps": len({r.step for r in group}) if steps else None},
             short=_in_test(group[0].context) + short,
         ))
     return _one_per_cause(findings, [*alike.values(), *shape_only.values()])
+
+
+def _steps_text(steps: int, of: int, recompiles: int) -> str:
+    """"10 of 12 steps" or "10 of 12 steps (410 recompiles)": the steps it happened in
+    (never more than the run's), then how often where that is more."""
+    text = f"{steps} of {max(of, steps)} steps"
+    return text + (f" ({recompiles} recompiles)" if recompiles > steps else "")
 
 
 def _causes_of(recompile: Recompile) -> set[tuple]:
@@ -303,7 +342,20 @@ def _causes_of(recompile: Recompile) -> set[tuple]:
         return {(recompile.context, origins[0].kind, recompile.step, f"{origins[0].before}->{origins[0].after}")}
     if not origins or not origins[0].location:
         return set()
-    return {(recompile.context, origins[0].kind, origins[0].source_line)}
+    causes = {(recompile.context, origins[0].kind, origins[0].source_line)}
+    if shape_change(recompile):
+        # A batch's new length reaches tensors made from it inside the model too (a
+        # mask expanded at the model's call): the same sizes changing the same way in
+        # the same step are one cause, wherever each input was made.
+        sizes = {pair for c in origins if c.kind in _SIZES for pair in _changed_sizes(c.before, c.after)}
+        causes.add((recompile.context, "sizes", recompile.step, frozenset(sizes)))
+    return causes
+
+
+def _changed_sizes(before: str, after: str) -> set[tuple[str, str]]:
+    """{("24", "30")} from "Float[4,1,24,24]" -> "Float[4,1,30,30]": each size that changed, and to what."""
+    a, b = before.partition("[")[2].rstrip("]").split(","), after.partition("[")[2].rstrip("]").split(",")
+    return {(x, y) for x, y in zip(a, b) if x != y} if len(a) == len(b) else {(before, after)}
 
 
 def _one_per_cause(findings: list[Finding], groups: list[list[Recompile]]) -> list[Finding]:
@@ -312,28 +364,39 @@ def _one_per_cause(findings: list[Finding], groups: list[list[Recompile]]) -> li
     its cause where there is one (its words and fix are the batch's)."""
     merged: list[Finding] = []
     by_cause: dict[tuple, int] = {}
-    pairs = sorted(zip(findings, groups), key=lambda pair: pair[0].details.get("changes") != ["input_shape"])
+    at_steps: list[set[int]] = []  # per merged finding, the steps its recompiles were in
+    # Input shapes first, the site that recompiled most for them leading.
+    pairs = sorted(zip(findings, groups), key=lambda pair: (pair[0].details.get("changes") != ["input_shape"],
+                                                             -pair[0].details["recompiles"]))
     for finding, group in pairs:
         causes = _causes_of(group[0])
         known = next((by_cause[c] for c in causes if c in by_cause), None)
         if known is None:
             by_cause.update(dict.fromkeys(causes, len(merged)))
             merged.append(finding)
+            at_steps.append({r.step for r in group})
             continue
+        at_steps[known] |= {r.step for r in group}
         by_cause.update(dict.fromkeys(causes, known))
         first = merged[known]
         sites = first.details.get("sites") or [first.frame.site if first.frame else "?"]
         site = finding.frame.site if finding.frame else "?"
         count = first.details["recompiles"] + finding.details["recompiles"]
+        steps = first.details.get("steps") and len(at_steps[known])
         merged[known] = replace(
             first, executions=tuple(sorted({*first.executions, *finding.executions})),
-            details={**first.details, "sites": sites if site in sites else [*sites, site], "recompiles": count})
+            details={**first.details, "sites": sites if site in sites else [*sites, site], "recompiles": count,
+                     "steps": steps})
     return [_reaching(f) for f in merged]
 
 
 def _reaching(finding: Finding) -> Finding:
     sites = finding.details.get("sites")
     if not sites:
+        if finding.kind == "dynamic_shape" and finding.details["steps"]:
+            recompiles, steps = finding.details["recompiles"], finding.details["steps"]
+            more = ", each a recompile" if recompiles == steps else f" ({recompiles} recompiles)"
+            return replace(finding, message=finding.message.replace(" steps (first ", f" steps{more} (first ", 1))
         return finding
     shown = ", ".join(site.rpartition("/")[2] for site in sites)
     where = f"at {len(sites)} sync sites: {shown}" if len(sites) > 1 else f"at {shown}"
@@ -416,7 +479,7 @@ def _recompile_fix(recompile: Recompile) -> str:
 
 
 def extra_sync_findings(executions: Sequence[Execution], steps: int,
-                        names: Mapping[str, str] = TS_NAMES) -> list[Finding]:
+                        names: Mapping[str, str] = TS_NAMES, stacks: Stacks = no_stacks) -> list[Finding]:
     if steps == 0:
         return []  # no mark_step at all: nothing is "extra"; growth_findings says why
     table = ExecutionTable.of(executions)
@@ -438,7 +501,18 @@ def extra_sync_findings(executions: Sequence[Execution], steps: int,
         first = table.kinds[numbers[0]]
         what = first.detail or cause
         fix = SYNC_FIXES.get(cause, "").format(**names)
-        if what.endswith(" in a step closure"):
+        library = library_line(stacks(first.stack_id))
+        details = {"cause": cause, "count": len(positions), "steps": steps_with, "ms_per_step": round(ms_per_step, 3)}
+        if library is not None and not what.endswith(" in a step closure"):
+            # The read is in a library's code, reached through the user's call: their line has no `if` to change.
+            through = f" inside {first.call}()" if first.call else ""
+            what = f"{what}{through} at {library}"
+            fix = library_fix(library) or (
+                f"the read is {library.package}'s, not in your code ({library}): no edit of your line removes it; "
+                f"look for an option of {first.call or library.package + ' call'} that avoids it, or it costs "
+                f"{ms_per_step:.2f} ms every step")
+            details.update(library_line=f"{library.path}:{library.frame.line}", call=first.call)
+        elif what.endswith(" in a step closure"):
             # A closure reads what the step computed for free: an execution there ran new ops.
             fix = ("the step closure computes something new on the device before it reads it (torch.isnan(loss)"
                    ".item()): compute it in the step, so the closure only reads a result, or read the value first "
@@ -450,13 +524,13 @@ def extra_sync_findings(executions: Sequence[Execution], steps: int,
             "extra_sync", "warning" if steps_with >= max(2, steps // 2) else "info",
             f"{_in_test(context)}{what} forces {per_step:g} extra execution{'s' if per_step != 1 else ''} per step "
             f"in {steps_with} of {max(steps, steps_with)} steps ({ms_per_step:.2f} ms per step)",
-            first.frame, table.indices(positions), fix,
-            {"cause": cause, "count": len(positions), "steps": steps_with, "ms_per_step": round(ms_per_step, 3)},
+            first.frame, table.indices(positions), fix, details,
         ))
     return findings
 
 
-def fallback_findings(executions: Sequence[Execution], steps: int, after: Mapping[str, int] = {}) -> list[Finding]:
+def fallback_findings(executions: Sequence[Execution], steps: int, after: Mapping[str, int] = {},
+                      stacks: Stacks = no_stacks) -> list[Finding]:
     """Every op that fell back, with the executions it forced; after: ops that fell back
     after the last execution (recorded at the end), which forced none."""
     table = ExecutionTable.of(executions)
@@ -483,17 +557,32 @@ def fallback_findings(executions: Sequence[Execution], steps: int, after: Mappin
         positions = table.merged(numbers) if numbers else []
         per_step = len(positions) / max(steps, 1)
         per_step_text = f" ({per_step:.3g} per step)" if steps else ""
-        fix = FALLBACK_FIXES.get(op) or (call and CALL_FIXES.get(call.rpartition(".")[2])) or \
-            "no lazy lowering for this op: avoid it in the step or accept the sync"
+        library = library_line(stacks(table.kinds[numbers[0]].stack_id)) if numbers else None
+        # The most specific first: the library's code it ran in, the call the user made, the op.
+        fix = library_fix(library) or (call and CALL_FIXES.get(call.rpartition(".")[2])) or FALLBACK_FIXES.get(op) \
+            or _no_lowering_fix(op, library, call, len(positions), steps)
         findings.append(Finding(
             "fallback", "warning" if positions else "info",
             f"{op} falls back to the CPU{f' in {call}()' if call else ''}: {count} call{'s' if count != 1 else ''}, "
             f"forcing {len(positions)} execution{'s' if len(positions) != 1 else ''}{per_step_text}",
             frame, table.indices(positions), fix,
             {"op": op, "calls": count, "executions_forced": len(positions), "per_step": round(per_step, 3),
-             "call": call},
+             "call": call, "library_line": f"{library.path}:{library.frame.line}" if library else None,
+             "library_fix": library_fix(library) is not None},
         ))
     return _one_per_call(findings, table, steps)
+
+
+def _no_lowering_fix(op: str, library: LibraryLine | None, call: str | None, forced: int, steps: int) -> str:
+    """What to do about an op with no lowering and no known equivalent: where it runs, and what it costs."""
+    how_often = (f"{forced / steps:.3g} time{'s' if forced != steps else ''} a step" if steps
+                 else f"{forced} time{'s' if forced != 1 else ''}")
+    cost = f"it syncs {how_often}" if forced else "it runs on the CPU (its inputs had no pending graph to run first)"
+    if library is not None:
+        return (f"{op} has no lowering on this backend and runs in {library.package}'s code ({library}), called "
+                f"through {call or 'your call'}(): look for an option of that call that avoids it; otherwise {cost}")
+    return (f"{op} has no lowering on this backend and no equivalent lazyviz has checked: write it from ops that "
+            f"lower, or move it out of the step; otherwise {cost}")
 
 
 def _one_per_call(findings: list[Finding], table: ExecutionTable, steps: int) -> list[Finding]:
@@ -518,7 +607,8 @@ def _one_per_call(findings: list[Finding], table: ExecutionTable, steps: int) ->
                 message=f"{finding.details['call']}() falls back to the CPU through {len(ops)} ops ({', '.join(ops)}): "
                         f"{calls} calls, forcing {len(executions)} execution{'s' if len(executions) != 1 else ''}"
                         f"{per_step}",
-                executions=executions, fix=next((f.fix for f in group if f.details["op"] in FALLBACK_FIXES), finding.fix),
+                executions=executions, fix=next((f.fix for f in group if f.details["library_fix"]), None)
+                or next((f.fix for f in group if f.details["op"] in FALLBACK_FIXES), finding.fix),
                 details={**finding.details, "ops": ops, "calls": calls, "executions_forced": len(executions)}))
     return merged
 
@@ -634,10 +724,10 @@ def growing_graphs(executions: Sequence[Execution]) -> set[str]:
     return {table.kind_at(p).graph for positions, _ in _growing_sites(table).values() for p in positions}
 
 
-def _lines_that_built(ir_text: str, limit: int = 3) -> str:
+def _lines_that_built(graphs: IRGraphs, graph_id: str, limit: int = 3) -> str:
     """", built at lm.py:140 (412 nodes), lm.py:152 (96)": the lines that built most of a
     graph's ops, where the IR records them; "" where it does not."""
-    graph = facts(ir_text)
+    graph = graphs.parsed(graph_id)
     if graph is None:
         return ""
     lines = graph.built_at
@@ -661,7 +751,7 @@ def growing_site_findings(executions: Sequence[Execution], names: Mapping[str, s
         first = table.kind_at(positions[0])
         what = first.detail or first.cause
         largest = table.kind_at(positions[sizes.index(max(sizes))])
-        built = _lines_that_built(ir_texts.get(largest.graph, "")) if ir_texts else ""
+        built = _lines_that_built(IRGraphs.of(ir_texts), largest.graph) if ir_texts else ""
         findings.append(Finding(
             "missing_mark_step", "warning",
             f"the graph {what} runs here grows by about {growth} nodes at every sync ({shown} nodes over "
@@ -686,13 +776,14 @@ def growth_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str]
     mark_step() and its iterations piled up into one graph. skip: graphs a finding
     already covers (a growing site)."""
     table = ExecutionTable.of(executions)
+    graphs = IRGraphs.of(ir_texts)
     findings = []
     # Graphs that differ only in shapes or constants have the same ops: searched once.
     blocks: dict[tuple[str, ...], tuple[list[str], int, int] | None] = {}
     runs_of = table.kinds_by(lambda kind: kind.graph if kind.graph not in skip else None)
     by_block: dict[tuple[str, ...], int] = {}  # one finding per repeated block, however many graphs hold it
     for graph_id, numbers in runs_of.items():
-        graph = facts(ir_texts.get(graph_id, ""))
+        graph = graphs.parsed(graph_id)
         if graph is None:
             continue
         ops = list(graph.ops)
@@ -704,29 +795,29 @@ def growth_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str]
         block, repeats, start = found
         if len(block) * repeats < max(16, len(ops) // 2):
             continue  # a small repeated motif inside a normal graph
-        graph_ir = parsed(ir_texts.get(graph_id, ""))
+        graph_ir = graphs.parsed(graph_id)
         if graph_ir is None or not iterations_chain(graph_ir, start, len(block), repeats):
             continue  # side by side, not a loop: an optimizer updating its parameters one by one
         positions = table.merged(numbers)
         if tuple(block) in by_block:
             earlier = findings[by_block[tuple(block)]]
-            graphs = earlier.details["graphs"] + [graph_id]
+            holding = earlier.details["graphs"] + [graph_id]
             findings[by_block[tuple(block)]] = replace(
                 earlier, executions=tuple(sorted({*earlier.executions, *table.indices(positions)})),
-                details={**earlier.details, "graphs": graphs})
+                details={**earlier.details, "graphs": holding})
             continue
         by_block[tuple(block)] = len(findings)
         first = table.kinds[numbers[0]]
         findings.append(Finding(
             "missing_mark_step", "warning",
-            f"graph {graph_id} ({graph.size} nodes{_lines_that_built(ir_texts.get(graph_id, ''))}) repeats "
+            f"graph {graph_id} ({len(graph)} nodes{_lines_that_built(graphs, graph_id)}) repeats "
             f"{_ops_text(block)} {repeats} times: "
             f"a loop ran {repeats} iterations without mark_step() and they piled up into one graph, "
             f"run by {first.detail or first.cause}",
             first.frame, table.indices(positions),
             f"call {names['mark_step']} at the end of each iteration of the loop that builds it "
             f"(the loop runs before line {first.frame.line if first.frame else '?'})",
-            {"graph": graph_id, "pattern": block, "repeats": repeats, "nodes": graph.size, "graphs": [graph_id]},
+            {"graph": graph_id, "pattern": block, "repeats": repeats, "nodes": len(graph), "graphs": [graph_id]},
         ))
     return [_also_in(f) for f in findings]
 

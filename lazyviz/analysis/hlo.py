@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
 from typing import NamedTuple
 
 from lazyviz.analysis.diff import Change
-from lazyviz.analysis.summary import split_hlo
 from lazyviz.hlo_text import entry_computation, split_instruction, without_ids
 
 _NAME_ID = re.compile(r"\.\d+$")
@@ -102,28 +100,3 @@ def hlo_input_changes(old_hlo: str, new_hlo: str) -> tuple[Change, ...]:
     return tuple(Change("dtype" if before.partition("[")[2] == after.partition("[")[2] else "input_shape",
                         f"%{name}", "xla::device_data", before, after, True)
                  for (_, before), (name, after) in zip(old, new) if before != after)
-
-
-class IRWithHlo(Mapping[str, str]):
-    """graph id -> IR text, as every analysis reads it, that also answers each graph's HLO
-    (hlo()), read from its backend text when first asked: only where two graphs' IR
-    texts are the same does the analysis ask."""
-
-    def __init__(self, ir_texts: Mapping[str, str], backend_text: Callable[[str], str]) -> None:
-        self._ir_texts = ir_texts
-        self._backend_text = backend_text
-        self._hlo: dict[str, str] = {}
-
-    def __getitem__(self, graph_id: str) -> str:
-        return self._ir_texts[graph_id]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._ir_texts)
-
-    def __len__(self) -> int:
-        return len(self._ir_texts)
-
-    def hlo(self, graph_id: str) -> str:
-        if graph_id not in self._hlo:
-            self._hlo[graph_id] = split_hlo(self._backend_text(graph_id))[1]
-        return self._hlo[graph_id]

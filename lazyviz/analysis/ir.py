@@ -110,6 +110,41 @@ class IRGraph:
         """The structure keys in node order: equal tuples, node-for-node the same computation."""
         return tuple(self.structure_keys.values())
 
+    @cached_property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(node.id for node in self.nodes)
+
+    @cached_property
+    def ops(self) -> tuple[str, ...]:
+        """The ops that are not inputs, in order."""
+        return tuple(node.op for node in self.nodes if not node.is_input)
+
+    @cached_property
+    def op_counts(self) -> Counter[str]:
+        """Every node's op, inputs too, and how many nodes have it."""
+        return Counter(node.op for node in self.nodes)
+
+    @cached_property
+    def built_at(self) -> Counter[str]:
+        """The lines that built its ops ("train.py:28") and how many, where the IR says."""
+        return Counter(node.source_line for node in self.nodes if node.location and not node.is_input)
+
+    @cached_property
+    def inputs(self) -> tuple[Node, ...]:
+        """Its device data and constants, in order."""
+        return tuple(node for node in self.nodes if node.is_input)
+
+    @cached_property
+    def buffer_groups(self) -> dict[str, frozenset[str]]:
+        """Input id -> the inputs sharing its buffer (itself included), from the hook's
+        `alias=%j` marks (the later users of a buffer point at its first); {} where no
+        input shares one."""
+        groups: dict[str, set[str]] = {}
+        for node in self.inputs:
+            if "alias" in node.attrs:
+                groups.setdefault(node.attrs["alias"], {node.attrs["alias"]}).add(node.id)
+        return {member: frozenset(group) for group in groups.values() for member in group}
+
     def users(self) -> dict[str, list[str]]:
         users: dict[str, list[str]] = {node.id: [] for node in self.nodes}
         for node in self.nodes:
@@ -132,7 +167,8 @@ def parse_location(location: str) -> tuple[str, str, int] | None:
 
 
 def parse_ir(text: str) -> IRGraph:
-    """Parse IR text; blank and brace lines are skipped, anything else must be a node."""
+    """Parse IR text; blank and brace lines are skipped, anything else must be a node.
+    A run's graphs are parsed once each, by lazyviz.analysis.graphs.IRGraphs: ask it."""
     nodes: list[Node] = []
     seen: set[str] = set()
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -182,18 +218,36 @@ def _types(types: str) -> tuple[TensorType, ...] | None:
     return None if types.strip() and not outputs else outputs
 
 
-@lru_cache(maxsize=65536)
 def _operands_and_attrs(operand_text: str, attr_text: str | None) -> tuple | str:
     """(operands, attrs, root, location, operand_ids, form) of a node line (see Node), or
     what is wrong with them. The same at the same node of every graph that differs only
-    in shapes."""
+    in shapes; each half is also read once for all the lines that share it."""
+    operands = _operands(operand_text)
+    if isinstance(operands, str):
+        return operands
+    attrs = _attrs(attr_text) if attr_text else _NO_ATTRS
+    if isinstance(attrs, str):
+        return attrs
+    (operands, operand_ids, outputs_read), (attrs, root, location, names) = operands, attrs
+    return operands, attrs, root, location, operand_ids, (names, outputs_read)
+
+
+@lru_cache(maxsize=65536)
+def _operands(operand_text: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]] | str:
+    """(operands, the nodes they come from, which output of each) or what is wrong."""
     operands = tuple(o.strip() for o in operand_text.split(",") if o.strip())
     for operand in operands:
         if not _OPERAND.match(operand):
             return f"bad operand {_clip(operand)!r}"
+    return operands, tuple(o.split(".", 1)[0] for o in operands), tuple(o.partition(".")[2] for o in operands)
+
+
+@lru_cache(maxsize=65536)
+def _attrs(attr_text: str) -> tuple[dict[str, str], int | None, str, tuple[str, ...]] | str:
+    """(attributes without the debug ones, ROOT, location, the attribute names sorted) or what is wrong."""
     attrs: dict[str, str] = {}
     root, location = None, ""
-    for item in _ATTR_SPLIT.split(attr_text) if attr_text else []:
+    for item in _ATTR_SPLIT.split(attr_text):
         name, sep, value = item.partition("=")
         if not sep:
             return f"bad attribute {_clip(item)!r}"
@@ -203,43 +257,11 @@ def _operands_and_attrs(operand_text: str, attr_text: str | None) -> tuple | str
             location = value
         elif name not in _DEBUG_ATTRS:
             attrs[name] = value
-    operand_ids = tuple(o.split(".", 1)[0] for o in operands)
-    form = (tuple(sorted(attrs)), tuple(o.partition(".")[2] for o in operands))
-    return operands, attrs, root, location, operand_ids, form
+    return attrs, root, location, tuple(sorted(attrs))
+
+
+_NO_ATTRS: tuple[dict[str, str], None, str, tuple[str, ...]] = ({}, None, "", ())
 
 
 def _clip(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-class GraphFacts(NamedTuple):
-    """What a run's every graph is asked, kept for all of them (a parsed graph is kept
-    for the last few hundred): a 1,500-graph run parsed each graph twice."""
-
-    ops: tuple[str, ...]  # the ops that are not inputs, in order
-    size: int  # nodes
-    structure: tuple[int, ...]  # IRGraph.structure
-    op_counts: Counter[str]  # every node's op, inputs too
-    built_at: Counter[str]  # the lines that built its ops ("train.py:28"), where the IR says
-
-
-@lru_cache(maxsize=65536)
-def facts(text: str) -> GraphFacts | None:
-    graph = parsed(text)
-    if graph is None:
-        return None
-    return GraphFacts(tuple(node.op for node in graph.nodes if not node.is_input), len(graph), graph.structure,
-                      Counter(node.op for node in graph.nodes),
-                      Counter(node.source_line for node in graph.nodes if node.location and not node.is_input))
-
-
-@lru_cache(maxsize=512)
-def parsed(text: str) -> IRGraph | None:
-    """parse_ir, once per distinct text for the whole process (the report, the live UI
-    and every renderer ask again and again); None when the text is not IR."""
-    if not text:
-        return None
-    try:
-        return parse_ir(text)
-    except IRParseError:
-        return None

@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from lazyviz.analysis.diff import diff_texts
+from lazyviz.analysis.graphs import diff_across
 from lazyviz.trace.model import Execution, Frame
 from lazyviz.trace.table import ExecutionTable
 
@@ -78,7 +78,7 @@ def find_divergence(ranks: Mapping[int, Sequence[Execution]], ir_texts: Mapping[
     odd = ExecutionTable.of(ranks[odd_rank])
     in_step = [p for p, s in enumerate(odd.step) if s == step]
     frame = odd.kind_at(in_step[position]).frame if position < len(in_step) else None
-    diff = diff_texts(ir_texts[base_rank].get(graphs[base_rank], ""), ir_texts[odd_rank].get(graphs[odd_rank], ""))
+    diff = diff_across(ir_texts[base_rank], graphs[base_rank], ir_texts[odd_rank], graphs[odd_rank])
     if diff is None or diff.first is None:
         change = "no IR to compare" if diff is None else "same IR"
     else:

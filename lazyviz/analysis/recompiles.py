@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from lazyviz.analysis.diff import Change, GraphDiff, diff_texts
-from lazyviz.analysis.hlo import IRWithHlo, hlo_changes, hlo_input_changes
-from lazyviz.analysis.ir import IRGraph, facts, parsed
+from lazyviz.analysis.diff import Change, GraphDiff
+from lazyviz.analysis.graphs import IRGraphs
+from lazyviz.analysis.hlo import hlo_changes, hlo_input_changes
 from lazyviz.hlo_text import FROM_HLO
 from lazyviz.trace.model import Execution, Frame
 from lazyviz.trace.table import ExecutionTable, Kind
@@ -156,17 +156,17 @@ class PendingRecompile:
     EXPLAINED_PER_SITE at one site (the findings group them with the first ones)."""
 
     def __init__(self, execution: Execution, compiled: list[Execution], at_site: list[Execution],
-                 ir_texts: Mapping[str, str], warmup: bool = True) -> None:
+                 graphs: IRGraphs, warmup: bool = True) -> None:
         self.execution, self.step, self.graph = execution.index, execution.step, execution.graph
         self.frame, self.context, self.warmup = execution.frame, execution.context, warmup
         # The graphs compiled before it, in all and at its site: prefixes of lists that
         # only grow (no copy each).
-        self._explain = (execution, compiled, len(compiled), at_site, len(at_site), ir_texts)
+        self._explain = (execution, compiled, len(compiled), at_site, len(at_site), graphs)
 
     @cached_property
     def explained(self) -> Recompile:
-        execution, compiled, before, at_site, before_at_site, ir_texts = self._explain
-        return _explain(execution, compiled[:before], ir_texts, self.warmup, at_site[:before_at_site])
+        execution, compiled, before, at_site, before_at_site, graphs = self._explain
+        return _explain(execution, compiled[:before], graphs, self.warmup, at_site[:before_at_site])
 
     @property
     def is_explained(self) -> bool:
@@ -234,12 +234,14 @@ class _Roles:
 def explain_recompiles(
     executions: Sequence[Execution], ir_texts: Mapping[str, str], warmup_steps: int = WARMUP_STEPS
 ) -> list[Recompile | PendingRecompile]:
-    """ir_texts: graph id -> IR text (empty when captured light).
+    """ir_texts: graph id -> IR text (empty when captured light), best an IRGraphs that
+    keeps what it parsed for the rest of the analysis.
 
     Under pytest each test is its own program: a recompile is judged against the graphs
     of the same test, and its warm-up counts from the test's first step. A script that
     never calls mark_step() has no steps: there a site's first syncs are its warm-up."""
     table = ExecutionTable.of(executions)
+    graphs = IRGraphs.of(ir_texts)
     compiled: dict[str | None, list[Execution]] = {}  # context -> earlier misses, one per distinct graph
     compiled_graphs: dict[str | None, set[str]] = {}  # context -> those misses' graphs
     compiled_at: dict[tuple, list[Execution]] = {}  # the same, per role (_Roles)
@@ -269,23 +271,23 @@ def explain_recompiles(
                 warmup = syncs <= warmup_steps
             else:
                 warmup = execution.step - max(start, roles.first_step(position)) < warmup_steps
-            values_only = structures.setdefault(context, _Structures(ir_texts)).repeats(execution)
+            values_only = structures.setdefault(context, _Structures(graphs)).repeats(execution)
             if warmup and eager_nodes + execution.nodes > EAGER_WARMUP_NODES:
-                explained.append(PendingRecompile(execution, earlier, at_site, ir_texts))
+                explained.append(PendingRecompile(execution, earlier, at_site, graphs))
             elif not warmup and not values_only and (stepless or explained_at[site] >= EXPLAINED_PER_SITE):
                 # Stepless, such a recompile is a different piece of the pass, never a finding.
-                explained.append(PendingRecompile(execution, earlier, at_site, ir_texts, warmup=False))
+                explained.append(PendingRecompile(execution, earlier, at_site, graphs, warmup=False))
             else:
                 explained_at[site] += not warmup and not values_only
                 eager_nodes += execution.nodes if warmup else 0
-                explained.append(_explain(execution, earlier, ir_texts, warmup, at_site))
+                explained.append(_explain(execution, earlier, graphs, warmup, at_site))
         seen_sites.add(site)
-        graphs = compiled_graphs.setdefault(context, set())
-        if execution.graph not in graphs:
-            graphs.add(execution.graph)
+        seen = compiled_graphs.setdefault(context, set())
+        if execution.graph not in seen:
+            seen.add(execution.graph)
             earlier.append(execution)
             at_site.append(execution)
-            structures.setdefault(context, _Structures(ir_texts)).add(execution)
+            structures.setdefault(context, _Structures(graphs)).add(execution)
     return explained
 
 
@@ -295,10 +297,10 @@ class _Structures:
     size asks: a run whose graph grows at every sync (no mark_step) parses none here. A
     node count of 0 is not known (a backend that did not say): such graphs meet every size."""
 
-    def __init__(self, ir_texts: Mapping[str, str]) -> None:
-        self.ir_texts = ir_texts
+    def __init__(self, graphs: IRGraphs) -> None:
+        self.graphs = graphs
         self.unparsed: dict[int, list[str]] = {}  # node count -> graph ids
-        self.parsed: dict[int, set[tuple[int, ...]]] = {}  # node count -> structures
+        self.parsed: dict[int, set[int]] = {}  # node count -> structures (GraphSummary.structure)
 
     def add(self, execution: Execution) -> None:
         self.unparsed.setdefault(execution.nodes, []).append(execution.graph)
@@ -308,38 +310,26 @@ class _Structures:
         sizes = {execution.nodes, 0} if execution.nodes else {*self.unparsed, *self.parsed}
         if not any(self.unparsed.get(size) or self.parsed.get(size) for size in sizes):
             return False
-        graph = facts(self.ir_texts.get(execution.graph, ""))
+        graph = self.graphs.summary(execution.graph)
         return graph is not None and any(graph.structure in self._of_size(size) for size in sizes)
 
-    def _of_size(self, size: int) -> set[tuple[int, ...]]:
+    def _of_size(self, size: int) -> set[int]:
         known = self.parsed.setdefault(size, set())
         for graph_id in self.unparsed.pop(size, []):
-            graph = facts(self.ir_texts.get(graph_id, ""))
+            graph = self.graphs.summary(graph_id)
             if graph is not None:
                 known.add(graph.structure)
         return known
 
 
-def _ops(ir_text: str) -> tuple[Counter[str], int]:
-    graph = facts(ir_text)
-    return (graph.op_counts, graph.size) if graph is not None else (Counter(), 0)
-
-
-def op_overlap(a_text: str, b_text: str) -> float:
-    """The ops two graphs share (as a multiset) over the larger one's size: 1.0 for the
-    same ops, near 0 for unrelated graphs. Cheap enough to rank every candidate."""
-    (a, a_size), (b, b_size) = _ops(a_text), _ops(b_text)
-    return sum((a & b).values()) / max(a_size, b_size, 1)
-
-
-def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[str, str],
+def _explain(execution: Execution, compiled: list[Execution], graphs: IRGraphs,
              warmup: bool, at_site: list[Execution] | None = None) -> Recompile:
     """at_site: those of compiled run at the execution's site (found when not given)."""
     if at_site is None:
         at_site = [e for e in compiled if role(e) == role(execution)]
     same_site = [e for e in at_site if e.graph != execution.graph]
     candidates = same_site or [e for e in compiled if e.graph != execution.graph]
-    new = parsed(ir_texts.get(execution.graph, ""))
+    new = graphs.parsed(execution.graph)
     base = dict(execution=execution.index, step=execution.step, graph=execution.graph,
                 frame=execution.frame, warmup=warmup, context=execution.context)
     if not candidates:
@@ -347,8 +337,8 @@ def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[
                          note="nothing compiled before to compare with", **base)
     if new is None:
         latest = candidates[-1]
-        if isinstance(ir_texts, IRWithHlo):  # PyTorch/XLA without the IR: what its HLO says
-            old_hlo, new_hlo = ir_texts.hlo(latest.graph), ir_texts.hlo(execution.graph)
+        if graphs.has_hlo:  # PyTorch/XLA without the IR: what its HLO says
+            old_hlo, new_hlo = graphs.hlo(latest.graph), graphs.hlo(execution.graph)
             # Values that follow from a new input shape (a mean's 1/16 -> 1/24) are not causes.
             changes = (hlo_input_changes(old_hlo, new_hlo) or hlo_changes(old_hlo, new_hlo)) if old_hlo and new_hlo \
                 else ()
@@ -363,11 +353,10 @@ def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[
                          diff=None, note="no IR captured (run with --capture full)", **base)
     # Rank every candidate by the ops it shares with the new graph (most recent first on
     # ties), then diff the best few node by node and keep the one with the fewest changes.
-    new_text = ir_texts.get(execution.graph, "")
-    ranked = _latest_if_closest(candidates[-1], new, new_text, ir_texts) or sorted(
-        ((op_overlap(ir_texts.get(e.graph, ""), new_text), order, e)
+    ranked = _latest_if_closest(candidates[-1], execution.graph, graphs) or sorted(
+        ((graphs.overlap(e.graph, execution.graph), order, e)
          for order, e in enumerate(reversed(candidates[-MAX_RANKED:]))
-         if parsed(ir_texts.get(e.graph, "")) is not None), key=lambda t: (-t[0], t[1]))
+         if graphs.summary(e.graph) is not None), key=lambda t: (-t[0], t[1]))
     if not ranked:
         return Recompile(closest=None, closest_execution=None, same_site=False, diff=None,
                          note="no IR of earlier graphs to compare with", **base)
@@ -380,8 +369,9 @@ def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[
             note=f"new graph ({len(new)} nodes): no earlier graph {where} is close (the closest, "
                  f"execution {nearest.index}'s, shares {overlap:.0%} of its ops)")
     best: tuple[tuple[int, int, float, int], Execution, GraphDiff] | None = None
+    structure = graphs.summary(execution.graph).structure
     for overlap, order, candidate in ranked[:MAX_DIFFED]:
-        diff = diff_texts(ir_texts.get(candidate.graph, ""), ir_texts.get(execution.graph, ""))
+        diff = graphs.diff(candidate.graph, execution.graph)
         if diff is None:
             continue
         # The fewest causes first, then the fewest nodes they change: an input's new shape
@@ -391,21 +381,21 @@ def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[
                  -overlap, order)
         if best is None or score < best[0]:
             best = (score, candidate, diff)
-        if len(diff.origins) <= 1 and parsed(ir_texts.get(candidate.graph, "")).structure == new.structure:
+        if len(diff.origins) <= 1 and graphs.summary(candidate.graph).structure == structure:
             break  # node for node the same computation, one value changed: none can be closer
     if best is None:
         return Recompile(closest=None, closest_execution=None, same_site=False, diff=None,
                          note="no IR of earlier graphs to compare with", **base)
     _, closest, diff = best
-    shared = op_overlap(ir_texts.get(closest.graph, ""), new_text)
+    shared = graphs.overlap(closest.graph, execution.graph)
     choice = (f"compared with execution {closest.index}'s graph {closest.graph}: the closest of "
               f"{len(candidates)} earlier graph{'s' if len(candidates) != 1 else ''} {where} "
               f"({shared:.0%} of ops shared, {len(diff.changed_nodes)} nodes differ)")
     note, same_hlo = "", False
+    new_text = graphs.text(execution.graph)
     if diff.is_empty and "xla::device_data" in new_text:
         # PyTorch/XLA's IR text leaves some values out (a slice's bounds): its HLO says them.
-        values = hlo_changes(ir_texts.hlo(closest.graph), ir_texts.hlo(execution.graph)) \
-            if isinstance(ir_texts, IRWithHlo) else ()
+        values = hlo_changes(graphs.hlo(closest.graph), graphs.hlo(execution.graph)) if graphs.has_hlo else ()
         if values:
             diff = diff.with_values(values)
             choice += f"; in the HLO XLA compiled, {len(values)} value{'s differ' if len(values) != 1 else ' differs'}"
@@ -421,18 +411,16 @@ def _explain(execution: Execution, compiled: list[Execution], ir_texts: Mapping[
                      diff=diff, choice=choice, note=note, same_hlo=same_hlo, **base)
 
 
-def _latest_if_closest(latest: Execution, new: IRGraph, new_text: str,
-                       ir_texts: Mapping[str, str]) -> list[tuple[float, int, Execution]] | None:
+def _latest_if_closest(latest: Execution, new_id: str, graphs: IRGraphs) -> list[tuple[float, int, Execution]] | None:
     """The ranking cut short to the most recent candidate, when it is what the whole
     ranking would choose: it shares every op (ranked first: the most recent on ties) and
     differs node for node in at most one origin (the diffing stops there). A run whose
     shapes change at every step compiles hundreds of such graphs; ranking each against
     64 others was most of its report's time."""
-    old_text = ir_texts.get(latest.graph, "")
-    old = parsed(old_text)
-    if old is None or old.structure != new.structure or op_overlap(old_text, new_text) != 1.0:
+    old, new_summary = graphs.summary(latest.graph), graphs.summary(new_id)
+    if old is None or old.structure != new_summary.structure or graphs.overlap(latest.graph, new_id) != 1.0:
         return None
-    diff = diff_texts(old_text, new_text)  # kept: the caller diffs the same pair again
+    diff = graphs.diff(latest.graph, new_id)  # kept: the caller reads the same pair again
     return [(1.0, 0, latest)] if diff is not None and len(diff.origins) <= 1 else None
 
 
@@ -440,7 +428,8 @@ def explain_execution(
     executions: Sequence[Execution], ir_texts: Mapping[str, str], index: int, warmup_steps: int = WARMUP_STEPS
 ) -> Recompile | None:
     """Explain any execution's graph against the closest graph compiled before it (the UI's
-    Diff tab and `export --diff`); None for the first graph of the run."""
+    Diff tab and `export --diff`); None for the first graph of the run. ir_texts: best the
+    run's IRGraphs, which keeps what it parsed."""
     table = ExecutionTable.of(executions)
     position = table.position_of(index)
     if position is None:
@@ -450,17 +439,19 @@ def explain_execution(
     wanted = roles.of(position)
     compiled: list[Execution] = []
     at_site: list[Execution] = []
+    seen: set[str] = set()
     misses = table.where(lambda kind: kind.is_miss)
     for miss in misses[:bisect.bisect_left(misses, position)]:
         execution = table[miss]
-        if all(e.graph != execution.graph for e in compiled):
+        if execution.graph not in seen:
+            seen.add(execution.graph)
             compiled.append(execution)
             if roles.of(miss) == wanted:
                 at_site.append(execution)
     if not any(e.graph != target.graph for e in compiled):
         return None
     warmup = target.step - (0 if roles.stepless else roles.first_step(position)) < warmup_steps
-    return _explain(target, compiled, ir_texts, warmup, at_site)
+    return _explain(target, compiled, IRGraphs.of(ir_texts), warmup, at_site)
 
 
 def recompiles_after_warmup(recompiles: Iterable[Recompile | PendingRecompile]) -> int:

@@ -5,16 +5,17 @@ there)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 from lazyviz.analysis import Analysis, analyze
 from lazyviz.analysis.findings import Finding
-from lazyviz.analysis.hlo import IRWithHlo
+from lazyviz.analysis.graphs import IRGraphs
+from lazyviz.analysis.library import Stacks, no_stacks
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
 from lazyviz.analysis.summary import Summary
-from lazyviz.trace.model import Execution, Graph, RunInfo
-from lazyviz.trace.reader import Trace
+from lazyviz.trace.model import Execution, Frame, Graph, RunInfo
+from lazyviz.trace.reader import Trace, TraceError
 from lazyviz.trace.table import ExecutionTable
 
 
@@ -25,14 +26,17 @@ class Run:
     def __init__(self, trace: Trace | None = None) -> None:
         self.trace = trace
         self.path: Path | None = trace.path if trace is not None else None
+        self.stacks: Stacks = stacks_of(trace) if trace is not None else no_stacks
 
     @classmethod
     def of(cls, info: RunInfo, executions: Sequence[Execution], ir_texts: Mapping[str, str],
-           path: Path | None = None) -> Run:
+           path: Path | None = None, stacks: Stacks = no_stacks) -> Run:
+        """ir_texts: best an IRGraphs kept across the live view's updates (what it parsed
+        stays parsed). stacks: each execution's Python stack by its id (stacks_of(trace))."""
         run = cls()
-        run.path = path
+        run.path, run.stacks = path, stacks
         # cached_property reads the instance's __dict__ first: these are the parts.
-        run.__dict__.update(info=info, executions=ExecutionTable.of(executions), ir_texts=ir_texts)
+        run.__dict__.update(info=info, executions=ExecutionTable.of(executions), ir_texts=IRGraphs.of(ir_texts))
         return run
 
     def _trace(self) -> Trace:
@@ -53,21 +57,22 @@ class Run:
         return self._trace().graphs()
 
     @cached_property
-    def ir_texts(self) -> Mapping[str, str]:
-        """graph id -> IR text; from the graphs when they are read already (one read, not two).
-        On PyTorch/XLA each graph's HLO too, read when the analysis asks (IRWithHlo)."""
+    def ir_texts(self) -> IRGraphs:
+        """graph id -> IR text, each graph parsed once when first asked (IRGraphs): every
+        analysis, renderer and tab asks here. Texts from the graphs when they are read
+        already (one read, not two); on PyTorch/XLA each graph's HLO too, when asked."""
         texts = {g.id: g.ir_text for g in self.graphs} if "graphs" in self.__dict__ else self._trace().ir_texts()
         return with_hlo(texts, self._trace(), self.info)
 
     @cached_property
     def analysis(self) -> Analysis:
-        return analyze(self.info, self.executions, self.ir_texts)
+        return analyze(self.info, self.executions, self.ir_texts, stacks=self.stacks)
 
     def analysed(self, quick: bool = False) -> Run:
         """This run with its analysis computed now (a live view does it off the UI's
         thread); quick: the quick pass only (Analysis.complete is False)."""
         if quick and "analysis" not in self.__dict__:
-            self.__dict__["analysis"] = analyze(self.info, self.executions, self.ir_texts, quick=True)
+            self.__dict__["analysis"] = analyze(self.info, self.executions, self.ir_texts, quick=True, stacks=self.stacks)
         _ = self.analysis
         return self
 
@@ -111,13 +116,28 @@ class Run:
         return next((g for g in self.graphs if g.id == graph_id), None)
 
 
-def with_hlo(ir_texts: Mapping[str, str], trace: Trace, info: RunInfo) -> Mapping[str, str]:
-    """The IR texts, answering each graph's HLO too where the trace may hold it: PyTorch/XLA's."""
+def stacks_of(trace: Trace) -> Stacks:
+    """The trace's stacks by id, each read once; a damaged one reads as no stack (the
+    findings that ask say less, the rest stands)."""
+
+    @lru_cache(maxsize=4096)
+    def stack(stack_id: int | None) -> list[Frame]:
+        try:
+            return trace.stack(stack_id)
+        except TraceError:
+            return []
+
+    return stack
+
+
+def with_hlo(ir_texts: Mapping[str, str], trace: Trace, info: RunInfo) -> IRGraphs:
+    """The IR texts as IRGraphs, answering each graph's HLO too where the trace may hold
+    it: PyTorch/XLA's."""
     if info.backend != "xla":
-        return ir_texts
+        return IRGraphs.of(ir_texts)
 
     def backend_text(graph_id: str) -> str:
         graph = trace.graph(graph_id)
         return graph.backend_text if graph is not None else ""
 
-    return IRWithHlo(ir_texts, backend_text)
+    return IRGraphs(ir_texts, backend_text)

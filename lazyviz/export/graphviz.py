@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from lazyviz.analysis.findings import repeated_block
-from lazyviz.analysis.ir import IRGraph, Node, parsed
+from lazyviz.analysis.ir import IRGraph, Node
 from lazyviz.analysis.recompiles import Recompile, explain_execution
 from lazyviz.analysis.run import Run
 from lazyviz.errors import LazyvizError
@@ -239,13 +239,12 @@ def to_dot(graph: IRGraph, title: str, highlight: Marks | set[str] = Marks(), ke
     return "\n".join(lines) + "\n"
 
 
-def execution_dot(ir_text: str, execution: Execution, explained: Recompile | None = None,
+def execution_dot(graph: IRGraph | None, execution: Execution, explained: Recompile | None = None,
                   diff_requested: bool = False, around: str | None = None, depth: int = 2,
                   max_nodes: int = MAX_NODES, label: str = "op") -> str:
     """The drawing of one execution's graph, as `export`, the UI and the HTML report all
     request it: titled, marked against `explained`'s closest graph, optionally only the
-    neighbourhood of one node."""
-    graph = parsed(ir_text)
+    neighbourhood of one node. graph: the execution's graph, parsed (IRGraphs.parsed)."""
     if graph is None:
         raise ExportError(f"cannot read the IR of graph {execution.graph}")
     origins = propagated = frozenset()
@@ -286,10 +285,10 @@ class DotRenderer(Renderer):
 
     def render(self, run: Run, options: RenderOptions) -> str:
         execution, graph = execution_graph(run, options)
-        ir_text = require_ir(run, graph)
+        require_ir(run, graph)
         explained = explain_execution(run.executions, run.ir_texts, execution.index) if options.diff else None
-        return execution_dot(ir_text, execution, explained, options.diff, options.around, options.depth,
-                             options.max_nodes, options.label)
+        return execution_dot(run.ir_texts.parsed(execution.graph), execution, explained, options.diff, options.around,
+                             options.depth, options.max_nodes, options.label)
 
 
 class SvgRenderer(DotRenderer):

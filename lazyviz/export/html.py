@@ -10,7 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from html import escape
 
 from lazyviz.analysis.findings import Finding
-from lazyviz.analysis.ir import parsed
+from lazyviz.analysis.graphs import IRGraphs
+from lazyviz.analysis.ir import IRGraph
 from lazyviz.analysis.recompiles import Recompile, explain_execution
 from lazyviz.analysis.run import Run
 from lazyviz.analysis.summary import chart_scale, step_times
@@ -31,7 +32,7 @@ from lazyviz.present import (
     site_text,
     why_text,
 )
-from lazyviz.trace.model import Execution, Graph
+from lazyviz.trace.model import Execution
 
 MAX_DRAWN = 8  # graphs the problems point at, drawn with Graphviz; the rest say how to draw them
 # Boxes per drawing on the page (`lazyviz export` draws up to 300): dot's time grows
@@ -145,9 +146,9 @@ def _sync_charts(executions: list[Execution]) -> str:
             f"loop without mark_step()) and its sync time (ms); red: a cache miss</p>{nodes}{sync}")
 
 
-def _drawing(graph: Graph, execution: Execution, explained: Recompile | None) -> str:
+def _drawing(graph: IRGraph | None, execution: Execution, explained: Recompile | None) -> str:
     try:
-        svg = render_svg(execution_dot(graph.ir_text, execution, explained, max_nodes=PAGE_MAX_NODES), timeout=30)
+        svg = render_svg(execution_dot(graph, execution, explained, max_nodes=PAGE_MAX_NODES), timeout=30)
     except ExportError as error:
         return f"<p>no drawing: {escape(str(error))}</p>"
     # Inline, without the XML prolog; scaled to the page, a click shows it full size.
@@ -164,14 +165,14 @@ def _capped(text: str, execution: Execution, what: str) -> str:
 
 
 def _diff_block(execution: Execution, executions: list[Execution],
-                ir_texts: dict[str, str]) -> tuple[str, Recompile | None]:
+                ir_texts: IRGraphs) -> tuple[str, Recompile | None]:
     recompile = explain_execution(executions, ir_texts, execution.index)
     if recompile is None or recompile.diff is None:
         return "<p>first graph of its kind: nothing to compare with</p>", None
     css = {ORIGIN: "changed", CARRIED: "carried", ADDED: "added"}
     marks = {node: css[mark] for node, mark in diff_marks(recompile.diff).items()}
-    graph = parsed(ir_texts.get(execution.graph, ""))
-    raw = ir_texts.get(execution.graph, "").splitlines()
+    graph = ir_texts.parsed(execution.graph)
+    raw = ir_texts.text(execution.graph).splitlines()
     nodes = graph.nodes if graph else []
     # The changed nodes with a few lines around them; long unchanged runs in one line each
     # (a word LM's 4,000-node graphs made 340 KB per diff, 7 MB per page).
@@ -334,7 +335,8 @@ def html_report(recorded: Run, draw: bool = True) -> str:
     # dot runs as its own process: draw them side by side.
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         drawings = dict(zip((g.id for g, *_ in drawable),
-                            pool.map(lambda d: _drawing(d[0], d[1], None if d[0].id in fallbacks else d[3])
+                            pool.map(lambda d: _drawing(ir_texts.parsed(d[0].id), d[1],
+                                                         None if d[0].id in fallbacks else d[3])
                                      if draw else "", drawable)))
     diffs = {g.id: diff_html for g, _, diff_html, _ in drawable}
     for graph_id, execution in shown.items():

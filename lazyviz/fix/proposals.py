@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lazyviz.analysis.findings import Finding, shape_change
-from lazyviz.analysis.ir import facts
 from lazyviz.analysis.run import Run
 from lazyviz.trace.model import Frame
 
@@ -267,9 +266,8 @@ class Context:
     def built_at(self, finding: Finding) -> Counter[str]:
         """"file.py:12" -> nodes, over the largest graph the finding's executions ran."""
         graphs = {self.run.execution(e).graph for e in finding.executions[:200]}
-        texts = [self.run.ir_texts.get(g, "") for g in graphs]
-        found = [facts(text) for text in texts if text]
-        largest = max((f for f in found if f is not None), key=lambda f: f.size, default=None)
+        found = [self.run.ir_texts.parsed(g) for g in graphs]
+        largest = max((f for f in found if f is not None), key=len, default=None)
         return largest.built_at if largest is not None else Counter()
 
 

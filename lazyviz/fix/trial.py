@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lazyviz.analysis.findings import Finding
-from lazyviz.analysis.ir import facts
 from lazyviz.analysis.recompiles import WARMUP_STEPS, recompiles_after_warmup
 from lazyviz.analysis.run import Run
 from lazyviz.errors import LazyvizError
@@ -68,7 +67,7 @@ def measure(run: Run, output: str) -> Measures:
     ends = [table.start_ms[p] + table.sync_ms[p] for p in range(len(table))
             if table.kind_at(p).cause == "mark_step" and table.step[p] >= WARMUP_STEPS]
     gaps = [b - a for a, b in itertools.pairwise(ends)]
-    ops = {op for facts_ in map(facts, run.ir_texts.values()) if facts_ is not None for op in facts_.op_counts}
+    ops = {op for graph in map(run.ir_texts.parsed, run.ir_texts) if graph is not None for op in graph.op_counts}
     return Measures(
         exit_status=run.info.exit_status, state=run.info.state, steps=steps, executions=len(table),
         misses=run.summary.misses, in_steps=sum(1 for p in range(len(table)) if table.step[p] < steps),

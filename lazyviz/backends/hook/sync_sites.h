@@ -62,6 +62,10 @@ PyObject* SyncSiteCall(PyObject* callable, PyObject* const* args, size_t nargsf,
     return PyObject_Vectorcall(site->original, args, nargsf, kwnames);
   }
   const bool in_closure = t_in_closure;
+  // The frame getter's one-frame cache holds the last frame that built a node, and with it
+  // that frame's locals: lazy tensors the script already let go would still be live when
+  // mark_step() collects them (LTC's SyncedTensorsWithIR: one more a step with Adam).
+  ForgetLastFrame();
   t_cause = site->cause;
   t_detail = in_closure ? site->closure_detail : site->detail;
   if (!in_closure) t_closures_from = -1;

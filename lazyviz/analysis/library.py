@@ -1,0 +1,68 @@
+"""Where in a library a sync happened, and what the user can do about it from their own
+file. A sync's recorded stack runs from the user's line (outermost) to the line that
+synced; the innermost line outside torch itself says whose code decided to sync: the
+user's (`if tensor:` in their loop) or a library's (transformers checking a mask)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+from lazyviz.trace.model import Frame
+
+_PACKAGE_DIRS = ("/site-packages/", "/dist-packages/")
+# Frames that are torch's own plumbing (module calls, tensor methods) or lazyviz's: the
+# sync happened below them, in whatever called them.
+_PLUMBING = (*(f"{where}torch/" for where in _PACKAGE_DIRS), f"{Path(__file__).resolve().parents[1]}/")
+
+
+# An execution's recorded Python stack by its stack id, outermost frame first (the trace's).
+Stacks = Callable[[int | None], list[Frame]]
+
+
+def no_stacks(stack_id: int | None) -> list[Frame]:
+    return []
+
+
+class LibraryLine(NamedTuple):
+    frame: Frame  # the library's line that synced
+    path: str  # the file under its package folder: "transformers/masking_utils.py"
+
+    @property
+    def package(self) -> str:
+        return self.path.partition("/")[0]
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.frame.line} in {self.frame.function}()"
+
+
+def library_line(stack: list[Frame]) -> LibraryLine | None:
+    """The innermost line of the stack outside torch and lazyviz, when it is in an
+    installed package (not the user's own file); None when the user's code synced."""
+    for frame in reversed(stack):
+        if any(part in frame.file for part in _PLUMBING):
+            continue
+        for where in _PACKAGE_DIRS:
+            if where in frame.file:
+                return LibraryLine(frame, frame.file.rpartition(where)[2])
+        return None
+    return None
+
+
+# What to do from the user's own file when a library syncs or falls back at these lines:
+# by the file (under its package folder), each checked for real where it says so.
+LIBRARY_FIXES = {
+    "transformers/masking_utils.py": (
+        "transformers builds the attention mask in its own code and checks it on the host there: build the "
+        "model with attn_implementation=\"eager\" and pass attention_mask as a 4D additive mask, "
+        "(1.0 - mask[:, None, None, :].float()) * torch.finfo(torch.float32).min, which transformers uses as "
+        "given (checked with BERT on torch 2.13's TorchScript backend: no sync, no fallback, the same logits)"),
+    "transformers/integrations/sdpa_attention.py": (
+        "transformers calls scaled_dot_product_attention here, whose masked path falls back on this backend: "
+        "build the model with attn_implementation=\"eager\" (checked with BERT on torch 2.13's TorchScript "
+        "backend: the attention then has no fallback, the same logits)"),
+}
+
+
+def library_fix(line: LibraryLine | None) -> str | None:
+    return LIBRARY_FIXES.get(line.path) if line is not None else None

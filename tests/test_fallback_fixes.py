@@ -1,0 +1,146 @@
+"""Every lowered equivalent a fallback finding names is checked for real on torch's lazy
+backend: the op falls back (LTC's own counter says so), the equivalent does not, and it
+computes the same values. A fix sentence no test checks is a claim, not a fix."""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from lazyviz.analysis.findings import CALL_FIXES, FALLBACK_FIXES
+
+pytestmark = pytest.mark.torch
+
+# op -> (inputs, the call that falls back, its equivalent from ops that lower), as Python
+# source run on the lazy device. Inputs are made on the CPU with a fixed seed.
+EQUIVALENTS = {
+    "aten::median": ("x = torch.randn(65)",
+                     "x.median()",
+                     "torch.sort(x.flatten())[0][(x.numel() - 1) // 2]"),
+    "aten::isnan": ("x = torch.randn(64); x[3] = float('nan')",
+                    "torch.isnan(x)",
+                    "x != x"),
+    "aten::argmax": ("x = torch.randn(8, 16)",
+                     "x.argmax(dim=1)",
+                     "x.max(dim=1).indices"),
+    "aten::where.self": ("a, b = torch.randn(64), torch.randn(64); cond = a > 0",
+                         "torch.where(cond, a, b)",
+                         "a.masked_fill(cond == 0, 0) + b.masked_fill(cond, 0)"),
+    "aten::index.Tensor": ("x = torch.randn(16, 4); idx = torch.tensor([3, 1, 7])",
+                           "x[idx]",
+                           "x.index_select(0, idx)"),
+    "aten::linalg_vector_norm": ("x = torch.randn(64)",
+                                 "torch.linalg.vector_norm(x)",
+                                 "(x * x).sum().sqrt()"),
+    "aten::lerp.Scalar": ("a, b = torch.randn(64), torch.randn(64)",
+                          "a.lerp(b, 0.1)",
+                          "a.mul(1 - 0.1).add(b, alpha=0.1)"),
+    "aten::lerp.Tensor": ("a, b, w = torch.randn(64), torch.randn(64), torch.rand(64)",
+                          "a.lerp(b, w)",
+                          "a + w * (b - a)"),
+    "aten::kthvalue.values": ("x = torch.randn(4, 9)",
+                              "x.kthvalue(3, dim=1).values",
+                              "torch.sort(x, dim=1)[0].select(1, 3 - 1)"),
+    "aten::mse_loss": ("out, target = torch.randn(8, 4), torch.randn(8, 4)",
+                       "torch.nn.functional.mse_loss(out, target)",
+                       "((out - target) ** 2).mean()"),
+    "aten::isneginf": ("q, k, v = torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8); "
+                       "mask = torch.ones(5, 5).tril().bool(); bias = torch.zeros(5, 5).masked_fill(~mask, -1e9)",
+                       "torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)",
+                       "torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + bias, dim=-1) @ v"),
+}
+# The same manual attention answers every op of SDPA's masked path.
+SAME_AS = {"aten::all.dim": "aten::isneginf", "aten::where.self_out": "aten::isneginf",
+           "aten::mse_loss_backward": "aten::mse_loss"}
+
+PROBE = textwrap.dedent("""
+    import math, sys
+    import torch, torch._lazy, torch._lazy.ts_backend, torch._lazy.metrics as metrics
+    torch._lazy.ts_backend.init()
+    torch.manual_seed(0)
+    setup, original, equivalent = sys.argv[1:4]
+    scope = {"torch": torch, "math": math}
+    exec(setup, scope)
+    expected = eval(original, scope)
+    def on_lazy(expression):
+        lazy = {name: value.to("lazy") if isinstance(value, torch.Tensor) else value for name, value in scope.items()}
+        torch._lazy.mark_step()
+        metrics.reset()
+        result = eval(expression, lazy)
+        torch._lazy.mark_step()
+        fallbacks = sorted(n for n in metrics.counter_names() if n.startswith("aten::") and metrics.counter_value(n))
+        return result.cpu(), [n for n in fallbacks if n != "aten::_local_scalar_dense"]
+    first, falls = on_lazy(original)
+    second, stays = on_lazy(equivalent)
+    same = torch.allclose(second.double(), expected.double(), atol=1e-5, equal_nan=True)
+    print(repr((falls, stays, same)))
+""")
+
+
+def probe(op: str) -> tuple[list[str], list[str], bool]:
+    result = subprocess.run([sys.executable, "-c", PROBE, *EQUIVALENTS[op]], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return eval(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("op", sorted(EQUIVALENTS))
+def test_the_named_equivalent_lowers_and_computes_the_same(op: str) -> None:
+    falls, stays, same = probe(op)
+    assert op in falls, f"{op} no longer falls back on this torch: its fix sentence is out of date ({falls})"
+    assert stays == [], f"the equivalent named for {op} falls back too: {stays}"
+    assert same, f"the equivalent named for {op} computes other values"
+
+
+def test_every_fix_that_names_an_equivalent_is_checked_here() -> None:
+    assert set(FALLBACK_FIXES) <= set(EQUIVALENTS) | set(SAME_AS)
+    assert set(CALL_FIXES) == {"clip_grad_norm_"}  # checked by test_real_programs' clipped training
+
+
+def test_the_probe_tells_an_op_that_falls_back() -> None:
+    # The check above can fail: an "equivalent" that is the op itself falls back.
+    saved = EQUIVALENTS["aten::median"]
+    EQUIVALENTS["aten::median"] = (saved[0], saved[1], saved[1])
+    try:
+        _, stays, _ = probe("aten::median")
+    finally:
+        EQUIVALENTS["aten::median"] = saved
+    assert stays == ["aten::median"]
+    assert math.isfinite(1.0)
+
+
+MASK_PROBE = textwrap.dedent("""
+    import torch, torch._lazy, torch._lazy.ts_backend, torch._lazy.metrics as metrics
+    from transformers import BertConfig, BertForSequenceClassification
+    torch._lazy.ts_backend.init()
+    torch.manual_seed(0)
+    def model_with(attention):
+        config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                            intermediate_size=64, max_position_embeddings=64, num_labels=2,
+                            attn_implementation=attention)
+        torch.manual_seed(0)
+        return BertForSequenceClassification(config).eval()
+    ids = torch.randint(0, 100, (4, 12))
+    mask = torch.ones(4, 12, dtype=torch.long)
+    mask[0, 8:] = 0
+    expected = model_with(None)(input_ids=ids, attention_mask=mask).logits
+    model = model_with("eager").to("lazy")
+    additive = (1.0 - mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
+    torch._lazy.mark_step()
+    metrics.reset()
+    logits = model(input_ids=ids.to("lazy"), attention_mask=additive.to("lazy")).logits
+    torch._lazy.mark_step()
+    ops = sorted(n for n in metrics.counter_names() if n.startswith("aten::") and metrics.counter_value(n))
+    print(repr((ops, (logits.cpu() - expected).abs().max().item())))
+""")
+
+
+def test_the_advice_for_transformers_masks_computes_the_same_logits_without_a_sync() -> None:
+    # LIBRARY_FIXES["transformers/masking_utils.py"]: eager attention and a 4D additive mask.
+    result = subprocess.run([sys.executable, "-c", MASK_PROBE], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    ops, difference = eval(result.stdout.strip().splitlines()[-1])
+    assert ops == [] and difference < 1e-5
