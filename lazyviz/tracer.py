@@ -13,6 +13,7 @@ from array import array
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from lazyviz.backends import (
     OTHER_FRAME,
@@ -137,6 +138,7 @@ class Tracer:
         self._outer_files = RUNNER_FILES | outer_files
         self._file_label = file_label
         self._wrapped: list[tuple[object, str, Callable, Callable]] = []  # owner, name, original, wrapper
+        self._lost_pieces: list[list] = []  # [call, file, line, function]: RunInfo.lost_pieces
         self._step_calls = threading.local()  # .depth: step-ending calls in progress (xm.optimizer_step calls sync)
         # Where threads run one replica each of the same steps (a launched process, whose
         # function runs in a thread per device, backend.replicas of them): the steps each
@@ -167,6 +169,11 @@ class Tracer:
         self.writer.set_source(self._take_repeated)
         if self.capture == "full" and self.source_lines:
             self.backend.record_source_lines(self._classify_code)
+        for owner, attribute in self.backend.piece_calls():
+            original = getattr(owner, attribute)
+            wrapper = self._wrap_piece_call(original, attribute)
+            setattr(owner, attribute, wrapper)
+            self._wrapped.append((owner, attribute, original, wrapper))
         if not _Process.fork_handler:  # register_at_fork cannot be undone: once per process
             os.register_at_fork(after_in_child=_Process.after_fork_in_child)
             _Process.fork_handler = True
@@ -195,6 +202,33 @@ class Tracer:
         except BaseException:
             self.stop()  # half installed is not installed: unwrap, turn the hook off, free the process
             raise
+
+    def _wrap_piece_call(self, original: Callable, name: str) -> Callable:
+        """A call that may hand back its pieces on the host (a split that fell back): the
+        line that made them is noted, since the op that raises on one is elsewhere."""
+        lost, device = self.backend.lost_piece, self.backend.device
+
+        @functools.wraps(original)
+        def piece_call(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            pieces = original(tensor, *args, **kwargs)
+            if pieces and getattr(tensor, "device", None) is not None and tensor.device.type == device \
+                    and lost(pieces[0]):
+                self._note_lost_pieces(name)
+            return pieces
+
+        return piece_call
+
+    def _note_lost_pieces(self, name: str) -> None:
+        frame = sys._getframe(2)
+        while frame is not None and not self._is_user_file(frame.f_code.co_filename):
+            frame = frame.f_back
+        if frame is None:
+            return
+        where = [name, frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name]
+        if where in self._lost_pieces:
+            return
+        self._lost_pieces = [*self._lost_pieces[-15:], where]  # the latest few: a crash names the last
+        self.writer.set_run(lost_pieces=self._lost_pieces)
 
     def _wrap_sync_site(self, original: Callable, site: SyncSite, ends_step: bool,
                         is_method: bool = False) -> Callable:

@@ -500,3 +500,22 @@ def test_a_size_made_on_the_device_gets_the_batch_advice() -> None:
     [finding] = analyze(run_info(steps=4), executions, irs).findings
     assert finding.kind == "recompile" and "pad or bucket" in finding.fix and "another path" not in finding.fix
     assert "step 3 recompiled: expand shape f32[16,8] -> f32[12,8], built at t.py:7" in finding.message
+
+
+def test_one_loop_without_mark_step_is_one_finding_in_every_output() -> None:
+    # A word-LM-like loop: unrolled blocks of different lengths synced at several lines of
+    # one function (each fallback's and .item()'s graph). One cause: one finding, in the
+    # JSON and in fix's list, covering every graph and site.
+    executions, texts = [], {}
+    bodies = [("aten::mm", "aten::tanh"), ("aten::mm", "aten::relu", "aten::add"), ("aten::mul", "aten::sigmoid"),
+              ("aten::mm", "aten::tanh", "aten::mul", "aten::add")]
+    for number, (line, body) in enumerate(zip((80, 81, 82, 91), bodies)):
+        graph = f"loop{number}"
+        texts[graph] = chain_ir(41, ops=body)  # a different unrolled block in each graph
+        executions.append(ex(number, cause="item" if line == 91 else "fallback", detail="aten::sin", line=line,
+                             function="train", graph=graph, nodes=41, cache="miss"))
+    findings = [f for f in analyze(run_info(steps=None), executions, texts).findings if f.kind == "missing_mark_step"]
+    assert len(findings) == 1
+    [loop] = findings
+    assert set(loop.details["graphs"]) == set(texts) and len(loop.details["sites"]) == 4
+    assert loop.executions == (0, 1, 2, 3) and "one cause: 3 more graphs show the same loop" in loop.message

@@ -250,3 +250,39 @@ def test_a_scripts_own_counters_read_as_untraced_in_every_capture_mode(tmp_path:
         assert run.status == 0, run.stderr
         printed = next(line for line in run.stdout.splitlines() if line.startswith("{"))
         assert printed == expected, f"capture {mode or 'full'}"
+
+
+TIME_SEQUENCE = PROGRAMS / "time_sequence_lazy.py"
+
+
+def test_time_sequence_split_in_a_loop_header_is_named_at_the_split(tmp_path: Path) -> None:
+    # `for input_t in input.split(1, dim=1)`: the data is on the device already, so the
+    # split syncs nothing; its pieces come back on the CPU and the cell two lines on raises.
+    _, counters, report = traced(tmp_path, "time_sequence_lazy.py")
+    assert counters.get("aten::split_copy.Tensor", 0) >= 1
+    crash = report["findings"][0]
+    assert crash["kind"] == "crash" and crash["details"]["op"] == "aten::split_copy.Tensor"
+    split_line = line_of(TIME_SEQUENCE, "else input.split(1, dim=1)")
+    assert crash["site"]["line"] == split_line and f"time_sequence_lazy.py:{split_line}, which falls back" in \
+        crash["message"]
+    assert "narrow" in crash["fix"]
+    assert not any(f["kind"] == "fallback" and "split" in f["details"]["op"] for f in report["findings"])
+
+
+def test_time_sequence_lstm_cell_cannot_run_here_and_the_workaround_trains(tmp_path: Path) -> None:
+    trace, counters, report = traced(tmp_path, "time_sequence_lazy.py", "--narrow")
+    assert_counts_match_ltc(trace, counters)
+    [crash] = [f for f in report["findings"] if f["kind"] == "crash"]
+    assert crash["details"]["op"] == "aten::as_strided" and crash["details"]["call"] == "LSTMCell.forward"
+    assert "cannot run on the lazy device at all" in crash["message"]
+    assert crash["site"]["line"] == line_of(TIME_SEQUENCE, "else module(x, state)")
+    assert "gates.narrow" in crash["fix"]
+    # Not a fallback to accept: no finding says "falls back" for the view op.
+    assert not any(f["kind"] == "fallback" for f in report["findings"])
+    # The advice, applied: the model trains, with LTC's counters as the truth.
+    (tmp_path / "cells").mkdir()
+    trace, counters, report = traced(tmp_path / "cells", "time_sequence_lazy.py", "--cells")
+    assert_counts_match_ltc(trace, counters)
+    assert report["run"]["exit_status"] == 0 and "crash" not in {f["kind"] for f in report["findings"]}
+    # What is left falls back in LBFGS's own code (its dot products), not in the cells.
+    assert {name for name in counters if name.startswith("aten::")} <= {"aten::_local_scalar_dense", "aten::dot"}

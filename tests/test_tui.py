@@ -473,7 +473,7 @@ async def test_at_80x24_the_table_has_the_rows_and_whole_file_names(sample_trace
         table = app.query_one(ExecutionList)
         await wait_for(pilot, lambda: app.latest is not None and len(table.rows) > 20)
         strip = app.query_one(FindingsStrip)
-        assert strip.has_class("compact") and strip.size.height == 1  # 3 findings, one line
+        assert strip.has_class("compact") and strip.size.height == 1  # 2 findings, one line
         assert table.size.height >= 9
         row = table.render_line(0).text
         # No folder; a name too long for the column keeps its start, extension and line.
@@ -481,7 +481,7 @@ async def test_at_80x24_the_table_has_the_rows_and_whole_file_names(sample_trace
         assert table.virtual_size.width <= table.size.width  # no sideways scrolling, no scrollbar row
         strip.focus()
         await pilot.pause()
-        assert strip.size.height == 3  # focused, it shows every finding
+        assert strip.size.height == 2  # focused, it shows every finding
 
 
 async def test_a_long_diff_sentence_wraps_at_80_columns(sample_trace) -> None:

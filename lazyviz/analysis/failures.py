@@ -140,6 +140,25 @@ def _built(node: Node) -> str:
 # a list of tensors (torch.cat) an internal assert says it.
 _NOT_LAZY = re.compile(r"is not a lazy tensor|is not an XLA tensor|[Ee]xpected .* to be on the same device"
                        r"|GetTensorList only supports lists of valid tensors")
+# A view op without a lowering: torch cannot fall back for it (a view shares its input's
+# storage, which is on the device), so the op fails outright.
+_VIEW_CANNOT_FALL_BACK = re.compile(r"operator (aten::[\w.]+) appears to be a view operator")
+# What runs instead, from ops that lower, by the module whose kernel takes the view; each
+# checked for real (tests/test_fallback_fixes.py): no fallback, the same values.
+VIEW_WORKAROUNDS = {
+    "LSTMCell.forward": (
+        "write the cell from ops that lower, with the module's own weights: gates = x @ cell.weight_ih.t() + "
+        "cell.bias_ih + h @ cell.weight_hh.t() + cell.bias_hh; i, f, g, o = (gates.narrow(1, k * cell.hidden_size, "
+        "cell.hidden_size) for k in range(4)); c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g); "
+        "h = torch.sigmoid(o) * torch.tanh(c) (checked on torch 2.13's TorchScript backend: no fallback, the same "
+        "values)"),
+    "GRUCell.forward": (
+        "write the cell from ops that lower, with the module's own weights: gi = x @ cell.weight_ih.t() + cell.bias_ih; "
+        "gh = h @ cell.weight_hh.t() + cell.bias_hh; with n = cell.hidden_size, r = torch.sigmoid(gi.narrow(1, 0, n) "
+        "+ gh.narrow(1, 0, n)), z = torch.sigmoid(gi.narrow(1, n, n) + gh.narrow(1, n, n)), new = torch.tanh("
+        "gi.narrow(1, 2 * n, n) + r * gh.narrow(1, 2 * n, n)); h = (1 - z) * new + z * h (checked on torch 2.13's "
+        "TorchScript backend: no fallback, the same values)"),
+}
 # torch.save (or .numpy()) of a lazy tensor: it has no host storage to read.
 _NO_STORAGE = re.compile(r"data pointer on an invalid python storage")
 # Ops that return several tensors: falling back, they hand back CPU tensors marked lazy.
@@ -188,6 +207,9 @@ def crash(run: RunInfo, table: ExecutionTable,
             details.update(execution=execution, bytes=size, tensor=node.type_text, built_at=node.source_line or None)
             return (f"{what}: the graph of execution {execution} holds a tensor of {_size(size)} ({node.type_text}, "
                     f"{node.op}{built}), more memory than the device has"), OUT_OF_MEMORY_FIX, details, user or raised_at
+    view = _VIEW_CANNOT_FALL_BACK.search(run.error)
+    if view is not None:
+        return _view_op(run, table, what, view.group(1), details, user or raised_at)
     if not _NOT_LAZY.search(run.error):
         return what, "", details, user or raised_at
     op, call, execution = _last_fallback(run, table)
@@ -197,9 +219,12 @@ def crash(run: RunInfo, table: ExecutionTable,
                                           "device='lazy' or move it with .to('lazy')"), details, user or raised_at
     in_call = f" in {call}()" if call else ""
     when = f"execution {execution}" if execution is not None else "after the last execution"
-    # Where the op ran, when it synced its input (an execution names its line): the line
-    # to change, where the raise is only where a piece was first used.
+    # Where the op ran: the line to change, where the raise is only where a piece was first
+    # used. An execution names it when the op synced its input; else the tracer noted the
+    # call that handed its pieces back on the host (a split of data already on the device).
     at = table.kind_at(table.position_of(execution)).frame if execution is not None else None
+    if at is None and run.lost_pieces and any(name in op for name in _SEVERAL_OUTPUTS):
+        at = run.lost_pieces[-1][1]
     op_line = f" at {_short(at)}" if at is not None else ""
     details.update(op=op, call=call, execution=execution, op_line=at.site if at is not None else None)
     several = any(name in op for name in _SEVERAL_OUTPUTS)
@@ -279,6 +304,25 @@ def _size(count: int) -> str:
         if count >= scale:
             return f"{count / scale:.1f} {unit}"
     return f"{count} bytes"
+
+
+def _view_op(run: RunInfo, table: ExecutionTable, what: str, op: str, details: dict,
+             frame: Frame | None) -> tuple[str, str, dict, Frame | None]:
+    """A view op with no lowering: not a sync to accept but code that cannot run on this
+    device at all. The module that reached it is the call of the last execution, which
+    synced the op's inputs before torch found it cannot fall back."""
+    last = table.kind_at(len(table) - 1) if len(table) else None
+    call = last.call if last is not None and last.cause == "fallback" and last.detail == op else None
+    details.update(op=op, call=call)
+    reached = f"{call}()" if call else "the call that raised"
+    where = f" (your line {_short(frame)})" if frame is not None else ""
+    message = (f"{what}: {op} is a view op with no lowering on this backend, and a view cannot fall back to the "
+               f"CPU (it would share storage across devices), so {reached}{where} cannot run on the lazy device at "
+               "all: it is not a sync to accept")
+    fix = VIEW_WORKAROUNDS.get(call or "") or (
+        f"replace {reached} with ops that lower (one that makes no view of its input), or run it on the CPU: "
+        "move its inputs there and its result back")
+    return message, fix, details, frame
 
 
 def _last_fallback(run: RunInfo, table: ExecutionTable) -> tuple[str | None, str | None, int | None]:

@@ -29,12 +29,14 @@ SYNC_FIXES = {
              "move it out of the step or make it device-side",
 }
 
-# Each equivalent named here lowers on torch 2.13's TorchScript backend and computes the
-# same values: tests/test_fallback_fixes.py runs every one of them.
+# For an op the user calls in their own code: an equivalent from ops that lower. Each lowers
+# on torch 2.13's TorchScript backend and computes the same values: tests/test_fallback_fixes.py
+# runs every one of them (median on PyTorch/XLA too: tests/xla).
 _CHECKED = " (checked on torch 2.13's TorchScript backend: no fallback, the same values)"
-FALLBACK_FIXES = {
+OP_EQUIVALENTS = {
     "aten::mse_loss": "write the loss as ((output - target) ** 2).mean(), which lowers",
-    "aten::median": "sort lowers: torch.sort(x.flatten())[0][(x.numel() - 1) // 2] is x.median()" + _CHECKED,
+    "aten::median": "sort lowers: torch.sort(x.flatten())[0][(x.numel() - 1) // 2] is x.median() (checked on "
+                    "torch 2.13's TorchScript backend and on PyTorch/XLA 2.9: no fallback, the same values)",
     "aten::isnan": "x != x is True exactly where x is NaN, and lowers: use it for torch.isnan(x)" + _CHECKED,
     "aten::argmax": "x.max(dim=d).indices is x.argmax(dim=d) (x.flatten().max(dim=0).indices without a dim), "
                     "and lowers" + _CHECKED,
@@ -46,6 +48,9 @@ FALLBACK_FIXES = {
     "aten::lerp.Tensor": "a.lerp(b, w) is a + w * (b - a), which lowers" + _CHECKED,
     "aten::kthvalue.values": "sort lowers: torch.sort(x, dim=d)[0].select(d, k - 1) is x.kthvalue(k, dim=d).values"
                              + _CHECKED,
+}
+# Ops that mark a known path through torch's own code, whoever called it.
+PATH_FIXES = {
     "aten::mse_loss_backward": "goes away with the forward: ((output - target) ** 2).mean()",
     "aten::lerp.Scalar": "Adam/AdamW update their moments with lerp_, which has no lowering on this "
                          "backend; no optimizer option avoids it here (foreach and capturable do not "
@@ -56,6 +61,10 @@ FALLBACK_FIXES = {
     "aten::all.dim": "part of scaled_dot_product_attention's fallback path; a manual attention lowers",
     "aten::where.self_out": "part of scaled_dot_product_attention's fallback path",
 }
+FALLBACK_FIXES = {**OP_EQUIVALENTS, **PATH_FIXES}
+# Ops of one such path: a call of its that forced no execution of its own is the same finding.
+_PATHS = {"aten::isneginf": "sdpa", "aten::all.dim": "sdpa", "aten::where.self_out": "sdpa",
+          "aten::mse_loss": "mse", "aten::mse_loss_backward": "mse"}
 
 # Advice by the user-facing call that issued a fallback op (Tracer._user_call), where the op
 # alone does not say what to change.
@@ -165,8 +174,34 @@ def missing_mark_step_findings(executions: Sequence[Execution], ir_texts: Mappin
     graphs = IRGraphs.of(ir_texts)
     growing = growing_site_findings(executions, names, graphs)
     if quick:
-        return growing
-    return growing + growth_findings(executions, graphs, names, skip=growing_graphs(executions))
+        return _one_per_loop(growing)
+    return _one_per_loop(growing + growth_findings(executions, graphs, names, skip=growing_graphs(executions)))
+
+
+def _one_per_loop(findings: list[Finding]) -> list[Finding]:
+    """A loop without mark_step() is one cause however many graphs and sync sites show it
+    (a growing graph at its .item(), the unrolled blocks its fallbacks synced): one finding
+    per function that syncs them, the first (a growing site, else the largest block) saying
+    it, with the graphs and sites it covers."""
+    by_loop: dict[tuple, list[Finding]] = {}
+    for finding in findings:
+        frame = finding.frame
+        by_loop.setdefault((frame.file, frame.function) if frame else None, []).append(finding)
+    merged = []
+    for group in by_loop.values():
+        first = group[0]
+        if len(group) == 1:
+            merged.append(first)
+            continue
+        sites = list(dict.fromkeys(f.frame.site for f in group if f.frame))
+        graphs = list(dict.fromkeys(g for f in group for g in f.details.get("graphs", [f.details.get("graph")]) if g))
+        more = len(group) - 1
+        merged.append(replace(
+            first, executions=tuple(sorted({e for f in group for e in f.executions})),
+            message=f"{first.message} (one cause: {more} more graph{'s' if more > 1 else ''} show the same loop"
+                    f"{f', at {len(sites)} sync sites' if len(sites) > 1 else ''})",
+            details={**first.details, "graphs": graphs, "sites": sites}))
+    return merged
 
 
 def find_all(
@@ -558,9 +593,7 @@ def fallback_findings(executions: Sequence[Execution], steps: int, after: Mappin
         per_step = len(positions) / max(steps, 1)
         per_step_text = f" ({per_step:.3g} per step)" if steps else ""
         library = library_line(stacks(table.kinds[numbers[0]].stack_id)) if numbers else None
-        # The most specific first: the library's code it ran in, the call the user made, the op.
-        fix = library_fix(library) or (call and CALL_FIXES.get(call.rpartition(".")[2])) or FALLBACK_FIXES.get(op) \
-            or _no_lowering_fix(op, library, call, len(positions), steps)
+        fix = _fallback_fix(op, library, call, len(positions), steps)
         findings.append(Finding(
             "fallback", "warning" if positions else "info",
             f"{op} falls back to the CPU{f' in {call}()' if call else ''}: {count} call{'s' if count != 1 else ''}, "
@@ -573,31 +606,48 @@ def fallback_findings(executions: Sequence[Execution], steps: int, after: Mappin
     return _one_per_call(findings, table, steps)
 
 
+def _fallback_fix(op: str, library: LibraryLine | None, call: str | None, forced: int, steps: int) -> str:
+    """The most specific first: the library's code it ran in, the call the user made, the
+    known path the op marks; an equivalent of the op only where the user calls it
+    themselves (torch.where inside MultiheadAttention is not theirs to rewrite)."""
+    own = call is None or call.startswith("Tensor.") or call.rpartition(".")[2] in op
+    return (library_fix(library) or (call and CALL_FIXES.get(call.rpartition(".")[2])) or PATH_FIXES.get(op)
+            or (OP_EQUIVALENTS.get(op) if own else None) or _no_lowering_fix(op, library, call, forced, steps))
+
+
 def _no_lowering_fix(op: str, library: LibraryLine | None, call: str | None, forced: int, steps: int) -> str:
     """What to do about an op with no lowering and no known equivalent: where it runs, and what it costs."""
-    how_often = (f"{forced / steps:.3g} time{'s' if forced != steps else ''} a step" if steps
-                 else f"{forced} time{'s' if forced != 1 else ''}")
+    how_often = (("once a step" if forced == steps else f"{forced / steps:.3g} times a step") if steps
+                 else ("once" if forced == 1 else f"{forced} times"))
     cost = f"it syncs {how_often}" if forced else "it runs on the CPU (its inputs had no pending graph to run first)"
-    if library is not None:
-        return (f"{op} has no lowering on this backend and runs in {library.package}'s code ({library}), called "
-                f"through {call or 'your call'}(): look for an option of that call that avoids it; otherwise {cost}")
+    if library is not None or call is not None:
+        where = f" in {library.package}'s code ({library})" if library is not None else ""
+        return (f"{op} has no lowering on this backend and runs{where} inside {call or 'your call'}(), not in your "
+                f"own code: look for an option of that call that avoids it; otherwise {cost}")
     return (f"{op} has no lowering on this backend and no equivalent lazyviz has checked: write it from ops that "
             f"lower, or move it out of the step; otherwise {cost}")
 
 
 def _one_per_call(findings: list[Finding], table: ExecutionTable, steps: int) -> list[Finding]:
     """The ops one call falls back through (scaled_dot_product_attention's all.dim,
-    isneginf, where) are one finding about that call: the user changes the call."""
+    isneginf, where) are one finding about that call: the user changes the call. An op of
+    the same path that forced no execution of its own (where.self_out, writing into a
+    tensor the path made) joins it."""
     by_call: dict[str, list[Finding]] = defaultdict(list)
     for finding in findings:
         if finding.details["call"] and finding.executions:
             by_call[finding.details["call"]].append(finding)
+    paths = {_PATHS[f.details["op"]]: call for call, group in by_call.items() for f in group if f.details["op"] in _PATHS}
+    for finding in findings:
+        path_call = paths.get(_PATHS.get(finding.details["op"], ""))
+        if not finding.executions and path_call and len(by_call[path_call]) > 1:
+            by_call[path_call].append(finding)
     merged = []
     for finding in findings:
-        group = by_call.get(finding.details["call"], [])
-        if len(group) < 2 or finding not in group:
+        group = next((g for g in by_call.values() if finding in g), [])
+        if len(group) < 2:
             merged.append(finding)
-        elif finding is group[0]:
+        elif finding is group[0]:  # the rest of the group are in it
             executions = tuple(sorted({e for f in group for e in f.executions}))
             ops = [f.details["op"] for f in group]
             calls = sum(f.details["calls"] for f in group)
@@ -608,7 +658,7 @@ def _one_per_call(findings: list[Finding], table: ExecutionTable, steps: int) ->
                         f"{calls} calls, forcing {len(executions)} execution{'s' if len(executions) != 1 else ''}"
                         f"{per_step}",
                 executions=executions, fix=next((f.fix for f in group if f.details["library_fix"]), None)
-                or next((f.fix for f in group if f.details["op"] in FALLBACK_FIXES), finding.fix),
+                or next((f.fix for f in group if f.details["op"] in PATH_FIXES), finding.fix),
                 details={**finding.details, "ops": ops, "calls": calls, "executions_forced": len(executions)}))
     return merged
 

@@ -165,6 +165,16 @@ class LazyBackend(ABC):
     def record_source_lines(self, classify: CodeClassifier | None) -> None:  # noqa: B027 - optional
         """Tag every IR node with the user's line that built it (None: stop)."""
 
+    def piece_calls(self) -> list[tuple[object, str]]:
+        """Calls that return several tensors and, where their op falls back, hand them back
+        on the host while they still say the device (owner, attribute): the tracer notes
+        the line of each that does, since the op that raises later is elsewhere."""
+        return []
+
+    def lost_piece(self, tensor: object) -> bool:
+        """Whether a tensor a piece call returned says the device but is not on it."""
+        return False
+
     def poll(self, final: bool = False) -> None:  # noqa: B027 - optional: only polling backends override it
         """Report executions seen since the last poll; final: the script has ended,
         wait for the device and report everything."""

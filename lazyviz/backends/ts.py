@@ -271,6 +271,16 @@ class TorchScriptBackend(LazyBackend):
             if not enabled:
                 self.record_source_lines(None)
 
+    def piece_calls(self) -> list[tuple[object, str]]:
+        import torch
+
+        # Checked on torch 2.13: split (and chunk, through it) falls back as split_copy,
+        # whose pieces are CPU tensors that say lazy:0.
+        return [(torch.Tensor, "split"), (torch.Tensor, "chunk"), (torch.Tensor, "unbind")]
+
+    def lost_piece(self, tensor: object) -> bool:
+        return self._hook is not None and not self._hook.is_lazy(tensor)
+
     def record_source_lines(self, classify: CodeClassifier | None) -> None:
         import torch
 

@@ -787,3 +787,24 @@ def test_a_value_xlas_ir_text_leaves_out_is_read_from_the_hlo(tmp_path: Path) ->
     (first, *_) = [r for r in report(light)["recompiles"] if not r["warmup"]]
     assert [(c["kind"], c["before"], c["after"]) for c in first["changes"]] == [
         ("attribute", "slice={[0:64], [1:17]}", "slice={[0:64], [2:18]}")]
+
+
+def test_a_fallbacks_own_execution_is_the_fallbacks_and_its_equivalent_lowers(tmp_path: Path) -> None:
+    # torch.median in the loss: the execution XLA runs to feed it belongs to the median, at
+    # its line, never to a read of values; XLA's ExecuteTime and aten::median counts are the truth.
+    program = PROGRAMS / "xla_median_loss.py"
+    data, truth, _ = traced_with_truth(program, tmp_path)
+    assert truth["aten::median"] == 5 and len(data["executions"]) == truth["ExecuteTime"] == 10
+    forced = [e for e in data["executions"] if e["cause"] == "fallback"]
+    assert len(forced) == 5 and {e["detail"] for e in forced} == {"aten::median"}
+    assert {e["frame"]["line"] for e in forced} == {line_of(program, "else torch.median(err)")}
+    kinds = [f["kind"] for f in data["findings"]]
+    assert "extra_sync" not in kinds
+    [median] = [f for f in data["findings"] if f["kind"] == "fallback"]
+    assert median["details"]["executions_forced"] == 5 and "forcing 5 executions" in median["message"]
+    assert "torch.sort(x.flatten())" in median["fix"] and "PyTorch/XLA" in median["fix"]
+    # The advice, applied: no fallback, one execution a step.
+    (tmp_path / "sorted").mkdir()
+    data, truth, _ = traced_with_truth(program, tmp_path / "sorted", "--sorted")
+    assert "aten::median" not in truth and len(data["executions"]) == truth["ExecuteTime"] == 5
+    assert not data["findings"]

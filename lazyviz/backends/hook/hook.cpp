@@ -171,6 +171,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_capture_ir", &set_capture_ir, "Record the IR text of each new graph, or not.");
   m.def("set_source_lines", &set_source_lines, "Record the user's line for each IR node (None: stop).");
   m.def("note_upload", &note_upload, "Note the calling line for a lazy tensor made from CPU data.");
+  m.def("is_lazy", [](const at::Tensor& tensor) { return TryGetLtcTensor(tensor) != nullptr; },
+        "Is this tensor a lazy tensor (not a CPU tensor that says device lazy, as a fallback's pieces)?");
   m.def("set_repeats", &set_repeats, "Repeat rows for hits seen before (None: stop).");
   m.def("take_rows", &take_rows, "The rows repeated since the last call, as bytes.");
   m.def("ir_texts", &ir_texts, "The IR text of these lazy tensors' graph: (lazyviz's, torch's).");
