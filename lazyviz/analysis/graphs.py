@@ -19,7 +19,7 @@ from lazyviz.analysis.summary import split_hlo
 # ago are parsed again if asked again (10,000 graphs of 300 nodes would hold 2 GB).
 KEPT_NODES = 400_000
 # Diffs kept for asking again (a recompile's ranking diffs a pair its explanation then
-# reads; the UI's Diff tab asks again per selection). Each holds its node mapping.
+# reads; the UI's Diff tab asks again per selection). Each holds its origins only.
 KEPT_DIFFS = 1024
 
 

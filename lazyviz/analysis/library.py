@@ -11,9 +11,10 @@ from typing import NamedTuple
 from lazyviz.trace.model import Frame
 
 _PACKAGE_DIRS = ("/site-packages/", "/dist-packages/")
-# Frames that are torch's own plumbing (module calls, tensor methods) or lazyviz's: the
-# sync happened below them, in whatever called them.
-_PLUMBING = (*(f"{where}torch/" for where in _PACKAGE_DIRS), f"{Path(__file__).resolve().parents[1]}/")
+# Frames that are torch's or the backend's own plumbing (module calls, tensor methods,
+# torch_xla's sync) or lazyviz's: the sync happened below them, in whatever called them.
+_PLUMBING = (*(f"{where}{package}/" for where in _PACKAGE_DIRS for package in ("torch", "torch_xla")),
+             f"{Path(__file__).resolve().parents[1]}/")
 
 
 # An execution's recorded Python stack by its stack id, outermost frame first (the trace's).
