@@ -4,7 +4,9 @@ summary, the API and the UI's watcher take a Run (pyinstrument's Session plays t
 there)."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import gc
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import cached_property, lru_cache
 from pathlib import Path
 
@@ -66,13 +68,16 @@ class Run:
 
     @cached_property
     def analysis(self) -> Analysis:
-        return analyze(self.info, self.executions, self.ir_texts, stacks=self.stacks)
+        with _collector_paused():
+            return analyze(self.info, self.executions, self.ir_texts, stacks=self.stacks)
 
     def analysed(self, quick: bool = False) -> Run:
         """This run with its analysis computed now (a live view does it off the UI's
         thread); quick: the quick pass only (Analysis.complete is False)."""
         if quick and "analysis" not in self.__dict__:
-            self.__dict__["analysis"] = analyze(self.info, self.executions, self.ir_texts, quick=True, stacks=self.stacks)
+            with _collector_paused():
+                self.__dict__["analysis"] = analyze(self.info, self.executions, self.ir_texts, quick=True,
+                                                    stacks=self.stacks)
         _ = self.analysis
         return self
 
@@ -114,6 +119,23 @@ class Run:
         if self.trace is not None:
             return self.trace.graph(graph_id)
         return next((g for g in self.graphs if g.id == graph_id), None)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while a run is analysed: the analysis makes
+    millions of small objects that hold no cycles (parsed nodes, changes), and the
+    collector scanning them again and again was a fifth of a heavy report's time (a
+    BERT fine-tune's 1,100 graphs: 3.3 -> 2.7 s) and 40% of 3,000 graphs'. What cycles
+    the analysis leaves are collected once it is done."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def stacks_of(trace: Trace) -> Stacks:
