@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import subprocess
 import sys
 import tempfile
@@ -24,23 +23,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from reports import timed  # a fresh process's wall time and peak RSS
 
 from lazyviz.trace.schema import GraphRecord
 from lazyviz.trace.synthetic import execution
 from lazyviz.trace.writer import TraceWriter
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def timed(command: list[str]) -> tuple[float, float]:
-    """(seconds, peak RSS in MB) of one child process, from its own rusage."""
-    start = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-    _, status, usage = os.wait4(child.pid, 0)
-    elapsed = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status):
-        raise SystemExit(f"{' '.join(command)} failed")
-    return elapsed, usage.ru_maxrss / 1024
 
 
 def real_trace(folder: Path) -> Path:
