@@ -211,9 +211,13 @@ class Tracer:
         @functools.wraps(original)
         def piece_call(tensor: Any, *args: Any, **kwargs: Any) -> Any:
             pieces = original(tensor, *args, **kwargs)
-            if pieces and getattr(tensor, "device", None) is not None and tensor.device.type == device \
-                    and lost(pieces[0]):
-                self._note_lost_pieces(name)
+            try:
+                if pieces and getattr(tensor, "device", None) is not None and tensor.device.type == device \
+                        and lost(pieces[0]):
+                    self._note_lost_pieces(name)
+            except Exception as failure:  # lazyviz's own: counted, never the script's
+                if len(self.errors) < MAX_ERRORS:
+                    self.errors.append(f"{type(failure).__name__}: {failure}")
             return pieces
 
         return piece_call
