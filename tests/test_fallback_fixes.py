@@ -3,7 +3,6 @@ backend: the op falls back (LTC's own counter says so), the equivalent does not,
 computes the same values. A fix sentence no test checks is a claim, not a fix."""
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
 import textwrap
@@ -109,7 +108,6 @@ def test_the_probe_tells_an_op_that_falls_back() -> None:
     finally:
         EQUIVALENTS["aten::median"] = saved
     assert stays == ["aten::median"]
-    assert math.isfinite(1.0)
 
 
 MASK_PROBE = textwrap.dedent("""

@@ -6,6 +6,7 @@ right while a live run adds graphs: a watcher keeps one IRGraphs over its growin
 """
 from __future__ import annotations
 
+import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from typing import NamedTuple
@@ -42,6 +43,9 @@ class IRGraphs(Mapping[str, str]):
         self._backend_text = backend_text
         self._parsed: OrderedDict[str, IRGraph | None] = OrderedDict()  # least recently asked first
         self._parsed_nodes = 0
+        # The UI's tabs ask from worker threads at once: the kept graphs change under one
+        # lock (the parse itself runs outside it; two threads may parse one graph twice).
+        self._keeping = threading.Lock()
         self._summaries: dict[str, GraphSummary | None] = {}
         self._op_counts: dict[tuple, Counter[str]] = {}  # shared by graphs with the same ops
         self._hlo: dict[str, str] = {}
@@ -69,9 +73,10 @@ class IRGraphs(Mapping[str, str]):
         if graph_id is None:
             return None
         parsed = self._parsed
-        if graph_id in parsed:
-            parsed.move_to_end(graph_id)
-            return parsed[graph_id]
+        with self._keeping:
+            if graph_id in parsed:
+                parsed.move_to_end(graph_id)
+                return parsed[graph_id]
         text = self.text(graph_id)
         graph = None
         if text:
@@ -81,11 +86,13 @@ class IRGraphs(Mapping[str, str]):
                 graph = None
         if graph_id not in self._texts:
             return graph  # not kept: a live run may add its text later
-        parsed[graph_id] = graph
-        self._parsed_nodes += len(graph) if graph is not None else 0
-        while self._parsed_nodes > KEPT_NODES and len(parsed) > 1:
-            _, evicted = parsed.popitem(last=False)
-            self._parsed_nodes -= len(evicted) if evicted is not None else 0
+        with self._keeping:
+            if graph_id not in parsed:
+                parsed[graph_id] = graph
+                self._parsed_nodes += len(graph) if graph is not None else 0
+            while self._parsed_nodes > KEPT_NODES and len(parsed) > 1:
+                _, evicted = parsed.popitem(last=False)
+                self._parsed_nodes -= len(evicted) if evicted is not None else 0
         if graph_id not in self._summaries:
             self._summaries[graph_id] = self._summary_of(graph)
         return graph
