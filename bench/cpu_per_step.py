@@ -4,19 +4,24 @@ execution a cache hit from the same line) and a fallback step (`torch.lerp`, whi
 backend runs on the CPU: each step syncs inside the op as well as at mark_step).
 
     python bench/cpu_per_step.py [--steps 3000]
-    PJRT_DEVICE=CPU .venv-xla/bin/python bench/cpu_per_step.py --backend xla   # tiny, copies
+    PJRT_DEVICE=CPU .venv-xla/bin/python bench/cpu_per_step.py --backend xla [--after 1100]
 
 On PyTorch/XLA the fallback step is replaced by a copies step: the tiny step plus a
-small batch copied to the device and the result read back, after enough steps that XLA's
-metrics hold all the samples they keep (reading a metric costs more as it fills). The
+small batch copied to the device and the result read back, both timed after --after
+steps, enough that XLA's metrics hold all the samples they keep (reading a metric costs
+more as it fills; --after 100000 shows whether the cost grows with the run). A column
+"reports" runs untraced with only XLA's analyses and HLO dump on, as lazyviz turns them
+on: XLA's own share of lazyviz's cost. The
 device runs each graph on threads of its own: the traced thread's clock
 holds what lazyviz and the XLA reports it turns on cost the script's own thread, which
 is where they run (XLA writes its analyses at the sync).
 
 Each mode runs in its own process (`lazyviz.trace` around the loop); the figure is the
 least CPU time per step over 5 chunks of the loop, so a chunk that a neighbour slowed
-does not count. What this leaves out: the writer thread's own CPU (it runs beside the
-script) and time spent waiting for the GIL; bench/overhead.py measures wall time.
+does not count. The trace writer's thread runs beside the script and competes for the
+same cores: its own CPU per step over the whole timed loop is printed beside it
+("writer"). What this leaves out: time spent waiting for the GIL; bench/overhead.py
+measures wall time.
 """
 from __future__ import annotations
 
@@ -28,14 +33,23 @@ from pathlib import Path
 
 # The timed part, shared by both children: the least CPU time per step over 5 chunks.
 LEAST = r"""
+def writer_cpu():
+    # The trace writer's thread: its CPU time, which competes with the script's for the cores.
+    import threading
+    writer = next((t for t in threading.enumerate() if t.name == "lazyviz-trace-writer"), None)
+    return time.clock_gettime(time.pthread_getcpuclockid(writer.ident)) if writer else 0.0
+
 def least_cpu_us():
     loop(50)
     chunk = steps // 5
     best = []
+    writer_started = writer_cpu()
     for _ in range(5):
         started = time.thread_time()
         loop(chunk)
         best.append((time.thread_time() - started) / chunk * 1e6)
+    # Printed first: "writer <us per step>", then the traced thread's figure.
+    print("writer", (writer_cpu() - writer_started) / (chunk * 5) * 1e6)
     return min(best)
 """
 
@@ -67,8 +81,12 @@ else:
 # XLA reads its debug settings at import: lazyviz starts before torch_xla is imported.
 CHILD_XLA = r"""
 import sys, time
-kind, mode, steps, path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-if mode != "untraced":
+kind, mode, steps, path, after = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+if mode == "reports":  # untraced, with the reports lazyviz turns on: XLA's own share of the cost
+    import os
+    os.environ.update(PT_XLA_DEBUG_LEVEL="2", PT_XLA_DEBUG_FILE=path + ".analysis",
+                      XLA_FLAGS=f"--xla_dump_to={path}.hlo --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=^$")
+elif mode != "untraced":
     import lazyviz
     recording = lazyviz.trace(path, capture=mode, backend="xla")
     recording.start()
@@ -87,10 +105,9 @@ def loop(n):
         if kind == "copies":
             a.cpu()
 """ + LEAST + r"""
-if kind == "copies":
-    loop(1100)  # XLA keeps 1,024 samples a metric: a long run's steady state
+loop(after)  # XLA keeps 1,024 samples a metric and its analyses grow: a long run's steady state
 print(least_cpu_us())
-if mode != "untraced":
+if mode in ("light", "full"):
     recording.stop()
 """
 
@@ -99,22 +116,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--backend", choices=("ts", "xla"), default="ts")
+    parser.add_argument("--after", type=int, default=1100,
+                        help="XLA: steps run before the timed ones (the cost must not grow with the run)")
     options = parser.parse_args()
-    modes = ["untraced", "light", "full"]
+    # On XLA, "xla reports": untraced with only XLA's analyses and HLO dump turned on, as
+    # lazyviz turns them on: what XLA itself costs of lazyviz's figure.
+    modes = ["untraced", "reports", "light", "full"] if options.backend == "xla" else ["untraced", "light", "full"]
     child, kinds = (CHILD_XLA, ("tiny", "copies")) if options.backend == "xla" else (CHILD, ("tiny", "fallback"))
-    print(f"{'step':<10}" + "".join(f"{mode:>22}" for mode in modes))
+    print(f"{'step':<10}" + "".join(f"{mode:>32}" for mode in modes))
     with tempfile.TemporaryDirectory() as folder:
         for kind in kinds:
             cells = []
             baseline = None
             for mode in modes:
                 trace = Path(folder) / f"{kind}-{mode}.trace"
-                result = subprocess.run([sys.executable, "-c", child, kind, mode, str(options.steps), str(trace)],
+                result = subprocess.run([sys.executable, "-c", child, kind, mode, str(options.steps), str(trace),
+                                         str(options.after)],
                                         capture_output=True, text=True, check=True)
-                us = float(result.stdout.strip().splitlines()[-1])
+                lines = result.stdout.strip().splitlines()
+                us = float(lines[-1])
+                writer = next(float(line.split()[1]) for line in lines if line.startswith("writer "))
                 baseline = us if baseline is None else baseline
-                cells.append(f"{us:8.1f} us" + (f" (+{us - baseline:.1f})" if mode != "untraced" else ""))
-            print(f"{kind:<10}" + "".join(f"{cell:>22}" for cell in cells))
+                cells.append(f"{us:8.1f} us" + ("" if mode == "untraced" else f" (+{us - baseline:.1f})"
+                                                 if mode == "reports" else f" (+{us - baseline:.1f}, writer {writer:.1f})"))
+            print(f"{kind:<10}" + "".join(f"{cell:>32}" for cell in cells))
 
 
 if __name__ == "__main__":

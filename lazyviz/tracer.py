@@ -10,7 +10,7 @@ import sysconfig
 import threading
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -433,6 +433,9 @@ class Tracer:
                      if name.startswith("aten::") and name not in _SYNC_OPS}
             if after:
                 self.writer.set_run(fallbacks_after_last_execution=after)
+            others = {name: count for name, count in moved.items() if not name.startswith("aten::")}
+            if others:
+                self.writer.set_run(counters_after_last_execution=others)
             if moved and not self._counts[0]:  # no graph ran, yet the lazy core was used
                 self.writer.set_run(device_used=True)
         finally:
@@ -458,7 +461,7 @@ class Tracer:
     # -- per execution (hot path) --------------------------------------------------
     def _on_execution(
         self, key: int, graph: CompiledGraph | None, execute_ms: float, counters: dict[str, int],
-        backend_stack: list[Frame] | None = None, site: int | None = None,
+        backend_stack: list[Frame] | None = None, site: Hashable | None = None,
         ends: tuple[float, float | None] | None = None, follows: int | None = None,
         error: str | None = None,
     ) -> Recorded:
@@ -508,7 +511,7 @@ class Tracer:
 
     def _record(
         self, key: int, graph: CompiledGraph | None, execute_ms: float, counters: dict[str, int],
-        backend_stack: list[Frame] | None, site: int | None = None,
+        backend_stack: list[Frame] | None, site: Hashable | None = None,
         ends: tuple[float, float | None] | None = None, follows: int | None = None,
     ) -> Recorded:
         """One execution the backend reported, written as a row: when it ended, where it

@@ -4,7 +4,7 @@ from __future__ import annotations
 import statistics
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import islice
@@ -81,7 +81,10 @@ def graph_memory(backend_text: str) -> dict[str, int]:
     return memory
 
 
-def summarize(executions: Sequence[Execution], steps: int | None = None) -> Summary:
+def summarize(executions: Sequence[Execution], steps: int | None = None,
+              after_last_execution: Mapping[str, int] | None = None) -> Summary:
+    """after_last_execution: counters that moved after the last execution (the run's,
+    when the executions are all of it), counted in the totals."""
     table = ExecutionTable.of(executions)
     causes: Counter[str] = Counter()
     fallbacks: Counter[str] = Counter()
@@ -94,6 +97,9 @@ def summarize(executions: Sequence[Execution], steps: int | None = None) -> Summ
         for name in TRANSFERS:
             if name in kind.counters:
                 transfers[name] += kind.counters[name] * len(positions)
+    for name in TRANSFERS:
+        if after_last_execution and after_last_execution.get(name):
+            transfers[name] += after_last_execution[name]
     sites = []
     for site, numbers in table.kinds_by(lambda kind: kind.site).items():
         first = table.kinds[numbers[0]]

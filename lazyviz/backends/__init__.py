@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
@@ -78,7 +78,7 @@ class ExecutionHook(Protocol):
     """What a backend calls once per graph execution."""
 
     def __call__(self, key: int, graph: CompiledGraph | None, execute_ms: float, counters: Mapping[str, int],
-                 backend_stack: list[Frame] | None = None, site: int | None = None,
+                 backend_stack: list[Frame] | None = None, site: Hashable | None = None,
                  ends: tuple[float, float | None] | None = None, follows: int | None = None,
                  error: str | None = None) -> Recorded:
         """key: the backend's id for the compiled computation; graph: what its compile

@@ -35,7 +35,7 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping, MutableSequence
 from pathlib import Path
 from types import ModuleType
 
@@ -73,19 +73,26 @@ _NS_PER_MS = 1e6
 # gives both. Reading a metric converts the last 1,024 samples it keeps: 35 us a read.
 _TRANSFER_METRICS = (("OutboundData", "TransferToDevice", "TransferToDeviceBytes"),
                      ("InboundData", "TransferFromDevice", "TransferFromDeviceBytes"))
+_TRANSFER_NAMES = tuple(name for _metric, *names in _TRANSFER_METRICS for name in names)
 _EXECUTE_READ_S = 0.05  # XLA's execute times are read at most this often (see _execute_times_due)
+_TRANSFERS_READ_S = 1.0  # and its copies' metrics and its counters' names (full capture; see _all_counters)
+_MAX_REPEATS = 100_000  # sites whose hits repeat a row (_report_execution); more take the slow path
 _HOST_READ = "trying to access tensor value"  # XLA's cause for a sync that reads values on the host
 _FRAME_LINE = re.compile(r"^[\w ]+Analysis:\s+\S.*? \((.+):\d+\)$")  # "...Analysis:   fn (file:line)"
 
 
 class _Tail:
     """Reads what a file gained since the last read; the file may not exist yet. A
-    user's file XLA appends to is read from where it ended when tracing began."""
+    user's file XLA appends to is read from where it ended when tracing began. One
+    read(2) a poll where the file grew by less than the buffer (a text file object
+    reads twice to find the end)."""
+
+    _CHUNK = 1 << 20
 
     def __init__(self, path: Path, start: int = 0) -> None:
         self.path = path
-        self._file = None
-        self._partial = ""
+        self._fd: int | None = None
+        self._partial = b""
         self._start = start
 
     @classmethod
@@ -96,22 +103,28 @@ class _Tail:
             return cls(path)
 
     def read(self) -> str:
-        if self._file is None:
+        if self._fd is None:
             try:
                 # Held open across polls to read only what was appended; closed in close().
-                self._file = open(self.path, encoding="utf-8", errors="replace")  # noqa: SIM115
+                self._fd = os.open(self.path, os.O_RDONLY)
             except FileNotFoundError:
                 return ""
-            self._file.seek(self._start)
-        text = self._partial + self._file.read()
-        # Keep an unfinished last line for the next read.
-        cut = text.rfind("\n") + 1
-        self._partial = text[cut:]
-        return text[:cut]
+            os.lseek(self._fd, self._start, os.SEEK_SET)
+        chunks = [self._partial]
+        while len(chunk := os.read(self._fd, self._CHUNK)) == self._CHUNK:
+            chunks.append(chunk)
+        chunks.append(chunk)
+        data = b"".join(chunks)
+        # Keep an unfinished last line for the next read (a newline is never inside a
+        # character's bytes).
+        cut = data.rfind(b"\n") + 1
+        self._partial = data[cut:]
+        return data[:cut].decode("utf-8", errors="replace")
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 _OP_TYPE = re.compile(r'op_type="([^"]+)"')  # HLO metadata: the IR op an instruction lowers, "aten__mul"
@@ -327,7 +340,11 @@ class XlaBackend(LazyBackend):
         self._execute_samples = 0
         self._awaiting_execute: deque[int] = deque()  # executions without an execute time yet
         self._execute_read_at = 0.0  # perf_counter() of the last read of ExecuteTime
+        self._transfers_read_at = 0.0  # and of the copies' metrics
         self._counters: dict[str, int] = {}
+        self._counter_value: Callable[[str], int | None] = lambda name: 0  # XLA's, from install_hook
+        self._fallback_ops: list[str] = []  # XLA's counters of the ops that fell back, as last listed
+        self._counter_names: list[str] = []  # and all its counters (full capture), as last listed
         self._last_index: int | None = None  # the last execution handed on
         # Executions and compiles as XLA counts them (CachedCompile + UncachedCompile, one
         # per execution; UncachedCompile): more than its reports say are frameless ones.
@@ -344,6 +361,16 @@ class XlaBackend(LazyBackend):
         self._polling = threading.RLock()
         self._sync = SyncCause()  # the sync-site call running on each thread, as the tracer's wrappers set it
         self._line_causes: dict[tuple[str, int] | None, tuple[str, str | None]] = {}  # a thread per device: by line
+        # Repeated rows (record_repeats): a cache hit the tracer has seen from the same
+        # report, cause and graph, with the same counters moving, is a row appended here.
+        self._repeats: dict[tuple, tuple[int, dict[str, int]]] | None = None  # site -> (kind, counters moved)
+        self._rows: list[list] = []  # ROW_FIELDS, a list while its execute time may still come
+        self._row_at: dict[int, list] = {}  # index -> its row, until the writer takes it
+        self._rows_lock = threading.Lock()  # the writer's thread takes the rows
+        self._shared_counts: MutableSequence[int] = [0, 0]  # the tracer's [executions, steps]
+        self._started = 0.0
+        self._last_end: float | None = None  # the previous execution's end, on the tracer's clock
+        self._after_fallback = False  # the last row the tracer made was a fallback's: no repeats
 
     # -- set-up -------------------------------------------------------------------
     def init(self) -> None:
@@ -456,9 +483,12 @@ class XlaBackend(LazyBackend):
         return list(self._notes)
 
     def install_hook(self, on_execution: ExecutionHook, on_execute_time: ExecuteTimeHook) -> None:
-        self._on_execution, self._on_execute_time = on_execution, on_execute_time
+        import torch_xla
 
-        self._counters = self.counters()
+        self._on_execution, self._on_execute_time = on_execution, on_execute_time
+        self._counter_value = torch_xla._XLAC._xla_counter_value
+
+        self._counters = self.counters() if self.capture_ir else self._watched_counters()
         self._compile_samples = self._new_samples("CompileTime", 0)[0]
         self._execute_samples = self._new_samples("ExecuteTime", 0)[0]
         self._executed, self._compiled = self._xla_counts()
@@ -510,6 +540,14 @@ class XlaBackend(LazyBackend):
     def poll(self, final: bool = False) -> None:
         if not self._enabled:
             return
+        if not final and not self._pending and self._lookups() == self._executed:
+            # Nothing ran since the last poll (the poll before a sync, a step's closures):
+            # XLA writes an execution's analysis before it counts the execution's cache
+            # lookup. Most polls end here, without the lock (a stale look only polls again).
+            if self._awaiting_execute and self._execute_times_due():
+                with self._polling:
+                    self._take_execute_times()
+            return
         with self._polling:
             self._poll(final)
 
@@ -537,8 +575,9 @@ class XlaBackend(LazyBackend):
             compiled = self._compiled
             frameless = 0
         if self._pending or frameless > 0:
-            self._take_compile_times()
-            self._hand_on_pending(max(frameless, 0), compiled - self._compiled)
+            if compiled != self._compiled or self._compile_reports != self._compile_reports_seen:
+                self._take_compile_times()
+            self._hand_on_pending(max(frameless, 0), compiled - self._compiled, final)
         self._executed, self._compiled = executed, compiled
         if self._awaiting_execute and (final or self._execute_times_due()):
             self._take_execute_times()
@@ -556,16 +595,70 @@ class XlaBackend(LazyBackend):
 
     def _xla_counts(self) -> tuple[int, int]:
         """(executions, compiles) as XLA counts them: every execution looks its graph up."""
-        import torch_xla.debug.metrics as metrics
+        import torch_xla
 
-        uncached = metrics.counter_value("UncachedCompile") or 0
-        return (metrics.counter_value("CachedCompile") or 0) + uncached, uncached
+        value = torch_xla._XLAC._xla_counter_value
+        uncached = value("UncachedCompile") or 0
+        return (value("CachedCompile") or 0) + uncached, uncached
 
-    def _hand_on_pending(self, frameless: int, compiles: int) -> None:
+    def _lookups(self) -> int:
+        """_xla_counts()'s executions alone, at the least cost: every poll asks."""
+        value = self._counter_value
+        return (value("CachedCompile") or 0) + (value("UncachedCompile") or 0)
+
+    def _watched_counters(self) -> dict[str, int]:
+        """The counters light capture keeps: the ops that fell back (`aten::`), one value
+        each. XLA lists those (the fallback's counters that are not zero) for a fraction
+        of what listing all its counters costs."""
+        import torch_xla
+
+        ops = torch_xla._XLAC._get_executed_fallback_ops()
+        if len(ops) != len(self._fallback_ops):  # a first fallback of an op (XLA never drops one)
+            self._fallback_ops = list(ops)
+        value = self._counter_value
+        return {name: value(name) or 0 for name in self._fallback_ops}
+
+    def _all_counters(self, final: bool, compiled: bool) -> dict[str, int]:
+        """Full capture: every counter of XLA's. Listing their names costs more than
+        reading them (10 us): the names are listed again after a compile (new ops, new
+        graph), when an op first falls back, and at most a second after any other new
+        counter. Reading a copies' metric converts every sample XLA keeps (35 us once it
+        holds 1,024, each copy one): they are read once a second too, and at the end.
+        What moved in between goes with the execution handed on then: the run's totals
+        are exact, and one execution carries what the counters not yet listed and the
+        copies counted in the second before it."""
+        import torch_xla
+
+        now = time.perf_counter()
+        due = final or now - self._transfers_read_at >= _TRANSFERS_READ_S
+        watched = self._watched_counters()
+        if due or compiled or not self._counter_names or any(name not in self._counters for name in watched):
+            self._counter_names = list(torch_xla._XLAC._xla_counter_names())
+        value = self._counter_value
+        counters = {name: value(name) or 0 for name in self._counter_names}
+        if due:
+            self._transfers_read_at = now
+            counters.update(self._transfer_counts())
+        else:  # not read this time: as they were
+            counters.update({name: self._counters[name] for name in _TRANSFER_NAMES if name in self._counters})
+        return counters
+
+    def counters_since_last_execution(self) -> dict[str, int]:
+        """Full capture: the copies XLA counted since they were last read (after the poll
+        with final=True: the run's last ones, no execution left to carry them)."""
+        if not self.capture_ir or not self._enabled:
+            return {}
+        counts = self._transfer_counts()
+        moved = {name: value - self._counters.get(name, 0) for name, value in counts.items()
+                 if value != self._counters.get(name, 0)}
+        self._counters.update(counts)
+        return moved
+
+    def _hand_on_pending(self, frameless: int, compiles: int, final: bool = False) -> None:
         """The executions XLA reported since the last poll, then those it ran without a
         Python frame (no report: autograd's thread), which come after them as far as
         lazyviz can tell."""
-        counters = self.counters()
+        counters = self._all_counters(final, compiles > 0) if self.capture_ir else self._watched_counters()
         moved = {name: value - self._counters.get(name, 0) for name, value in counters.items()
                  if value != self._counters.get(name, 0)}
         self._counters = counters
@@ -617,8 +710,7 @@ class XlaBackend(LazyBackend):
                 compile_ms=self._compile_ms.popleft() if self._compile_ms else 0.0,
             )
         key = int(graph_id, 16) if graph_hash else (1 << 62) | zlib.crc32(graph_id.encode())
-        assert self._on_execution is not None
-        index = self._on_execution(key, graph, 0.0, counters, stack).index
+        index = self._report_execution(key, graph, counters, stack, None)
         self._awaiting_execute.append(index)
         self._last_index = index
 
@@ -701,14 +793,61 @@ class XlaBackend(LazyBackend):
             base, pending = name.removesuffix("_clear_pending"), name.endswith("_clear_pending")
             sync.detail = f"torch_xla.compile({base})" + (" (ops pending before it)" if pending else "")
         try:
-            # The execute time comes with XLA's ExecuteTime sample, usually by the next poll.
-            index = self._on_execution(int(graph_hash[:16] or "0", 16), graph, 0.0, counters, report.frames).index
+            key = int(graph_hash[:16] or "0", 16)
+            # The report's object stands for its text: the parser hands a loop's same text back as the same one.
+            site = (report, sync.cause, sync.detail, key) if ran and graph is None and self.replicas == 1 else None
+            index = self._report_execution(key, graph, counters, report.frames, site)
         finally:
             sync.cause, sync.detail = outer
         if ran:  # a graph that never ran gets no ExecuteTime sample
             self._awaiting_execute.append(index)
             self._last_index = index
         return index
+
+    def _report_execution(self, key: int, graph: CompiledGraph | None, counters: dict[str, int],
+                          frames: list[tuple[str, int, str]], site: tuple | None) -> int:
+        """Hand an execution to the tracer, or repeat the row the tracer made for the same
+        site (see record_repeats); its index. The execute time comes with XLA's
+        ExecuteTime sample, usually by the next poll."""
+        end = time.perf_counter()
+        repeats = self._repeats
+        if repeats is not None and site is not None and not self._after_fallback:
+            found = repeats.get(site)
+            if found is not None and found[1] == counters:
+                counts = self._shared_counts
+                index = counts[0]
+                counts[0] = index + 1
+                trace_ms = (end - self._last_end) * 1000 if self._last_end is not None else 0.0
+                self._last_end = end
+                row = [index, counts[1], found[0], 0.0, max(trace_ms, 0.0), 0.0, 0.0, (end - self._started) * 1000]
+                with self._rows_lock:
+                    self._rows.append(row)
+                    self._row_at[index] = row
+                return index
+        previous, self._last_end = self._last_end, end
+        assert self._on_execution is not None
+        recorded = self._on_execution(key, graph, 0.0, counters, frames, site=site, ends=(end, previous))
+        # The tracer then takes the next execution from the same call to be the fallback's.
+        self._after_fallback = recorded.fallback
+        if (recorded.repeat and recorded.kind >= 0 and repeats is not None and site is not None
+                and len(repeats) < _MAX_REPEATS):
+            repeats[site] = (recorded.kind, dict(counters))
+        return recorded.index
+
+    def record_repeats(self, counts: object, started: float) -> Callable[[], list[tuple]] | None:
+        if counts is None:
+            self._repeats = None
+            return None
+        assert isinstance(counts, MutableSequence)
+        self._shared_counts, self._started, self._repeats = counts, started, {}
+
+        def take_rows() -> list[tuple]:
+            with self._rows_lock:
+                rows, self._rows = self._rows, []
+                self._row_at.clear()
+            return [tuple(row) for row in rows]
+
+        return take_rows
 
     def _graph_of(self, ir_text: str, hlo: str) -> tuple[str, int]:
         """The graph's IR (XLA's, else written from its HLO in full capture) and its size:
@@ -720,7 +859,8 @@ class XlaBackend(LazyBackend):
 
     def _read_reports(self) -> None:
         text = self._reports.read()
-        if self._echo is not None and text:
+        # At level 0 XLA prints only an unexpected execution: most texts hold none.
+        if self._echo is not None and text and (self._echo >= 1 or "Unexpected Execution Analysis: " in text):
             shown = echoed(text, self._echo)
             if shown:
                 sys.stderr.write(shown)
@@ -736,7 +876,7 @@ class XlaBackend(LazyBackend):
             elif report.kind == "Unexpected Execution":  # XLA raises at once: it never ran
                 self._unexpected = report
             elif report.kind == "Post Compilation" and self._compiles:
-                self._compiles[-1].lines += ["", *report.lines]
+                self._compiles[-1].add_lines(["", *report.lines])
 
     def _read_graphs(self) -> None:
         if self._graphs is None:
@@ -772,7 +912,13 @@ class XlaBackend(LazyBackend):
         for execute_ms in values:
             if not self._awaiting_execute:
                 break
-            self._on_execute_time(self._awaiting_execute.popleft(), execute_ms)
+            index = self._awaiting_execute.popleft()
+            with self._rows_lock:
+                row = self._row_at.get(index)
+                if row is not None:  # a repeated row the writer has not taken: timed in place
+                    row[3], row[6] = row[5] + execute_ms, execute_ms  # sync_ms, execute_ms
+            if row is None:
+                self._on_execute_time(index, execute_ms)
 
     def sync_state(self) -> SyncCause:
         return self._sync
@@ -781,11 +927,20 @@ class XlaBackend(LazyBackend):
     def counters(self) -> dict[str, int]:
         """XLA's counters, and its host<->device copies (counted as metrics) as counters of
         lazyviz's naming (analysis.summary.TRANSFERS): how many, and their bytes."""
-        import torch_xla.debug.metrics as metrics
+        return {**self._counter_values(), **self._transfer_counts()}
 
-        counters = {name: metrics.counter_value(name) or 0 for name in metrics.counter_names()}
+    def _counter_values(self) -> dict[str, int]:
+        import torch_xla
+
+        value = self._counter_value
+        return {name: value(name) or 0 for name in torch_xla._XLAC._xla_counter_names()}
+
+    def _transfer_counts(self) -> dict[str, int]:
+        import torch_xla
+
+        counters = {}
         for metric, copies, size in _TRANSFER_METRICS:
-            data = metrics.metric_data(metric)
+            data = torch_xla._XLAC._xla_metric_data(metric)
             if data:
                 counters[copies], counters[size] = data[0], int(data[1])
         return counters

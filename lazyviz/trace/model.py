@@ -113,6 +113,9 @@ class RunInfo:
     error_frames: list[Frame] = field(default_factory=list)  # where the script raised, outermost first
     # Fallback ops run after the last execution (none carries them): op -> calls.
     fallbacks_after_last_execution: dict[str, int] = field(default_factory=dict)
+    # Other counters that moved after the last execution (XLA's host<->device copies, read
+    # in batches: those of the run's last second): name -> delta. The run's totals count them.
+    counters_after_last_execution: dict[str, int] = field(default_factory=dict)
     # Calls that handed back pieces on the host while they say device lazy (a split whose op
     # fell back), in order: (the call, e.g. "split", the user's line that made it).
     lost_pieces: list[tuple[str, Frame]] = field(default_factory=list)

@@ -245,7 +245,8 @@ _RUN_FIELDS: dict[str, tuple[type | tuple[type, ...], object]] = {
     "complete": (bool, None), "ended_by": ((str, type(None)), None),
     "startup_ms": ((int, float, type(None)), None), "tracer_errors": (list, []), "source": (str, "script"),
     "failures": (list, []), "notes": (list, []), "error_frames": (list, []),
-    "fallbacks_after_last_execution": (dict, {}), "device_used": (bool, False),
+    "fallbacks_after_last_execution": (dict, {}), "counters_after_last_execution": (dict, {}),
+    "device_used": (bool, False),
     "stopped_after_steps": ((int, type(None)), None), "sources": (dict, {}), "fix_trial": (dict, {}),
     "lost_pieces": (list, []),
 }
@@ -433,6 +434,8 @@ class Trace:
             sources={str(k): str(v) for k, v in get("sources").items()}, fix_trial=get("fix_trial"),
             fallbacks_after_last_execution={str(op): n for op, n in get("fallbacks_after_last_execution").items()
                                             if type(n) is int and n > 0},
+            counters_after_last_execution={str(name): n for name, n in get("counters_after_last_execution").items()
+                                           if type(n) is int},
             lost_pieces=[(f[0], Frame(f[1], f[2], f[3])) for f in get("lost_pieces") if isinstance(f, list)
                          and len(f) == 4 and isinstance(f[0], str) and isinstance(f[1], str) and type(f[2]) is int
                          and isinstance(f[3], str)],

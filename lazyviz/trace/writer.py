@@ -205,10 +205,10 @@ class TraceWriter:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            records: list[_Record] = [item for item in batch
-                                      if item is not None and item != [] and not isinstance(item, threading.Event)]
-            if taken:
-                records.append(taken)
+            # The taken rows first: an execute time queued since may update one of them.
+            records: list[_Record] = [taken] if taken else []
+            records += [item for item in batch
+                        if item is not None and item != [] and not isinstance(item, threading.Event)]
             if records and self.error is None:
                 try:
                     self._write(records)

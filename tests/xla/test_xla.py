@@ -808,3 +808,68 @@ def test_a_fallbacks_own_execution_is_the_fallbacks_and_its_equivalent_lowers(tm
     data, truth, _ = traced_with_truth(program, tmp_path / "sorted", "--sorted")
     assert "aten::median" not in truth and len(data["executions"]) == truth["ExecuteTime"] == 5
     assert not data["findings"]
+
+
+STEADY_LOOP = """\
+import json, os, time
+import torch
+import torch_xla
+import torch_xla.debug.metrics as met
+
+device = torch_xla.device()
+x = torch.zeros(8, device=device)
+torch_xla.sync()
+for step in range(240):
+    x = x * 2 if step % 3 == 0 else x + 1
+    torch_xla.sync()
+    if step % 4 == 0:
+        x.cpu()
+    time.sleep(0.006)
+lookups = [met.counter_value(name) or 0 for name in ("CachedCompile", "UncachedCompile")]
+inbound = met.metric_data("InboundData")
+json.dump({"executions": sum(lookups), "compiles": lookups[1], "from_device": [inbound[0], int(inbound[1])]},
+          open(os.environ["COUNTERS_FILE"], "w"))
+"""
+
+
+@pytest.mark.parametrize("capture", ["light", "full"])
+def test_a_steady_loops_repeated_rows_are_each_execution_as_xla_ran_it(tmp_path: Path, capture: str) -> None:
+    # Two graphs from one line in a fixed order, a copy back every 4th step, 1.4 s in all:
+    # after its first hit of each graph the loop's rows are repeated without the tracer
+    # (one execution a sync), XLA's counters and copies' metrics are read in batches.
+    # Every row must still be the execution XLA ran: its graph, its step, its time.
+    script = tmp_path / "steady.py"
+    script.write_text(STEADY_LOOP)
+    summary_json, truth, _ = traced_with_truth(script, tmp_path, capture=capture)
+    summary = summary_json["summary"]
+    assert (summary["executions"], summary["misses"]) == (truth["executions"], truth["compiles"])
+    with open_trace(tmp_path / "steady.trace") as trace:
+        loop = [e for e in trace.executions() if e.frame is not None and e.frame.line == 11]
+    assert len(loop) == 240 and [e.step for e in loop] == list(range(1, 241))  # the sync before the loop ends step 0
+    doubled = {e.graph for step, e in enumerate(loop) if step % 3 == 0}
+    added = {e.graph for step, e in enumerate(loop) if step % 3}
+    assert len(doubled) == len(added) == 1 and doubled != added
+    assert {e.cache for e in loop[3:]} == {"hit"}
+    # XLA's execute time reaches each row, a repeated one too (taken a window later).
+    assert all(e.execute_ms > 0 and e.sync_ms == e.compile_ms + e.execute_ms for e in loop)
+    if capture == "full":  # the copies as XLA counts them, to the byte, though read once a second
+        assert [summary["transfers"]["TransferFromDevice"], summary["transfers"]["TransferFromDeviceBytes"]] \
+            == truth["from_device"] == [60, 60 * 8 * 4]
+
+
+def test_a_python_index_into_a_device_schedule_becomes_data_proved(tmp_path: Path) -> None:
+    """k-diffusion's Euler sampler on PyTorch/XLA: `sigmas[i]` is a constant slice in each
+    step's graph, so XLA compiles every step (its own counter is the truth); the edit
+    makes both indices data, and --try measures the recompiles gone, the same sample."""
+    program = PROGRAMS / "xla_euler_sampler.py"
+    data, truth, _ = traced_with_truth(program, tmp_path)
+    misses = sum(e["cache"] == "miss" for e in data["executions"])
+    assert misses == truth["UncachedCompile"] and misses >= 10
+    (finding,) = [f for f in data["findings"] if f["kind"] == "recompile"]
+    assert "xla::generic_slice" in finding["message"]
+    fixed = cli("fix", tmp_path / f"{program.stem}.trace", "--try")
+    assert fixed.status == 0, fixed.stderr
+    assert "+        sigma = sigmas.index_select(0, torch.tensor([i]).to(sigmas.device)).squeeze(0)\n" in fixed.stdout
+    old, new = row(fixed.stderr, "recompiles after warm-up")
+    assert int(old) >= 8 and new == "0"
+    assert "output: the same" in fixed.stderr
