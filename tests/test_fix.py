@@ -4,8 +4,10 @@ files unchanged since the trace; and `lazyviz run --steps N`, which bounds those
 Real scripts on torch's lazy backend: samples, pytorch/examples' shapes (tests/programs)."""
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -16,6 +18,7 @@ from conftest import ROOT, SAMPLES, cli, line_of, row
 
 import lazyviz
 from lazyviz.analysis.findings import Finding
+from lazyviz.fix.proposals import _python_index, indices_as_data
 from lazyviz.fix.trial import Measures, compare_output, comparison
 from lazyviz.trace.model import Frame
 
@@ -322,6 +325,64 @@ def test_a_slice_bound_baked_into_the_graph_becomes_an_index_select_proved(tmp_p
     assert (old, new) == (6, 0)
     assert [int(c) for c in row(result.stderr, "cache misses")] == [8, 2]
     assert "output: the same" in result.stderr
+
+
+@pytest.mark.torch
+def test_a_python_index_into_the_schedule_becomes_data_proved_against_ltcs_counts(tmp_path: Path) -> None:
+    """k-diffusion's Euler sampler reads its sigma schedule, a device tensor, with the
+    loop's Python index: each index is a constant in the graph, so every step compiles
+    (LTC's own counters say how many). The edit makes each index a one-element index
+    tensor on both lines the changed values were built at; --try: no recompile after
+    warm-up, the same sample."""
+    folder = project(tmp_path, PROGRAMS / "euler_sampler.py", PROGRAMS / "with_counters.py")
+    counters = tmp_path / "ltc.json"
+    trace = tmp_path / "sampler.trace"
+    run = subprocess.run([sys.executable, "-m", "lazyviz", "run", "--no-tui", "-o", str(trace), "euler_sampler.py"],
+                         cwd=folder, capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    truth = subprocess.run([sys.executable, "with_counters.py", "euler_sampler.py"], cwd=folder, text=True,
+                           capture_output=True, env={**os.environ, "COUNTERS_FILE": str(counters)})
+    assert truth.returncode == 0, truth.stderr
+    ltc = json.loads(counters.read_text())
+    with lazyviz.open(trace) as opened:
+        assert sum(e.cache == "miss" for e in opened.executions()) == ltc["UncachedCompile"] == 12
+    result = cli("fix", trace, "--try", cwd=folder)
+    assert result.status == 0, result.stderr
+    applies(result.stdout, folder)
+    program = PROGRAMS / "euler_sampler.py"
+    assert ("-        sigma = sigmas[i]\n"
+            "+        sigma = sigmas.index_select(0, torch.tensor([i]).to(sigmas.device)).squeeze(0)\n") in result.stdout
+    assert "+        x = x + d * (sigmas.index_select(0, torch.tensor([i + 1]).to(sigmas.device)).squeeze(0) - sigma)" \
+        in result.stdout
+    assert f"2 indices at euler_sampler.py:{line_of(program, 'sigma = sigmas[i]')} and euler_sampler.py:" \
+        f"{line_of(program, 'sigmas[i + 1]')}" in result.stderr
+    assert row(result.stderr, "recompiles after warm-up") == ["8", "0"]
+    assert "output: the same" in result.stderr
+
+
+def _indexed(line: str) -> list:
+    tree = ast.parse(line)
+    return [(node, found) for node in ast.walk(tree) if isinstance(node, ast.Subscript)
+            and (found := _python_index(node)) is not None]
+
+
+def test_python_indices_are_rewritten_as_index_selects_with_the_same_shapes() -> None:
+    cases = {
+        "s = sigmas[i]": "s = sigmas.index_select(0, torch.tensor([i]).to(sigmas.device)).squeeze(0)",
+        "y = x[:, t]": "y = x.index_select(1, torch.tensor([t]).to(x.device)).squeeze(1)",
+        # GPT-2's greedy decoding: t - 1 may be -1 (the last), as Python counts it.
+        "tok = logits[0, t - 1].argmax()":
+            "tok = logits[0].index_select(0, (torch.tensor([t - 1]) % logits[0].size(0)).to(logits.device))"
+            ".squeeze(0).argmax()",
+        "v = self.table[n]": "v = self.table.index_select(0, torch.tensor([n]).to(self.table.device)).squeeze(0)",
+    }
+    for line, expected in cases.items():
+        assert indices_as_data(line, line, _indexed(line)) == expected
+    # Left alone: a store (the copy would take the write), two Python indices, a mask or
+    # a list of indices, a value read twice that is a call, constants only, `:` between.
+    for line in ("x[i] = 0", "y = x[i, j]", "y = x[mask > 0]", "y = x[[1, 2]]", "y = model(x)[i]", "y = x[0, 1]",
+                 "y = x[:, 0, t]", "y = x[i:j]"):
+        assert _indexed(line) == [], line
 
 
 def test_a_shape_change_that_spans_more_steps_after_an_edit_is_left_not_gone() -> None:

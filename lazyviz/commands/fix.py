@@ -1,9 +1,11 @@
 """`lazyviz fix`: the edits that fix a trace's findings, as a unified diff on stdout
 (what each does, and the findings to change by hand, on stderr); `--try` measures the
-patch on a copy, `--write` applies it to the user's files when they are unchanged."""
+patch on a copy, `--write` applies it to the user's files when they are unchanged;
+`--patch` measures the user's own edit the same way, in place of lazyviz's."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import tempfile
@@ -11,8 +13,9 @@ from pathlib import Path
 
 from lazyviz.analysis.run import Run
 from lazyviz.commands.base import CliError, open_trace, regular_file, say, step_count
+from lazyviz.fix.patch import PatchError, edited_copy, is_diff, patched_texts
 from lazyviz.fix.proposals import Change, Proposal, apply_changes, file_hash, propose, unified_diff
-from lazyviz.fix.trial import DEFAULT_STEPS, trial_record, try_patch
+from lazyviz.fix.trial import DEFAULT_STEPS, copy_root, trial_record, try_patch
 from lazyviz.present import KIND_LABELS
 from lazyviz.trace.files import add_run_fields
 
@@ -35,6 +38,9 @@ class FixCommand:
         parser.add_argument("--keep", action="store_true", help="with --try, keep the copies and their traces")
         parser.add_argument("--write", action="store_true",
                             help="apply the edits to your files (only files unchanged since the trace was recorded)")
+        parser.add_argument("--patch", metavar="FILE",
+                            help="with --try, prove your own edit instead of lazyviz's: a unified diff (git diff, "
+                                 "diff -u) of files in the script's folder, or a copy of one of them edited by hand")
 
     def run(self, options: argparse.Namespace) -> int:
         regular_file(options.trace, "trace")
@@ -45,6 +51,8 @@ class FixCommand:
                 raise CliError(f"--try: {options.trace} was recorded from Python ({info.source}), not by "
                                "`lazyviz run`, so there is no script to re-run; the diff stands without it")
             proposals = propose(run)
+        if options.patch is not None:
+            return self._prove_patch(options, run, proposals)
         changed = [p.stale for p in proposals if p.stale]
         self._describe(proposals)
         if changed and options.write:
@@ -73,6 +81,52 @@ class FixCommand:
                 return 1
         if options.write:
             self._write(changes, texts, info.sources)
+        return 0
+
+    def _prove_patch(self, options: argparse.Namespace, run: Run, proposals: list[Proposal]) -> int:
+        """--try --patch: the user's edit, measured as lazyviz's own would be."""
+        if not options.trial:
+            raise CliError("--patch proves an edit by running it: add --try")
+        if options.write:
+            raise CliError("--write applies lazyviz's edits; --patch proves yours, which you apply yourself")
+        info = run.info
+        source = regular_file(options.patch, "patch")
+        try:
+            text = source.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            raise CliError(f"--patch: {options.patch} is not UTF-8 text") from None
+        folder = copy_root(info, [])
+        try:
+            if is_diff(text):
+                patched = patched_texts(text, Path(info.cwd), folder, lambda path: path.read_bytes().decode("utf-8"))
+            else:
+                patched = {edited_copy(source, folder): text}
+        except (PatchError, OSError, UnicodeDecodeError) as error:
+            raise CliError(f"--patch: {error}") from None
+        originals = {file: Path(file).read_bytes().decode("utf-8") if Path(file).exists() else "" for file in patched}
+        if all(patched[file] == originals[file] for file in patched):
+            raise CliError(f"--patch: {options.patch} changes nothing in {folder}")
+        say(f"lazyviz: {len(proposals)} finding{'s' if len(proposals) != 1 else ''} in the trace"
+            + "".join(f"\n  {n}. {p.finding.severity}: {(p.finding.short or p.finding.message)[:160]}"
+                      for n, p in enumerate(proposals, 1)))
+        for file in sorted(patched):  # the edit as applied, in the form lazyviz prints its own
+            shown = os.path.relpath(file, info.cwd)
+            print("".join(difflib.unified_diff(originals[file].splitlines(keepends=True),
+                                               patched[file].splitlines(keepends=True),
+                                               f"a/{shown}", f"b/{shown}")), end="", flush=True)
+        steps = options.steps if options.steps is not None else max(
+            [DEFAULT_STEPS, *(run.execution(e).step + 2 for p in proposals for e in p.finding.executions[-1:])])
+        say(f"lazyviz: trying your patch on a copy, {steps} steps each side (the original, then the patched copy)...")
+        result, before, after = try_patch(info, patched, steps, options.timeout, options.keep)
+        say(result)
+        record = trial_record(before, after, steps, [f"your patch ({source.name})"])
+        if info.finished:
+            problem = add_run_fields(Path(options.trace), {"fix_trial": json.dumps(record)})
+            if problem:
+                say(f"lazyviz: could not keep the measurement in the trace: {problem}")
+        if after.exit_status != before.exit_status:
+            say(f"lazyviz: the patched copy did not end as the original did: {after.state}, not {before.state}")
+            return 1
         return 0
 
     @staticmethod
