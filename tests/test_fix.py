@@ -18,7 +18,14 @@ from conftest import ROOT, SAMPLES, cli, line_of, row
 
 import lazyviz
 from lazyviz.analysis.findings import Finding
-from lazyviz.fix.proposals import _python_index, indices_as_data
+from lazyviz.fix.proposals import (
+    Source,
+    _padding_calls,
+    _python_index,
+    indices_as_data,
+    padded_lengths,
+    padding_multiple,
+)
 from lazyviz.fix.trial import Measures, compare_output, comparison
 from lazyviz.trace.model import Frame
 
@@ -398,3 +405,21 @@ def test_a_shape_change_that_spans_more_steps_after_an_edit_is_left_not_gone() -
                       measured("dynamic_shape", "input shapes change at 2 steps ..."))
     assert "findings gone" not in text and "appeared" not in text
     assert "findings left:\n    warning: input shapes change at 2 steps" in text
+
+
+def test_per_batch_padding_lengths_and_the_multiple_that_covers_them() -> None:
+    history = ["%1 Float[4,1,24,24] -> Float[4,1,30,30]",  # two dimensions change: a mask, not a length
+               "%25 Long[4,24] -> Long[4,30]", "%0 Long[4,30] -> Long[4,23]",
+               "%6 Long[24] -> Long[23]",  # the first dimension: a batch, not a length
+               "%3 Long[8,23] -> Long[4,23]"]
+    assert padded_lengths(history) == [23, 24, 30]
+    assert padding_multiple([23, 24, 30]) == (32, 1, (3 * 32 - 77) / 77)
+    assert padding_multiple([5, 7])[:2] == (8, 1) and padding_multiple([60, 100])[:2] == (128, 1)
+    source = Source("/p/train.py", "collate = DataCollatorWithPadding(tokenizer)\n"
+                                   "a = tokenizer(texts, padding=True)\n"
+                                   "b = tokenizer(texts, padding='longest', return_tensors='pt')\n"
+                                   "c = tokenizer(texts, padding='max_length', max_length=64)\n"
+                                   "d = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8)\n"
+                                   "e = tokenizer(texts)\n"
+                                   "conv = torch.nn.Conv2d(1, 2, 3, padding=1)\n")
+    assert [call.lineno for call in _padding_calls(source)] == [1, 2, 3]

@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, cli, line_of
+from conftest import ROOT, cli, line_of, row
 
 import lazyviz
 
@@ -232,6 +232,35 @@ def test_bert_with_the_advised_mask_has_no_library_sync_or_fallback(tmp_path: Pa
     assert counters.get("aten::_local_scalar_dense") == 1
     assert {f["kind"] for f in report["findings"]} == {"dynamic_shape"}
     assert report["summary"]["executions"] == 6 == counters["MarkStep"]
+
+
+def test_bert_per_batch_padding_gets_pad_to_multiple_of_proved_against_ltcs_counts(tmp_path: Path) -> None:
+    # DataCollatorWithPadding pads each batch to its own longest: a new length, a new
+    # graph. The edit pads to a multiple that puts every length the trace saw in one
+    # shape; --try measures it, and LTC's own counters on the patched program agree.
+    folder = tmp_path / "project"
+    folder.mkdir()
+    for name in ("bert_classifier.py", "with_counters.py"):
+        (folder / name).write_bytes((PROGRAMS / name).read_bytes())
+    trace = tmp_path / "bert.trace"
+    assert cli("run", "--no-tui", "-o", trace, "bert_classifier.py", *BERT, cwd=folder).status == 0
+    fixed = cli("fix", trace, "--try", cwd=folder)
+    assert fixed.status == 0, fixed.stderr
+    assert "+                    collate_fn=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=32))" in fixed.stdout
+    assert "edit: pad_to_multiple_of=32 on the padding at bert_classifier.py:" in fixed.stderr
+    assert "become 1 shape" in fixed.stderr
+    before, after = (int(cell) for cell in row(fixed.stderr, "recompiles after warm-up"))
+    assert before > 0 and after == 0
+    misses_after = int(row(fixed.stderr, "cache misses")[1])
+    assert "findings gone:" in fixed.stderr and "input shapes change" in fixed.stderr.split("findings gone:")[1]
+    # The truth for the patched side: the edit written to the project, run untraced.
+    assert cli("fix", trace, "--write", cwd=folder).status == 0
+    counters = tmp_path / "ltc.json"
+    patched = subprocess.run([sys.executable, "with_counters.py", "bert_classifier.py", *BERT], cwd=folder,
+                             capture_output=True, text=True, env={**os.environ, "COUNTERS_FILE": str(counters)},
+                             timeout=600)
+    assert patched.returncode == 0, patched.stderr
+    assert json.loads(counters.read_text())["UncachedCompile"] == misses_after
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
