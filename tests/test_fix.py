@@ -19,7 +19,9 @@ from conftest import ROOT, SAMPLES, cli, line_of, row
 import lazyviz
 from lazyviz.analysis.findings import Finding
 from lazyviz.fix.proposals import (
+    LOWERED_CLIP,
     Source,
+    _clip_call,
     _padding_calls,
     _python_index,
     indices_as_data,
@@ -367,6 +369,47 @@ def test_a_python_index_into_the_schedule_becomes_data_proved_against_ltcs_count
     assert "output: the same" in result.stderr
 
 
+@pytest.mark.torch
+def test_until_clean_takes_the_word_lm_to_edits_by_hand_only_proved_against_ltcs_counts(tmp_path: Path) -> None:
+    """The word LM as first ported: no mark_step(), clip_grad_norm_ falling back per
+    parameter, slice bounds baked in. --until-clean applies every edit, runs, asks the
+    new run for edits, and stops when only changes by hand are left. LTC's counters on
+    the program with the kept edits written agree with the last round's counts."""
+    from test_real_programs import fake_corpus
+
+    folder = project(tmp_path, PROGRAMS / "word_lm.py", PROGRAMS / "with_counters.py")
+    fake_corpus(folder)
+    trace = traced(folder, "word_lm.py", "--data", ".")
+    result = cli("fix", trace, "--try", "--until-clean", "--write", cwd=folder)
+    assert result.status == 0, result.stderr
+    # Written to the user's files: the diff printed is what they now hold.
+    written = subprocess.run(["git", "apply", "--check", "--reverse", "-"], input=result.stdout, text=True,
+                             cwd=folder, capture_output=True)
+    assert written.returncode == 0, written.stderr + result.stdout
+    err = result.stderr
+    assert "  round 1 (kept):" in err and "stopped: no edit left for the findings left" in err
+    assert "+def clip_grad_norm_lowered(parameters, max_norm):" in result.stdout
+    assert "+        clip_grad_norm_lowered(model.parameters(), 0.25)" in result.stdout
+    assert "+        torch._lazy.mark_step()" in result.stdout and ".index_select(0, torch.arange(" in result.stdout
+    whole = err.split("the whole way")[1]
+    executions = int(row(whole, "executions ")[1])
+    misses = int(row(whole, "cache misses")[1])
+    before_ms, after_ms = (float(c.replace(",", "")) for c in row(whole, "sync time")[::2])
+    assert after_ms * 5 < before_ms
+    gone = whole.split("findings gone:")[1].split("findings that appeared:")[0]
+    assert "grows by about" in gone and "clip_grad_norm_" in gone and "constant 20->40" in gone
+    # Dropout draws differ once the graphs are cut: the output cannot be compared, and it says so.
+    assert "the script draws random numbers on the device" in err
+    counters = tmp_path / "ltc.json"
+    patched = subprocess.run([sys.executable, "with_counters.py", "word_lm.py", "--data", "."], cwd=folder,
+                             capture_output=True, text=True, env={**os.environ, "COUNTERS_FILE": str(counters)},
+                             timeout=600)
+    assert patched.returncode == 0, patched.stderr
+    ltc = json.loads(counters.read_text())
+    assert "aten::linalg_vector_norm" not in ltc  # the lowered clipping falls back nowhere
+    assert ltc["UncachedCompile"] == misses and ltc["UncachedCompile"] + ltc["CachedCompile"] == executions
+
+
 def _indexed(line: str) -> list:
     tree = ast.parse(line)
     return [(node, found) for node in ast.walk(tree) if isinstance(node, ast.Subscript)
@@ -423,3 +466,29 @@ def test_per_batch_padding_lengths_and_the_multiple_that_covers_them() -> None:
                                    "e = tokenizer(texts)\n"
                                    "conv = torch.nn.Conv2d(1, 2, 3, padding=1)\n")
     assert [call.lineno for call in _padding_calls(source)] == [1, 2, 3]
+
+
+def test_the_lowered_clip_grad_norm_clips_as_torchs_does() -> None:
+    import torch  # here: the module's other unit tests run without torch
+
+    namespace: dict = {"torch": torch}
+    exec(LOWERED_CLIP.format(torch="torch"), namespace)  # the function the edit puts in the user's file
+    for max_norm in (0.25, 100.0):  # clipped, and left as they were
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+        model(torch.randn(5, 8)).pow(2).sum().backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        expected_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        expected = [p.grad.clone() for p in model.parameters()]
+        for p, g in zip(model.parameters(), grads):
+            p.grad = g.clone()
+        norm = namespace["clip_grad_norm_lowered"](model.parameters(), max_norm)
+        assert torch.allclose(norm, expected_norm, rtol=1e-6)
+        assert all(torch.allclose(p.grad, e, rtol=1e-6, atol=1e-9) for p, e in zip(model.parameters(), expected))
+    calls = {"clip_grad_norm_(ps, 1.0)": True, "torch.nn.utils.clip_grad_norm_(ps, max_norm=1.0)": True,
+             "nn.utils.clip_grad_norm_(ps, 1.0, norm_type=2.0)": True, "clip_grad_norm_(ps, 1.0, 'inf')": False,
+             "clip_grad_norm_(ps, 1.0, norm_type=1)": False, "clip_grad_norm_(ps, 1.0, error_if_nonfinite=True)": False,
+             "clip_grad_norm_(*args)": False}
+    for text, lowered in calls.items():
+        call = ast.parse(text).body[0].value
+        assert _clip_call(call) is lowered, text

@@ -15,7 +15,7 @@ from lazyviz.analysis.run import Run
 from lazyviz.commands.base import CliError, open_trace, regular_file, say, step_count
 from lazyviz.fix.patch import PatchError, edited_copy, is_diff, patched_texts
 from lazyviz.fix.proposals import Change, Proposal, apply_changes, file_hash, propose, unified_diff
-from lazyviz.fix.trial import DEFAULT_STEPS, copy_root, trial_record, try_patch
+from lazyviz.fix.trial import DEFAULT_STEPS, RoundEdits, copy_root, trial_record, try_patch, until_clean
 from lazyviz.present import KIND_LABELS
 from lazyviz.trace.files import add_run_fields
 
@@ -38,6 +38,11 @@ class FixCommand:
         parser.add_argument("--keep", action="store_true", help="with --try, keep the copies and their traces")
         parser.add_argument("--write", action="store_true",
                             help="apply the edits to your files (only files unchanged since the trace was recorded)")
+        parser.add_argument("--until-clean", action="store_true",
+                            help="with --try, round after round: apply the edits, run, take the new findings' "
+                                 "edits, until none is left or a round makes things worse or changes the output")
+        parser.add_argument("--rounds", type=step_count, default=5, metavar="K",
+                            help="with --until-clean, at most K rounds (default: 5)")
         parser.add_argument("--patch", metavar="FILE",
                             help="with --try, prove your own edit instead of lazyviz's: a unified diff (git diff, "
                                  "diff -u) of files in the script's folder, or a copy of one of them edited by hand")
@@ -61,6 +66,8 @@ class FixCommand:
         if not changes:
             return 0
         texts = {c.file: Path(c.file).read_bytes().decode("utf-8") for c in changes}  # line endings kept
+        if options.until_clean:
+            return self._until_clean(options, run, proposals, texts)
         print(unified_diff(texts, changes, info.cwd), end="", flush=True)
         if options.trial:
             if options.steps is None:
@@ -82,6 +89,50 @@ class FixCommand:
         if options.write:
             self._write(changes, texts, info.sources)
         return 0
+
+    def _until_clean(self, options: argparse.Namespace, run: Run, proposals: list[Proposal],
+                     texts: dict[str, str]) -> int:
+        """--try --until-clean: round after round to a clean run; one table; the diff of
+        every kept round's edits on stdout (and with --write, in the user's files)."""
+        if not options.trial:
+            raise CliError("--until-clean runs the edits round after round: add --try")
+        info = run.info
+        steps = options.steps if options.steps is not None else self._bound(run, proposals)
+
+        def edits_of(proposed: list[Proposal]) -> RoundEdits | None:
+            changes = [c for p in proposed for c in p.changes]
+            if not changes:
+                return None
+            files = {c.file: Path(c.file).read_bytes().decode("utf-8") for c in changes}
+            return RoundEdits([p.summary for p in proposed if p.changes], apply_changes(files, changes),
+                              [p.alters_results for p in proposed if p.changes and p.alters_results])
+
+        def next_round(kept: Run) -> RoundEdits | None:
+            return edits_of(propose(kept))
+
+        first = edits_of(proposals)
+        assert first is not None
+        say(f"lazyviz: round after round on copies (at most {options.rounds}), {steps} steps each run...")
+        table, before, rounds, final = until_clean(info, texts, first, steps, options.timeout, options.rounds,
+                                                    options.keep, next_round)
+        say(table)
+        originals = {file: Path(file).read_bytes().decode("utf-8") for file in final}
+        for file in sorted(final):
+            if final[file] != originals[file]:
+                shown = os.path.relpath(file, info.cwd)
+                print("".join(difflib.unified_diff(originals[file].splitlines(keepends=True),
+                                                   final[file].splitlines(keepends=True), f"a/{shown}", f"b/{shown}")),
+                      end="", flush=True)
+        kept = [r for r in rounds if r.kept]
+        if kept:
+            record = trial_record(before, kept[-1].measures, steps, [e for r in kept for e in r.edits])
+            if info.finished:
+                problem = add_run_fields(Path(options.trace), {"fix_trial": json.dumps(record)})
+                if problem:
+                    say(f"lazyviz: could not keep the measurement in the trace: {problem}")
+        if options.write and kept:
+            self._write_texts({f: t for f, t in final.items() if t != originals[f]}, info.sources)
+        return 0 if kept or not rounds else 1
 
     def _prove_patch(self, options: argparse.Namespace, run: Run, proposals: list[Proposal]) -> int:
         """--try --patch: the user's edit, measured as lazyviz's own would be."""
@@ -166,7 +217,13 @@ class FixCommand:
 
     @staticmethod
     def _write(changes: list[Change], texts: dict[str, str], hashes: dict[str, str]) -> None:
-        files = sorted(texts)
+        FixCommand._write_texts(apply_changes(texts, changes), hashes)
+
+    @staticmethod
+    def _write_texts(patched: dict[str, str], hashes: dict[str, str]) -> None:
+        """Each file replaced by its patched text, whole or not at all, only where every
+        file still has the SHA-256 the trace recorded."""
+        files = sorted(patched)
         unknown = [f for f in files if f not in hashes]
         if unknown:
             raise CliError(f"--write: the trace has no record of {unknown[0]} as it was when recorded, so lazyviz "
@@ -174,7 +231,7 @@ class FixCommand:
         for file in files:  # all checked before any is written
             if file_hash(file) != hashes[file]:
                 raise CliError(f"--write: {file} changed since the trace was recorded: run it again")
-        for file, text in apply_changes(texts, changes).items():
+        for file, text in patched.items():
             folder = os.path.dirname(file)
             mode = os.stat(file).st_mode & 0o7777
             handle, temporary = tempfile.mkstemp(dir=folder, prefix=".lazyviz-fix-")

@@ -14,7 +14,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -326,3 +326,124 @@ def try_patch(info: RunInfo, patched: Mapping[str, str], steps: int, timeout: fl
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
+
+
+# -- round after round ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Round:
+    """One round of --until-clean: the edits it added and the run with every edit so far."""
+
+    edits: list[str]
+    measures: Measures
+    kept: bool
+    why_not: str = ""  # why the round was not kept (worse, output changed, did not end as before)
+    output: str = ""  # the output against the original's, where it differs and the round was kept: why
+
+
+def _worse(new: Measures, old: Measures) -> str:
+    """Why a round made things worse than the last kept one, or ""."""
+    if new.exit_status != old.exit_status:
+        return f"it ended {_ending(new.state)}, not {_ending(old.state)}"
+    if new.per_step is not None and old.per_step is not None and new.per_step > old.per_step + 1e-9:
+        return f"executions per step {old.per_step:.1f} -> {new.per_step:.1f}"
+    if new.steps and old.steps and new.recompiles > old.recompiles:
+        return f"recompiles after warm-up {old.recompiles} -> {new.recompiles}"
+    return ""
+
+
+@dataclass(frozen=True)
+class RoundEdits:
+    """A round's edits, all applied together."""
+
+    summaries: list[str]
+    patched: dict[str, str]  # file -> its text with the edits
+    alters: list[str]  # how the edits change the script's results, where they do
+
+
+def until_clean(info: RunInfo, texts: Mapping[str, str], first: RoundEdits, steps: int, timeout: float | None,
+                rounds: int, keep: bool = False, propose_next: Callable[[Run], RoundEdits | None] | None = None,
+                ) -> tuple[str, Measures, list[Round], dict[str, str]]:
+    """--until-clean: the first round's edits, then, round after round, the edits lazyviz
+    proposes for the last kept run's findings, each round run on a fresh copy with every
+    edit kept so far. Stops when no edit is left, a round makes things worse or changes
+    the output (that round is not kept), or after `rounds`. An output that differs is
+    kept where an edit says it changes results (drop_last) or the script draws random
+    numbers on the device (cut into other graphs, they draw others): then it cannot be
+    compared, and the table says so. propose_next(run) gives a kept run's edits with
+    files in its copy. Returns (the table, the original's measures, the rounds, the
+    files' texts with every kept edit)."""
+    root = copy_root(info, list(texts))
+    work = Path(tempfile.mkdtemp(prefix="lazyviz-fix-"))
+    try:
+        original = Side("before", make_copy(root, work / "before"), work / "before.trace")
+        before = run_side(original, info, root, steps, timeout)
+        kept_texts = dict(texts)
+        last = before
+        done: list[Round] = []
+        pending: RoundEdits | None = first
+        stopped = f"after {rounds} round{'s' * (rounds != 1)} (--rounds)"
+        for number in range(1, rounds + 1):
+            if pending is None or not pending.patched:
+                stopped = "no edit left for the findings left"
+                break
+            candidate = {**kept_texts, **pending.patched}
+            side = Side(f"round {number}", make_copy(root, work / f"round{number}"), work / f"round{number}.trace")
+            for file, text in candidate.items():
+                _in_copy(Path(file), root, side.folder).write_bytes(text.encode("utf-8"))
+            measures = run_side(side, info, root, steps if before.steps else None, timeout)
+            output = compare_output(before.output, measures.output)
+            differs = output.startswith(("differs", "the first"))
+            alters = pending.alters
+            random = sorted({*before.random_ops, *measures.random_ops})
+            excuse = (f"expected: {alters[0]}" if alters else
+                      f"the script draws random numbers on the device ({', '.join(random[:2])}): not comparable"
+                      if random else "")
+            why = _worse(measures, last) or (f"the output {output}" if differs and not excuse else "")
+            done.append(Round(pending.summaries, measures, kept=not why, why_not=why,
+                              output=f"output {output}; {excuse}" if differs and excuse else ""))
+            if why:
+                stopped = f"round {number} was not kept: the last kept round is the result"
+                break
+            kept_texts, last = candidate, measures
+            pending = None
+            if propose_next is not None:
+                with open_trace(side.trace) as trace:
+                    proposed = propose_next(Run(trace).analysed())
+                if proposed is not None:  # the copy's paths back to the user's files
+                    pending = RoundEdits(proposed.summaries, {str(root / Path(file).relative_to(side.folder)): text
+                                                              for file, text in proposed.patched.items()},
+                                         proposed.alters)
+        if pending is None and done and done[-1].kept:
+            stopped = "no edit left for the findings left"
+        text = rounds_table(before, done) + f"\n  stopped: {stopped}"
+        if keep:
+            text += f"\n  the copies and their traces: {work}"
+        return text, before, done, kept_texts
+    finally:
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def rounds_table(before: Measures, rounds: Sequence[Round]) -> str:
+    """Each round's edits and what they changed, then the whole way from the first run to
+    the last kept one."""
+    kept = [r for r in rounds if r.kept]
+    lines = []
+    previous = before
+    for number, done in enumerate(rounds, 1):
+        state = "kept" if done.kept else f"not kept: {done.why_not}"
+        lines.append(f"  round {number} ({state}):")
+        lines += [f"    edit: {summary[:150]}" for summary in done.edits]
+        m = done.measures
+        lines.append(f"    executions per step {_shown(previous.per_step, digits=1)} -> {_shown(m.per_step, digits=1)}, "
+                     f"recompiles after warm-up {_shown(previous.recompiles)} -> {_shown(m.recompiles)}, "
+                     f"sync {_shown(previous.sync_ms, ' ms', 1)} -> {_shown(m.sync_ms, ' ms', 1)}, "
+                     f"step {_shown(previous.step_ms, ' ms', 1)} -> {_shown(m.step_ms, ' ms', 1)}")
+        if done.output:
+            lines.append(f"    {done.output[:200]}")
+        if done.kept:
+            previous = m
+    last = kept[-1].measures if kept else before
+    lines.append(f"  the whole way ({len(kept)} round{'s' * (len(kept) != 1)} kept):")
+    lines.append(comparison(before, last))
+    return "\n".join(lines)
