@@ -49,8 +49,9 @@ def lazyviz(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def cell(text: str, label: str) -> tuple[str, str]:
+    """The before and after values of one row of --try's table (units dropped)."""
     line = next((line for line in text.splitlines() if line.strip().startswith(label)), "")
-    words = line.strip()[len(label):].split()
+    words = [word for word in line.strip()[len(label):].split() if word != "ms"]
     return (words[0], words[-1]) if len(words) >= 2 else ("-", "-")
 
 
@@ -76,8 +77,9 @@ def one(name: str, args: list[str], work: Path) -> str:
     per_step, recompiles, sync = (cell(whole, label) for label in
                                   ("executions per step", "recompiles after warm-up", "sync time"))
     output = next((line.split("output: ", 1)[1] for line in whole.splitlines() if "output: " in line), "")
-    output = "same" if output.startswith("the same") else ("not comparable (dropout)" if "random numbers" in whole
-                                                            else output[:40])
+    output = ("same" if output.startswith("the same") else
+              "differs, as the edit says" if "; expected: " in trial else
+              "not comparable (dropout)" if "random numbers" in whole else output[:40])
     return (f"| {name} | {findings} | {edits} | {rounds} | {per_step[0]} -> {per_step[1]} | "
             f"{recompiles[0]} -> {recompiles[1]} | {sync[0]} -> {sync[1]} ms | {output} |")
 

@@ -1,0 +1,105 @@
+"""A missing mark_step(): the backend's step call at the end of the loop body that holds
+the growing graph's sync and builds most of its nodes (also before each `continue`)."""
+from __future__ import annotations
+
+import ast
+import os
+from collections import Counter
+
+from lazyviz.analysis.findings import Finding
+from lazyviz.fix.source import (
+    STEP_CALLS,
+    Change,
+    Context,
+    Proposal,
+    Source,
+    all_loops,
+    alone_on_its_lines,
+    call_name,
+    enclosing_loops,
+    in_body,
+    loop_reads,
+    own_statements,
+)
+
+
+def _nodes_inside(source: Source, loop: ast.AST, built: Counter[str]) -> int:
+    total = 0
+    for where, nodes in built.items():
+        name, _, line = where.rpartition(":")
+        if name == source.name and line.isdigit() and in_body(loop, int(line)):
+            total += nodes
+    return total
+
+
+# -- the proposals ----------------------------------------------------------------------
+PARAMETER_LOOPS = frozenset({"parameters", "params", "param_groups", "named_parameters"})
+
+
+def _over_parameters(loop: ast.AST) -> bool:
+    """A loop over the model's parameters (an update, a norm): never the step's loop."""
+    return bool(loop_reads(loop) & PARAMETER_LOOPS)
+
+
+def propose(finding: Finding, context: Context) -> Proposal:
+    """The loop whose iterations pile up: of the loops that build at least half as many of
+    the graph's nodes as the one that builds most (not one over the parameters), the one
+    around the sync if there is one, else the innermost. Where the IR names no line in a
+    loop, the innermost loop around the sync."""
+    names = context.run.info.names
+    step_call = STEP_CALLS.get(names.get("mark_step", ""))
+    if step_call is None:
+        return Proposal(finding, finding.fix)
+    stack = context.stack(finding)
+    if not stack:
+        return Proposal(finding, f"{finding.fix} (its source is not readable here)")
+    built = context.built_at(finding)
+    building = {where.rpartition(":")[0] for where in built}
+    files = dict.fromkeys([*(frame.file for frame in stack),
+                           *(f for f in context.run.info.sources if os.path.basename(f) in building)])
+    around_sync = {id(loop) for frame in stack if (source := context.source(frame.file))
+                   for loop in enclosing_loops(source, frame.line)}
+    candidates = []
+    for file in files:
+        source = context.source(file)
+        for loop in all_loops(source) if source else []:
+            nodes = _nodes_inside(source, loop, built)
+            if nodes and not _over_parameters(loop):
+                candidates.append((nodes, source, loop))
+    if candidates:
+        most = max(nodes for nodes, _, _ in candidates)
+        good = [(source, loop) for nodes, source, loop in candidates if nodes * 2 >= most]
+        # Innermost first: the smallest span (an epoch loop holds the batch loop).
+        good.sort(key=lambda pair: (id(pair[1]) not in around_sync, pair[1].end_lineno - pair[1].lineno))
+        source, loop = good[0]
+        return _insert_at_loop_end(finding, source, loop, step_call)
+    for frame in reversed(stack):
+        source = context.source(frame.file)
+        loops = [loop for loop in enclosing_loops(source, frame.line) if not _over_parameters(loop)] if source else []
+        if source and loops:
+            return _insert_at_loop_end(finding, source, loops[-1], step_call)
+    return Proposal(finding, f"{finding.fix} (lazyviz cannot tell which loop: the IR names no line inside one)")
+
+
+def _insert_at_loop_end(finding: Finding, source: Source, loop: ast.AST, step_call: tuple[str, str]) -> Proposal:
+    first, last = loop.body[0], loop.body[-1]
+    where = f"{source.name}:{loop.lineno}"
+    if first.lineno == loop.lineno:
+        return Proposal(finding, f"{finding.fix} (the loop at {where} is written on one line: split it first)")
+    call, imports = call_name(source, *step_call)
+    indent = source.indent_of(first.lineno)
+    changes = [Change(source.path, (last.end_lineno or last.lineno) + 1, (last.end_lineno or last.lineno) + 1,
+                      (f"{indent}{call}(){source.newline()}",))]
+    for skip in own_statements(loop, ast.Continue):
+        if not alone_on_its_lines(source, skip):
+            return Proposal(finding, f"{finding.fix} (the `continue` at {source.name}:{skip.lineno} shares its "
+                                     "line: call it before that `continue` too)")
+        changes.append(Change(source.path, skip.lineno, skip.lineno,
+                              (f"{source.indent_of(skip.lineno)}{call}(){source.newline()}",)))
+    also = " and before each `continue`" if len(changes) > 1 else ""
+    return Proposal(finding, f"call {call}() at the end of the loop at {where}{also}, so each iteration's "
+                             "work runs as one graph", tuple(changes) + imports)
+
+
+def answers(finding: Finding, context: Context) -> bool:
+    return finding.kind == "missing_mark_step"

@@ -1,0 +1,316 @@
+"""What every edit of `lazyviz fix` is made with: a change to a file's lines, the proposal
+for one finding, the user's source and its syntax tree (Python's `ast`, never patterns
+over text), and the context a run gives (stacks, the lines that built graphs, which files
+are the user's). Each kind of edit is a module of its own beside this one, registered in
+proposals.py."""
+from __future__ import annotations
+
+import ast
+import difflib
+import hashlib
+import os
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.run import Run
+from lazyviz.trace.model import Frame
+
+LOOPS = (ast.For, ast.AsyncFor, ast.While)
+INSTALLED = frozenset({"site-packages", "dist-packages"})  # folders of installed packages: not the user's to edit
+SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+@dataclass(frozen=True)
+class Change:
+    """Lines [start, end) of a file (1-based) replaced by `lines`; start == end inserts."""
+
+    file: str  # absolute path
+    start: int
+    end: int
+    lines: tuple[str, ...]  # each with its line ending
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What to do about one finding: an edit (changes) or, where none is mechanical, words."""
+
+    finding: Finding
+    summary: str  # the edit in one sentence, or what to change by hand
+    changes: tuple[Change, ...] = ()
+    alters_results: str = ""  # how the edit changes what the script computes, where it does
+    same_as: int | None = None  # the earlier proposal (0-based) whose edit fixes this one too
+    stale: str = ""  # a file the edit was for, changed since the trace was recorded: no edit then
+
+    @property
+    def mechanical(self) -> bool:
+        return bool(self.changes) or self.same_as is not None
+
+    def diff(self, relative_to: str = "") -> str:
+        """This proposal's edit as a unified diff against the files as they are now."""
+        texts = {}
+        for change in self.changes:
+            try:
+                texts[change.file] = Path(change.file).read_bytes().decode("utf-8")
+            except (OSError, UnicodeDecodeError):
+                return ""
+        return unified_diff(texts, self.changes, relative_to)
+
+
+class Source:
+    """One of the user's files: its text, lines and syntax tree."""
+
+    def __init__(self, path: str, text: str) -> None:
+        self.path = path
+        self.text = text
+        self.lines = text.splitlines(keepends=True)
+        self.tree = ast.parse(text, filename=path)
+        self.name = os.path.basename(path)
+
+    def line(self, number: int) -> str:
+        return self.lines[number - 1] if 0 < number <= len(self.lines) else ""
+
+    def indent_of(self, number: int) -> str:
+        text = self.line(number)
+        return text[: len(text) - len(text.lstrip(" \t"))]
+
+    def newline(self) -> str:
+        return "\r\n" if self.lines and self.lines[0].endswith("\r\n") else "\n"
+
+
+def file_hash(path: str) -> str | None:
+    """SHA-256 of a file as the trace records the user's files (RunInfo.sources)."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def read_source(path: str) -> Source | None:
+    try:
+        return Source(path, Path(path).read_bytes().decode("utf-8"))  # line endings kept
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return None
+
+
+# -- where a line sits in the tree ------------------------------------------------------
+def children(node: ast.AST) -> Iterator[ast.AST]:
+    """The statements directly inside a statement (bodies, branches, handlers)."""
+    for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+        yield from getattr(node, name, ()) or ()
+
+
+def path_to_line(tree: ast.Module, line: int) -> list[ast.AST]:
+    """The statements that hold `line`, outermost first, down to the innermost one."""
+    chain: list[ast.AST] = []
+    node: ast.AST = tree
+    while True:
+        inner = next((c for c in children(node) if c.lineno <= line <= (c.end_lineno or c.lineno)), None)
+        if inner is None:
+            return chain
+        chain.append(inner)
+        node = inner
+
+
+def enclosing_loops(source: Source, line: int) -> list[ast.For | ast.AsyncFor | ast.While]:
+    """Loops whose body runs `line` each iteration, outermost first, within its function
+    (a loop around a `def` does not run the function's lines)."""
+    chain = path_to_line(source.tree, line)
+    scope = max((i for i, node in enumerate(chain) if isinstance(node, SCOPES)), default=-1)
+    loops = []
+    for node in chain[scope + 1:]:
+        if isinstance(node, LOOPS) and any(s.lineno <= line <= (s.end_lineno or s.lineno) for s in node.body):
+            loops.append(node)
+    return loops
+
+
+def all_loops(source: Source) -> list[ast.For | ast.AsyncFor | ast.While]:
+    return [node for node in ast.walk(source.tree) if isinstance(node, LOOPS)]
+
+
+def in_body(loop: ast.AST, line: int) -> bool:
+    return any(s.lineno <= line <= (s.end_lineno or s.lineno) for s in loop.body)
+
+
+def own_statements(loop: ast.AST, kind: type) -> list[ast.AST]:
+    """Statements of `kind` in the loop's body that belong to it, not to a nested loop or def."""
+    found, todo = [], list(loop.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, kind):
+            found.append(node)
+        if not isinstance(node, (*LOOPS, *SCOPES)):
+            todo.extend(children(node))
+    return found
+
+
+def alone_on_its_lines(source: Source, node: ast.stmt) -> bool:
+    """Nothing but the statement (and a comment) on its lines: it can be replaced by lines."""
+    before = source.line(node.lineno)[: node.col_offset]
+    after = source.line(node.end_lineno or node.lineno)[node.end_col_offset or 0:].strip()
+    return not before.strip() and (not after or after.startswith("#"))
+
+
+# -- imports --------------------------------------------------------------------------
+def bound_modules(source: Source) -> dict[str, str]:
+    """Names the module's top-level imports bind -> the module each names."""
+    bound: dict[str, str] = {}
+    for node in source.tree.body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    bound[alias.asname] = alias.name
+                else:
+                    root = alias.name.split(".")[0]
+                    bound.setdefault(root, root)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return bound
+
+
+def imported_anywhere(source: Source) -> set[str]:
+    names = set()
+    for node in source.tree.body:
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+def import_change(source: Source, statement: str) -> Change:
+    """`statement` after the module's last top-level import (or at its top)."""
+    imports = [node for node in source.tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    after = (imports[-1].end_lineno or imports[-1].lineno) if imports else 0
+    return Change(source.path, after + 1, after + 1, (statement + source.newline(),))
+
+
+def call_name(source: Source, dotted: str, module: str) -> tuple[str, tuple[Change, ...]]:
+    """How the file names `dotted` (a module attribute, "torch._lazy.mark_step"), with the
+    import to add when the file binds no name for `module`."""
+    bound = bound_modules(source)
+    attribute = dotted[len(module) + 1:]
+    for name, bound_module in bound.items():
+        if bound_module == module and name != module.split(".")[0]:  # import torch_xla.core.xla_model as xm
+            return f"{name}.{attribute}", ()
+    root = module.split(".")[0]
+    loaded = any(m == module or m.startswith(module + ".") for m in imported_anywhere(source))
+    if bound.get(root) == root and (loaded or module == root):
+        return dotted, ()
+    if module == "torch_xla.core.xla_model":
+        return f"xm.{attribute}", (import_change(source, "import torch_xla.core.xla_model as xm"),)
+    return dotted, (import_change(source, f"import {module}"),)
+
+
+# The backends' names (RunInfo.names) -> (dotted call, its module).
+STEP_CALLS = {"torch._lazy.mark_step()": ("torch._lazy.mark_step", "torch._lazy"),
+              "torch_xla.sync()": ("torch_xla.sync", "torch_xla")}
+CLOSURE_CALLS = {"torch._lazy.add_step_closure": ("torch._lazy.add_step_closure", "torch._lazy"),
+                 "xm.add_step_closure": ("torch_xla.core.xla_model.add_step_closure", "torch_xla.core.xla_model")}
+
+
+# -- the run's side: which lines, which files ------------------------------------------
+class Context:
+    """What the proposals read from the run: stacks, the lines that built graphs, sources."""
+
+    def __init__(self, run: Run, read: Callable[[str], Source | None] = read_source) -> None:
+        self.run = run
+        self._read = read
+        self._sources: dict[str, Source | None] = {}
+
+    def source(self, path: str) -> Source | None:
+        """The user's own file at `path`: never an installed package's (torch's clip_grad.py
+        runs the loop of a clip_grad_norm_ finding, but is not the user's to edit)."""
+        if path not in self._sources:
+            self._sources[path] = self._read(path) if self._users(path) else None
+        return self._sources[path]
+
+    def unless_stale(self, proposal: Proposal) -> Proposal:
+        """An edit made from a file that changed since the trace would land on the wrong
+        lines: then words, saying so."""
+        recorded = self.run.info.sources
+        for file in dict.fromkeys(c.file for c in proposal.changes):
+            if file in recorded and file_hash(file) != recorded[file]:
+                return Proposal(proposal.finding, f"{proposal.finding.fix} ({os.path.basename(file)} changed since "
+                                                  "the trace was recorded: run it again for an edit)", stale=file)
+        return proposal
+
+    def _users(self, path: str) -> bool:
+        if not os.path.isabs(path) or INSTALLED.intersection(Path(path).parts):
+            return False
+        recorded = self.run.info.sources
+        return path in recorded if recorded else True
+
+    def stack(self, finding: Finding) -> list[Frame]:
+        """The user frames of the finding's first execution, outermost first."""
+        frames: list[Frame] = []
+        if finding.executions and self.run.trace is not None:
+            try:
+                execution = self.run.execution(finding.executions[0])
+                frames = [f for f in self.run.trace.stack(execution.stack_id) if self.source(f.file) is not None]
+            except (KeyError, ValueError):
+                frames = []
+        if not frames and finding.frame is not None and self.source(finding.frame.file) is not None:
+            frames = [finding.frame]
+        return frames
+
+    def built_at(self, finding: Finding) -> Counter[str]:
+        """"file.py:12" -> nodes, over the largest graph the finding's executions ran."""
+        graphs = {self.run.execution(e).graph for e in finding.executions[:200]}
+        found = [self.run.ir_texts.parsed(g) for g in graphs]
+        largest = max((f for f in found if f is not None), key=len, default=None)
+        return largest.built_at if largest is not None else Counter()
+
+def loop_reads(loop: ast.AST) -> set[str]:
+    iterated = getattr(loop, "iter", None)
+    if iterated is None:
+        return set()
+    return {n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(iterated)
+            if isinstance(n, (ast.Name, ast.Attribute))}
+
+
+def overlap(a: Change, b: Change) -> bool:
+    """Two changes that cannot both be made: replaced ranges that meet, or an insertion
+    inside a replaced range."""
+    if a.file != b.file or (a.start == a.end and b.start == b.end):
+        return False
+    if a.start == a.end:
+        return b.start < a.start < b.end
+    if b.start == b.end:
+        return a.start < b.start < a.end
+    return a.start < b.end and b.start < a.end
+
+
+def apply_changes(texts: Mapping[str, str], changes: Sequence[Change]) -> dict[str, str]:
+    """The files' new texts, every change applied (bottom first, so line numbers hold)."""
+    patched: dict[str, str] = {}
+    by_file: dict[str, list[Change]] = {}
+    for change in changes:
+        by_file.setdefault(change.file, []).append(change)
+    for file, file_changes in by_file.items():
+        lines = texts[file].splitlines(keepends=True)
+        if lines and not lines[-1].endswith(("\n", "\r")):
+            lines[-1] += "\n"
+        # Inserts at one line keep their order: later first, since each goes in at start.
+        ordered = sorted(enumerate(file_changes), key=lambda p: (p[1].start, p[1].end, p[0]), reverse=True)
+        for _, change in ordered:
+            lines[change.start - 1:change.end - 1] = list(change.lines)
+        patched[file] = "".join(lines)
+    return patched
+
+
+def unified_diff(texts: Mapping[str, str], changes: Sequence[Change], relative_to: str = "") -> str:
+    """The changes as one unified diff (a/ and b/ paths, relative to `relative_to` where
+    the file is inside it), as `git apply` and `patch -p1` read it."""
+    patched = apply_changes(texts, changes)
+    parts = []
+    for file in sorted(patched):
+        name = os.path.relpath(file, relative_to) if relative_to else file
+        if name.startswith(".."):
+            name = file
+        name = name.lstrip("/")
+        parts.extend(difflib.unified_diff(texts[file].splitlines(keepends=True),
+                                          patched[file].splitlines(keepends=True),
+                                          f"a/{name}", f"b/{name}"))
+    return "".join(parts)

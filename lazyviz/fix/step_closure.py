@@ -1,0 +1,101 @@
+"""A per-step `.item()`/`print`: the statement moved into a step closure, which reads the
+value after the step's own execution (the same output, no extra execution)."""
+from __future__ import annotations
+
+import ast
+
+from lazyviz.analysis.findings import Finding
+from lazyviz.fix.source import (
+    CLOSURE_CALLS,
+    SCOPES,
+    Change,
+    Context,
+    Proposal,
+    alone_on_its_lines,
+    call_name,
+    enclosing_loops,
+    path_to_line,
+)
+
+READS = frozenset({"item", "tolist", "cpu", "numpy"})  # calls that read a tensor's values on the host
+_SCOPE_BINDERS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _names_bound_in(scope: ast.AST) -> set[str]:
+    """Names assigned anywhere in a function (or at a module's top level), its parameters too."""
+    bound: set[str] = set()
+    if isinstance(scope, _SCOPE_BINDERS):
+        arguments = scope.args
+        for arg in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+                    *filter(None, [arguments.vararg, arguments.kwarg])]:
+            bound.add(arg.arg)
+    todo = list(scope.body) if isinstance(scope.body, list) else [scope.body]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+        if isinstance(node, (*SCOPES, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(node.name)
+            continue  # their own names are theirs
+        todo.extend(ast.iter_child_nodes(node))
+    return bound
+
+
+def _free_names(expression: ast.expr) -> list[str]:
+    """Names the expression reads, in order, without those its comprehensions bind."""
+    inner = {n.id for n in ast.walk(expression) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    seen = [n.id for n in ast.walk(expression) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+    return [name for name in dict.fromkeys(seen) if name not in inner]
+
+
+def propose(finding: Finding, context: Context) -> Proposal:
+    closure_call = CLOSURE_CALLS.get(context.run.info.names.get("step_closure", ""))
+    frame = finding.frame
+    source = context.source(frame.file) if frame else None
+    if closure_call is None or source is None or frame is None:
+        return Proposal(finding, finding.fix)
+    chain = path_to_line(source.tree, frame.line)
+    statement = chain[-1] if chain else None
+    loops = enclosing_loops(source, frame.line)
+    if not loops or not isinstance(statement, ast.Expr) or not isinstance(statement.value, ast.Call) \
+            or not alone_on_its_lines(source, statement):
+        return Proposal(finding, f"{finding.fix} (the read at {frame.site.rpartition('/')[2]} is not a call "
+                                 "statement of its own: move it by hand)")
+    computed = [call for call in ast.walk(statement.value) if isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute) and call.func.attr in READS
+                and not isinstance(call.func.value, (ast.Name, ast.Attribute))]
+    if computed:
+        # In a closure, x.sum().item() would run x.sum() as a graph of its own: no saving.
+        read = ast.get_source_segment(source.text, computed[0].func.value) or "the value"
+        return Proposal(finding, f"compute {read} in the step (assign it to a name before "
+                                 f"{context.run.info.names.get('mark_step', 'mark_step()')}), then read that name in "
+                                 f"{context.run.info.names.get('step_closure', 'a step closure')}: a closure that "
+                                 "computes on the device runs a graph of its own")
+    scope = next((node for node in reversed(chain) if isinstance(node, SCOPES)), source.tree)
+    # Bound as the closure's arguments: it runs at the step's end, after the loop body
+    # may have rebound them.
+    names = [n for n in _free_names(statement.value) if n in _names_bound_in(scope)]
+    call, imports = call_name(source, *closure_call)
+    expression = ast.get_source_segment(source.text, statement.value) or ""
+    if names:
+        listed = ", ".join(names)
+        moved = f"{call}(lambda {listed}: {expression}, args=({listed}{',' if len(names) == 1 else ''}))"
+    else:
+        moved = f"{call}(lambda: {expression})"
+    head = source.line(statement.lineno)[: statement.col_offset]
+    tail = source.line(statement.end_lineno or statement.lineno)[statement.end_col_offset or 0:]
+    text = head + moved + tail
+    change = Change(source.path, statement.lineno, (statement.end_lineno or statement.lineno) + 1,
+                    tuple(text.splitlines(keepends=True)))
+    return Proposal(finding, f"move the read at {source.name}:{statement.lineno} into a step closure "
+                             f"({call}): it prints the same values after the step, without an extra execution",
+                    (change, *imports))
+
+
+def answers(finding: Finding, context: Context) -> bool:
+    return finding.kind == "extra_sync" and finding.details.get("cause") in ("item", "print", "tolist")
