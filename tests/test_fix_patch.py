@@ -165,6 +165,7 @@ def test_an_edited_copy_is_proved_and_a_patch_that_does_not_apply_is_one_line(tm
     stale.write_text(diff(text.replace("loss.backward()", "loss.backward()  # was"), hand_edited(text),
                           "item_in_loop.py"))
     for args, said in (((stale,), "does not apply"), ((stale, "--write"), "--write applies lazyviz's edits"),
+                       ((stale, "--until-clean"), "one at a time"),
                        ((tmp_path / "missing.diff",), "no such file")):
         refused = cli("fix", trace, "--try", "--patch", *args, cwd=folder)
         assert refused.status != 0 and "Traceback" not in refused.stderr

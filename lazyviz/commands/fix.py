@@ -48,6 +48,8 @@ class FixCommand:
                                  "diff -u) of files in the script's folder, or a copy of one of them edited by hand")
 
     def run(self, options: argparse.Namespace) -> int:
+        if options.patch is not None and options.until_clean:
+            raise CliError("--patch proves your edit, --until-clean lazyviz's round after round: one at a time")
         regular_file(options.trace, "trace")
         with open_trace(options.trace) as trace:
             run = Run(trace).analysed()
