@@ -409,11 +409,15 @@ def until_clean(info: RunInfo, texts: Mapping[str, str], first: RoundEdits, step
             if propose_next is not None:
                 with open_trace(side.trace) as trace:
                     proposed = propose_next(Run(trace).analysed())
+                outside = [f for f in (proposed.patched if proposed else {}) if not Path(f).is_relative_to(side.folder)]
+                if outside:  # a module imported from outside the copied folder: not this round's to edit
+                    stopped = f"the next edits are for {outside[0]}, outside the copied folder {root}"
+                    break
                 if proposed is not None:  # the copy's paths back to the user's files
                     pending = RoundEdits(proposed.summaries, {str(root / Path(file).relative_to(side.folder)): text
                                                               for file, text in proposed.patched.items()},
                                          proposed.alters)
-        if pending is None and done and done[-1].kept:
+        if pending is None and done and done[-1].kept and not stopped.startswith("the next edits"):
             stopped = "no edit left for the findings left"
         text = rounds_table(before, done) + f"\n  stopped: {stopped}"
         if keep:
