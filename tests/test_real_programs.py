@@ -234,10 +234,11 @@ def test_bert_with_the_advised_mask_has_no_library_sync_or_fallback(tmp_path: Pa
     assert report["summary"]["executions"] == 6 == counters["MarkStep"]
 
 
-def test_bert_per_batch_padding_gets_pad_to_multiple_of_proved_against_ltcs_counts(tmp_path: Path) -> None:
+def test_bert_per_batch_padding_and_sdpa_get_their_edits_proved_against_ltcs_counts(tmp_path: Path) -> None:
     # DataCollatorWithPadding pads each batch to its own longest: a new length, a new
     # graph. The edit pads to a multiple that puts every length the trace saw in one
-    # shape; --try measures it, and LTC's own counters on the patched program agree.
+    # shape; the attention's fallback goes with attn_implementation="eager"; --try
+    # measures both, and LTC's own counters on the patched program agree.
     folder = tmp_path / "project"
     folder.mkdir()
     for name in ("bert_classifier.py", "with_counters.py"):
@@ -252,7 +253,12 @@ def test_bert_per_batch_padding_gets_pad_to_multiple_of_proved_against_ltcs_coun
     before, after = (int(cell) for cell in row(fixed.stderr, "recompiles after warm-up"))
     assert before > 0 and after == 0
     misses_after = int(row(fixed.stderr, "cache misses")[1])
-    assert "findings gone:" in fixed.stderr and "input shapes change" in fixed.stderr.split("findings gone:")[1]
+    gone = fixed.stderr.split("findings gone:")[1].split("findings left:")[0]
+    assert "input shapes change" in gone
+    # transformers' scaled_dot_product_attention falls back on its masked path: eager attention, in the config.
+    assert '+                    attn_implementation="eager")' in fixed.stdout
+    assert "BertSelfAttention.forward() falls back" in gone
+    assert row(fixed.stderr, "executions per step") == ["16.0", "8.0"]
     # The truth for the patched side: the edit written to the project, run untraced.
     assert cli("fix", trace, "--write", cwd=folder).status == 0
     counters = tmp_path / "ltc.json"

@@ -1,0 +1,67 @@
+"""A Hugging Face model whose attention runs through scaled_dot_product_attention's masked
+path, which falls back on the TorchScript backend: the model built with
+`attn_implementation="eager"` (the config or from_pretrained call in the user's file),
+whose attention lowers and gives the same logits (checked with BERT on torch 2.13)."""
+from __future__ import annotations
+
+import ast
+import os
+
+from lazyviz.analysis.findings import Finding
+from lazyviz.fix.source import Change, Context, Proposal, Source
+
+SDPA_LINE = "transformers/integrations/sdpa_attention.py"  # where transformers calls it
+
+
+def _model_calls(source: Source) -> list[ast.Call]:
+    """Calls that build a model's config or load a model: `BertConfig(...)`,
+    `AutoModel.from_pretrained(...)`, `...from_config(...)`."""
+    found = []
+    for node in ast.walk(source.tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+        if (name.endswith("Config") and name != "Config") or name in ("from_pretrained", "from_config"):
+            found.append(node)
+    return found
+
+
+def propose(finding: Finding, context: Context) -> Proposal:
+    files = dict.fromkeys([*(frame.file for frame in context.stack(finding)), *context.run.info.sources])
+    calls = [(source, call) for file in files if (source := context.source(file)) is not None
+             for call in _model_calls(source)]
+    if len(calls) != 1:
+        why = "no config or from_pretrained call in your files" if not calls else \
+            f"{len(calls)} config or from_pretrained calls: give the model's attn_implementation=\"eager\""
+        return Proposal(finding, f"{finding.fix} ({why})")
+    source, call = calls[0]
+    keyword = next((k for k in call.keywords if k.arg == "attn_implementation"), None)
+    if keyword is not None:
+        value = keyword.value
+        if isinstance(value, ast.Constant) and value.value == "eager":
+            return Proposal(finding, finding.fix)
+        if value.lineno != value.end_lineno:
+            return Proposal(finding, f"{finding.fix} (set attn_implementation=\"eager\" at {source.name}:"
+                                     f"{value.lineno})")
+        line, start, end = value.lineno, value.col_offset, value.end_col_offset or 0
+        text = source.line(line)
+        new = text[:start] + '"eager"' + text[end:]
+    else:
+        arguments = [*call.args, *call.keywords]
+        if arguments:
+            last = arguments[-1]
+            line, column, insert = last.end_lineno or last.lineno, last.end_col_offset or 0, \
+                ', attn_implementation="eager"'
+        else:
+            line, column, insert = call.end_lineno or call.lineno, (call.end_col_offset or 1) - 1, \
+                'attn_implementation="eager"'
+        text = source.line(line)
+        new = text[:column] + insert + text[column:]
+    return Proposal(finding, f"attn_implementation=\"eager\" on the model at {os.path.basename(source.path)}:"
+                             f"{call.lineno}: its attention is then written from ops that lower, with the same "
+                             "results, instead of scaled_dot_product_attention's masked path, which falls back",
+                    (Change(source.path, line, line + 1, (new,)),))
+
+
+def answers(finding: Finding, context: Context) -> bool:
+    return finding.kind == "fallback" and (finding.details.get("library_line") or "").startswith(SDPA_LINE)
