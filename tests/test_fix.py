@@ -19,6 +19,7 @@ from conftest import ROOT, SAMPLES, cli, line_of, row
 import lazyviz
 from lazyviz.analysis.findings import Finding
 from lazyviz.fix.baked_values import _python_index, indices_as_data
+from lazyviz.fix.device_branch import _choice, on_the_device
 from lazyviz.fix.lowered_clip import LOWERED_CLIP, _clip_call
 from lazyviz.fix.padding import _padding_calls, padded_lengths, padding_multiple
 from lazyviz.fix.source import Source
@@ -485,3 +486,52 @@ def test_the_lowered_clip_grad_norm_clips_as_torchs_does() -> None:
     for text, lowered in calls.items():
         call = ast.parse(text).body[0].value
         assert _clip_call(call) is lowered, text
+
+
+def test_a_value_chosen_by_a_tensor_condition_is_chosen_on_the_device() -> None:
+    forms = {
+        "if loss < best:\n    best = loss.detach()\n": ("best", "loss < best", "loss.detach()", "best"),
+        "if flag.any():\n    x = a\nelse:\n    x = b * 2\n": ("x", "flag.any()", "a", "b * 2"),
+        "x = a if m > 0 else b\n": ("x", "m > 0", "a", "b"),
+    }
+    for text, (name, cond, yes, no) in forms.items():
+        tree = ast.parse(text)
+        found = _choice(tree.body[0], 1)
+        assert found is not None, text
+        assert (found[0], ast.unparse(found[1]), ast.unparse(found[2]),
+                ast.unparse(found[3]) if found[3] is not None else found[0]) == (name, cond, yes, no)
+    source = Source("/p/train.py", "import torch\n")
+    assert on_the_device(source, "loss < best", "loss.detach()", "best", "ts")[0] == \
+        "loss.detach().masked_fill((loss < best) == 0, 0) + best.masked_fill(loss < best, 0)"
+    assert on_the_device(source, "loss < best", "loss.detach()", "best", "xla")[0] == \
+        "torch.where(loss < best, loss.detach(), best)"
+    # Not a choice of one value: two statements, another target in the else, an elif.
+    for text in ("if c:\n    x = a\n    y = b\n", "if c:\n    x = a\nelse:\n    y = b\n",
+                 "if c:\n    x = a\nelif d:\n    x = b\n", "if c:\n    x += a\n"):
+        assert _choice(ast.parse(text).body[0], 1) is None, text
+
+
+@pytest.mark.torch
+def test_if_tensor_keeping_the_best_loss_is_chosen_on_the_device_proved_against_ltcs_counts(tmp_path: Path) -> None:
+    """`if loss < best: best = loss.detach()` reads the comparison on the host every
+    step; the edit chooses on the device with ops that lower on this backend (its where
+    falls back), and LTC's counters on the written program say: one execution a step,
+    no fallback, the same best."""
+    folder = project(tmp_path, PROGRAMS / "best_loss.py", PROGRAMS / "with_counters.py")
+    trace = traced(folder, "best_loss.py")
+    result = cli("fix", trace, "--try", "--write", cwd=folder)
+    assert result.status == 0, result.stderr
+    assert ("-    if loss < best:\n-        best = loss.detach()\n"
+            "+    best = loss.detach().masked_fill((loss < best) == 0, 0) + best.masked_fill(loss < best, 0)\n") \
+        in result.stdout
+    assert row(result.stderr, "executions per step") == ["2.0", "1.0"]
+    assert "output: the same" in result.stderr
+    counters = tmp_path / "ltc.json"
+    patched = subprocess.run([sys.executable, "with_counters.py", "best_loss.py"], cwd=folder, capture_output=True,
+                             text=True, env={**os.environ, "COUNTERS_FILE": str(counters)}, timeout=600)
+    assert patched.returncode == 0, patched.stderr
+    ltc = json.loads(counters.read_text())
+    assert not any(name.startswith("aten::") and name != "aten::_local_scalar_dense" for name in ltc)
+    # One execution a step; the print after the last step reads data already on the host side.
+    assert ltc["MarkStep"] == 8 and ltc["UncachedCompile"] + ltc["CachedCompile"] == 8 \
+        == int(row(result.stderr, "executions ")[1])

@@ -7,6 +7,7 @@ the changes applied and shown as a unified diff.
 
 - mark_step.py: a missing mark_step() at the end of the loop that grows the graph;
 - step_closure.py: a per-step `.item()`/`print` moved into a step closure;
+- device_branch.py: `if tensor:` choosing a value, the choice made on the device;
 - lowered_clip.py: clip_grad_norm_'s fallback, the same clipping from ops that lower;
 - eager_attention.py: transformers' scaled_dot_product_attention fallback, attn_implementation="eager";
 - padding.py: per-batch padding given pad_to_multiple_of;
@@ -19,7 +20,16 @@ from collections.abc import Callable
 
 from lazyviz.analysis.findings import Finding
 from lazyviz.analysis.run import Run
-from lazyviz.fix import baked_values, drop_last, eager_attention, lowered_clip, mark_step, padding, step_closure
+from lazyviz.fix import (
+    baked_values,
+    device_branch,
+    drop_last,
+    eager_attention,
+    lowered_clip,
+    mark_step,
+    padding,
+    step_closure,
+)
 from lazyviz.fix.source import (
     Change,
     Context,
@@ -40,6 +50,7 @@ __all__ = ["EDITS", "Change", "Proposal", "Source", "apply_changes", "file_hash"
 EDITS: list[tuple[Callable[[Finding, Context], bool], Callable[[Finding, Context], Proposal]]] = [
     (mark_step.answers, mark_step.propose),
     (step_closure.answers, step_closure.propose),
+    (device_branch.answers, device_branch.propose),
     (lowered_clip.answers, lowered_clip.propose),
     (eager_attention.answers, eager_attention.propose),
     (padding.answers, padding.propose),

@@ -873,3 +873,19 @@ def test_a_python_index_into_a_device_schedule_becomes_data_proved(tmp_path: Pat
     old, new = row(fixed.stderr, "recompiles after warm-up")
     assert int(old) >= 8 and new == "0"
     assert "output: the same" in fixed.stderr
+
+
+def test_if_tensor_keeping_the_best_loss_becomes_torch_where_proved(tmp_path: Path) -> None:
+    """`if loss < best: best = loss.detach()` on PyTorch/XLA reads the comparison every
+    step (XLA's own count: two executions a step); on XLA the choice is torch.where,
+    which lowers: one execution a step, the same best."""
+    program = PROGRAMS / "xla_best_loss.py"
+    data, truth, _ = traced_with_truth(program, tmp_path)
+    assert data["summary"]["executions"] == truth["UncachedCompile"] + truth["CachedCompile"] == 16
+    (finding,) = data["findings"]
+    assert finding["kind"] == "extra_sync" and finding["details"]["cause"] == "bool"
+    fixed = cli("fix", tmp_path / f"{program.stem}.trace", "--try")
+    assert fixed.status == 0, fixed.stderr
+    assert "+    best = torch.where(loss < best, loss.detach(), best)\n" in fixed.stdout
+    assert row(fixed.stderr, "executions per step") == ["2.0", "1.0"]
+    assert "output: the same" in fixed.stderr
