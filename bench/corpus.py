@@ -30,11 +30,13 @@ TS = {
     "gpt2_tiny.py": ["--narrow"],
     "bert_classifier.py": ["--steps", "12"],
     "euler_sampler.py": [],
+    "best_loss.py": [],
     "sliding_window.py": [],
     "clean_optimizers.py": ["adam"],
 }
 XLA = {
     "xla_euler_sampler.py": [],
+    "xla_best_loss.py": [],
     "xla_slice_bound.py": [],
     "xla_adamw.py": [],
     "xla_median_loss.py": [],
