@@ -11,6 +11,8 @@ from lazyviz.analysis.findings import Finding
 from lazyviz.fix.source import Change, Context, Proposal, Source
 
 SDPA_LINE = "transformers/integrations/sdpa_attention.py"  # where transformers calls it
+# Configs that are not a model's (generation, adapters, quantization, training): never given attn_implementation.
+_NOT_MODELS = ("Generation", "Lora", "Peft", "BitsAndBytes", "Quanto", "Gptq", "Awq", "Training", "Quantization")
 
 
 def _model_calls(source: Source) -> list[ast.Call]:
@@ -21,7 +23,8 @@ def _model_calls(source: Source) -> list[ast.Call]:
         if not isinstance(node, ast.Call):
             continue
         name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
-        if (name.endswith("Config") and name != "Config") or name in ("from_pretrained", "from_config"):
+        if (name.endswith("Config") and name != "Config" and not name.startswith(_NOT_MODELS)) \
+                or name in ("from_pretrained", "from_config"):
             found.append(node)
     return found
 
