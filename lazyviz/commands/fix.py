@@ -15,9 +15,10 @@ from lazyviz.analysis.run import Run
 from lazyviz.commands.base import CliError, open_trace, regular_file, say, step_count
 from lazyviz.fix.patch import PatchError, edited_copy, is_diff, patched_texts
 from lazyviz.fix.proposals import Change, Proposal, apply_changes, file_hash, propose, unified_diff
-from lazyviz.fix.trial import DEFAULT_STEPS, RoundEdits, copy_root, trial_record, try_patch, until_clean
+from lazyviz.fix.trial import DEFAULT_STEPS, Measures, RoundEdits, copy_root, trial_record, try_patch, until_clean
 from lazyviz.present import KIND_LABELS
 from lazyviz.trace.files import add_run_fields
+from lazyviz.trace.model import RunInfo
 
 
 class FixCommand:
@@ -80,13 +81,9 @@ class FixCommand:
             text, before, after = try_patch(info, apply_changes(texts, changes), options.steps, options.timeout,
                                             options.keep, expected)
             say(text)
-            record = trial_record(before, after, options.steps, [p.summary for p in proposals if p.changes])
-            if info.finished:  # kept with the run: the HTML report and the notebook summary show it
-                problem = add_run_fields(Path(options.trace), {"fix_trial": json.dumps(record)})
-                if problem:
-                    say(f"lazyviz: could not keep the measurement in the trace: {problem}")
-            if after.exit_status != before.exit_status:
-                say(f"lazyviz: the patched copy did not end as the original did: {after.state}, not {before.state}")
+            self._keep(options.trace, info, trial_record(before, after, options.steps,
+                                                         [p.summary for p in proposals if p.changes]))
+            if not self._ended_alike(before, after):
                 return 1
         if options.write:
             self._write(changes, texts, info.sources)
@@ -127,11 +124,8 @@ class FixCommand:
                       end="", flush=True)
         kept = [r for r in rounds if r.kept]
         if kept:
-            record = trial_record(before, kept[-1].measures, steps, [e for r in kept for e in r.edits])
-            if info.finished:
-                problem = add_run_fields(Path(options.trace), {"fix_trial": json.dumps(record)})
-                if problem:
-                    say(f"lazyviz: could not keep the measurement in the trace: {problem}")
+            self._keep(options.trace, info, trial_record(before, kept[-1].measures, steps,
+                                                         [e for r in kept for e in r.edits]))
         if options.write and kept:
             self._write_texts({f: t for f, t in final.items() if t != originals[f]}, info.sources)
         return 0 if kept or not rounds else 1
@@ -172,15 +166,23 @@ class FixCommand:
         say(f"lazyviz: trying your patch on a copy, {steps} steps each side (the original, then the patched copy)...")
         result, before, after = try_patch(info, patched, steps, options.timeout, options.keep)
         say(result)
-        record = trial_record(before, after, steps, [f"your patch ({source.name})"])
+        self._keep(options.trace, info, trial_record(before, after, steps, [f"your patch ({source.name})"]))
+        return 0 if self._ended_alike(before, after) else 1
+
+    @staticmethod
+    def _keep(trace: str, info: RunInfo, record: dict) -> None:
+        """The measurement kept with the run: the HTML report and the notebook summary show it."""
         if info.finished:
-            problem = add_run_fields(Path(options.trace), {"fix_trial": json.dumps(record)})
+            problem = add_run_fields(Path(trace), {"fix_trial": json.dumps(record)})
             if problem:
                 say(f"lazyviz: could not keep the measurement in the trace: {problem}")
+
+    @staticmethod
+    def _ended_alike(before: Measures, after: Measures) -> bool:
         if after.exit_status != before.exit_status:
             say(f"lazyviz: the patched copy did not end as the original did: {after.state}, not {before.state}")
-            return 1
-        return 0
+            return False
+        return True
 
     @staticmethod
     def _bound(run: Run, proposals: list[Proposal]) -> int:

@@ -6,7 +6,7 @@ import ast
 import re
 
 from lazyviz.analysis.findings import Finding, shape_change
-from lazyviz.fix.source import Change, Context, Proposal, Source, enclosing_loops, loop_reads, path_to_line
+from lazyviz.fix.source import Context, Proposal, Source, enclosing_loops, keyword_set, loop_reads, path_to_line
 
 _LEADING = re.compile(r"\[(\d+)")  # the first dimension of a shape such as Float[16,32]
 
@@ -101,25 +101,13 @@ def propose(finding: Finding, context: Context) -> Proposal:
     if len(chosen) != 1:
         why = "no DataLoader in the files it ran" if not chosen else "several DataLoaders: pick the training one"
         return Proposal(finding, f"the last batch is smaller: drop_last=True on the DataLoader, or pad it ({why})")
-    source, call, _, keyword = chosen[0]
-    if keyword is not None:  # drop_last=False or a variable: set it
-        line, start, end = keyword.value.lineno, keyword.value.col_offset, keyword.value.end_col_offset or 0
-        if keyword.value.end_lineno != line:
-            return Proposal(finding, "the last batch is smaller: set drop_last=True on the DataLoader")
-        text = source.line(line)
-        new = text[:start] + "True" + text[end:]
-    else:
-        arguments = [*call.args, *call.keywords]
-        if arguments:
-            last = arguments[-1]
-            line, column, insert = last.end_lineno or last.lineno, last.end_col_offset or 0, ", drop_last=True"
-        else:
-            line, column, insert = call.end_lineno or call.lineno, (call.end_col_offset or 1) - 1, "drop_last=True"
-        text = source.line(line)
-        new = text[:column] + insert + text[column:]
+    source, call, _, _ = chosen[0]
+    change = keyword_set(source, call, "drop_last", "True")  # drop_last=False or a variable: set
+    if change is None:
+        return Proposal(finding, "the last batch is smaller: set drop_last=True on the DataLoader")
     return Proposal(finding, f"drop_last=True on the DataLoader at {source.name}:{call.lineno}: every batch then "
                              "has one shape (the last, short one is skipped)",
-                    (Change(source.path, line, line + 1, (new,)),),
+                    (change,),
                     alters_results="drop_last=True skips each epoch's last, short batch: the model trains on fewer "
                                    "samples, so later losses differ")
 

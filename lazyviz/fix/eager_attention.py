@@ -8,7 +8,7 @@ import ast
 import os
 
 from lazyviz.analysis.findings import Finding
-from lazyviz.fix.source import Change, Context, Proposal, Source
+from lazyviz.fix.source import Context, Proposal, Source, keyword_set
 
 SDPA_LINE = "transformers/integrations/sdpa_attention.py"  # where transformers calls it
 # Configs that are not a model's (generation, adapters, quantization, training): never given attn_implementation.
@@ -39,31 +39,15 @@ def propose(finding: Finding, context: Context) -> Proposal:
         return Proposal(finding, f"{finding.fix} ({why})")
     source, call = calls[0]
     keyword = next((k for k in call.keywords if k.arg == "attn_implementation"), None)
-    if keyword is not None:
-        value = keyword.value
-        if isinstance(value, ast.Constant) and value.value == "eager":
-            return Proposal(finding, finding.fix)
-        if value.lineno != value.end_lineno:
-            return Proposal(finding, f"{finding.fix} (set attn_implementation=\"eager\" at {source.name}:"
-                                     f"{value.lineno})")
-        line, start, end = value.lineno, value.col_offset, value.end_col_offset or 0
-        text = source.line(line)
-        new = text[:start] + '"eager"' + text[end:]
-    else:
-        arguments = [*call.args, *call.keywords]
-        if arguments:
-            last = arguments[-1]
-            line, column, insert = last.end_lineno or last.lineno, last.end_col_offset or 0, \
-                ', attn_implementation="eager"'
-        else:
-            line, column, insert = call.end_lineno or call.lineno, (call.end_col_offset or 1) - 1, \
-                'attn_implementation="eager"'
-        text = source.line(line)
-        new = text[:column] + insert + text[column:]
+    if keyword is not None and isinstance(keyword.value, ast.Constant) and keyword.value.value == "eager":
+        return Proposal(finding, finding.fix)
+    change = keyword_set(source, call, "attn_implementation", '"eager"')
+    if change is None:
+        return Proposal(finding, f"{finding.fix} (set attn_implementation=\"eager\" at {source.name}:{call.lineno})")
     return Proposal(finding, f"attn_implementation=\"eager\" on the model at {os.path.basename(source.path)}:"
                              f"{call.lineno}: its attention is then written from ops that lower, with the same "
                              "results, instead of scaled_dot_product_attention's masked path, which falls back",
-                    (Change(source.path, line, line + 1, (new,)),))
+                    (change,))
 
 
 def answers(finding: Finding, context: Context) -> bool:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from lazyviz.analysis.findings import Finding
 from lazyviz.fix.drop_last import short_batch
-from lazyviz.fix.source import Change, Context, Proposal, Source
+from lazyviz.fix.source import Context, Proposal, Source, keyword_set
 
 _SHAPE = re.compile(r"\[([\d,]+)\]")
 
@@ -74,20 +74,13 @@ def propose(finding: Finding, context: Context) -> Proposal:
                                  "batches come from pad_to_multiple_of)")
     source, call = calls[0]
     multiple, shapes, cost = padding_multiple(lengths)
-    arguments = [*call.args, *call.keywords]
-    if arguments:
-        last = arguments[-1]
-        line, column, insert = last.end_lineno or last.lineno, last.end_col_offset or 0, \
-            f", pad_to_multiple_of={multiple}"
-    else:
-        line, column, insert = call.end_lineno or call.lineno, (call.end_col_offset or 1) - 1, \
-            f"pad_to_multiple_of={multiple}"
-    text = source.line(line)
+    change = keyword_set(source, call, "pad_to_multiple_of", str(multiple))
+    assert change is not None  # the call has no pad_to_multiple_of (_padding_calls): it is added
     shown = f"{len(lengths)} lengths seen ({lengths[0]} to {lengths[-1]})"
     return Proposal(finding, f"pad_to_multiple_of={multiple} on the padding at {source.name}:{call.lineno}: the "
                              f"{shown} become {shapes} shape{'s' * (shapes != 1)}, so one graph serves them, for "
                              f"{cost:.0%} more tokens over those lengths",
-                    (Change(source.path, line, line + 1, (text[:column] + insert + text[column:],)),),
+                    (change,),
                     # Measured on tests/programs/bert_classifier.py without dropout: SGD's loss the
                     # same to the last digit, AdamW's 0.6962 -> 0.6950 after 12 steps.
                     alters_results="the padding is masked, but sums run over more elements (float rounding, which "

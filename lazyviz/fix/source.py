@@ -314,3 +314,24 @@ def unified_diff(texts: Mapping[str, str], changes: Sequence[Change], relative_t
                                           patched[file].splitlines(keepends=True),
                                           f"a/{name}", f"b/{name}"))
     return "".join(parts)
+
+
+def keyword_set(source: Source, call: ast.Call, name: str, value: str) -> Change | None:
+    """The call given `name=value`: its value replaced where the call passes one (None
+    where that value spans lines), else added after its last argument."""
+    keyword = next((k for k in call.keywords if k.arg == name), None)
+    if keyword is not None:
+        old = keyword.value
+        if old.end_lineno != old.lineno:
+            return None
+        line, start, end, insert = old.lineno, old.col_offset, old.end_col_offset or 0, value
+    else:
+        arguments = [*call.args, *call.keywords]
+        if arguments:
+            last = arguments[-1]
+            line, start, insert = last.end_lineno or last.lineno, last.end_col_offset or 0, f", {name}={value}"
+        else:  # inside the parentheses
+            line, start, insert = call.end_lineno or call.lineno, (call.end_col_offset or 1) - 1, f"{name}={value}"
+        end = start
+    text = source.line(line)
+    return Change(source.path, line, line + 1, (text[:start] + insert + text[end:],))
