@@ -10,7 +10,7 @@ from pathlib import Path
 from lazyviz.analysis.diff import GraphDiff
 from lazyviz.analysis.findings import ROOT_KINDS, SEVERITIES, Finding
 from lazyviz.analysis.ranks import Divergence
-from lazyviz.analysis.recompiles import PendingRecompile, Recompile
+from lazyviz.analysis.recompiles import PendingRecompile, Recompile, is_compared
 from lazyviz.analysis.summary import Summary
 from lazyviz.trace.model import Execution, Frame
 
@@ -151,7 +151,7 @@ def why_text(execution: Execution, recompile: Recompile | PendingRecompile | Non
     elif execution.cause != "mark_step":
         parts.append(execution.detail or execution.cause)
     if execution.is_miss:
-        if isinstance(recompile, PendingRecompile) and not recompile.is_explained:
+        if recompile is not None and not is_compared(recompile):
             parts.append("recompile (warm-up)" if recompile.warmup else "recompile")  # not compared: costly
         elif recompile is not None:
             parts.append(recompile.brief(compact=True) + (" (warm-up)" if recompile.warmup else ""))

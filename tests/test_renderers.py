@@ -87,13 +87,13 @@ def test_markdown_table_survives_pipes(tmp_path: Path) -> None:
 def test_a_site_recompiling_every_step_is_counted_whole_but_compared_a_few_times() -> None:
     """Structure changes past the first EXPLAINED_PER_SITE at a site wait (a diff of large
     graphs costs seconds); value-only changes are always compared: they are the headline."""
-    from lazyviz.analysis.recompiles import EXPLAINED_PER_SITE, PendingRecompile
+    from lazyviz.analysis.recompiles import EXPLAINED_PER_SITE, is_compared
     from lazyviz.export.report import recompile_json
 
     grows = {f"n{n}": chain_ir(n) for n in range(10, 40)}  # a new op each step: another path
     executions = [ex(i, step=i, graph=f"n{10 + i}", cache="miss") for i in range(30)]
     recompiles = explain_recompiles(executions, grows)
-    waiting = [r for r in recompiles if isinstance(r, PendingRecompile)]
+    waiting = [r for r in recompiles if not is_compared(r)]
     assert len(recompiles) == 29 and len(waiting) == 29 - 1 - EXPLAINED_PER_SITE  # step 1 is warm-up
     assert not waiting[0].is_explained and recompile_json(waiting[0])["explained"] is False
     assert waiting[0].brief() == "+1 ops" and waiting[0].is_explained  # compared when asked
@@ -105,7 +105,7 @@ def test_a_site_recompiling_every_step_is_counted_whole_but_compared_a_few_times
 
     shapes = {f"r{r}": chain_ir(12, rows=r) for r in range(16, 46)}  # the same ops, a new batch size
     executions = [ex(i, step=i, graph=f"r{16 + i}", cache="miss") for i in range(30)]
-    assert not any(isinstance(r, PendingRecompile) for r in explain_recompiles(executions, shapes))
+    assert all(is_compared(r) for r in explain_recompiles(executions, shapes))
     [finding] = analyze(run_info(steps=30), executions, shapes).findings
     assert finding.kind == "dynamic_shape" and len(finding.details["history"]) == 28
 

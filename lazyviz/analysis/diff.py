@@ -11,6 +11,7 @@ import itertools
 import operator
 import re
 from collections.abc import Callable
+from functools import lru_cache
 from fractions import Fraction
 from typing import NamedTuple
 
@@ -66,13 +67,25 @@ class GraphDiff:
     the two again when the carried changes are asked for (a run's store may have let them
     go), so a run's thousands of recompiles do not keep every graph they compared."""
 
-    def __init__(self, origins: tuple[Change, ...], changed_nodes: frozenset[str], matched: int,
+    def __init__(self, origins: tuple[Change, ...], changed_nodes: frozenset[str] | ChangedNodes, matched: int,
                  graphs: Callable[[], tuple[IRGraph | None, IRGraph | None]]) -> None:
         self.origins = origins  # where each change came in, in the order a user should read them
-        self.changed_nodes = changed_nodes  # ids in the new graph of the nodes that differ in any way
+        self._changed = changed_nodes
         self.matched = matched  # nodes aligned between the two graphs
         self._graphs = graphs
         self._values: tuple[Change, ...] | None = None  # with_values: the changes, known
+
+    @property
+    def changed_nodes(self) -> frozenset[str]:
+        """The ids in the new graph of the nodes that differ in any way."""
+        if isinstance(self._changed, ChangedNodes):
+            self._changed = self._changed.ids()
+        return self._changed
+
+    @property
+    def changed_count(self) -> int:
+        """len(changed_nodes), without listing them where they are bits."""
+        return self._changed.count if isinstance(self._changed, ChangedNodes) else len(self._changed)
 
     @property
     def changes(self) -> tuple[Change, ...]:
@@ -95,17 +108,32 @@ class GraphDiff:
     def with_values(self, changes: tuple[Change, ...]) -> GraphDiff:
         """This diff, empty, with the changed values the backend's IR text did not print,
         found elsewhere (XLA's HLO): they are its origins and all its changes."""
-        diff = GraphDiff(changes, self.changed_nodes, self.matched, self._graphs)
+        diff = GraphDiff(changes, self._changed, self.matched, self._graphs)
         diff._values = changes
         return diff
 
     @property
     def is_empty(self) -> bool:
-        return not self.origins and not self.changed_nodes
+        return not self.origins and not self.changed_count
 
     @property
     def first(self) -> Change | None:
         return self.origins[0] if self.origins else (self.changes[0] if self.changes else None)
+
+
+class ChangedNodes(NamedTuple):
+    """The nodes of a graph that differ, as bits by position (a diff of two graphs of one
+    structure): counted at once, listed by id only when asked."""
+
+    mask: int
+    ids_in_order: tuple[str, ...]
+
+    @property
+    def count(self) -> int:
+        return self.mask.bit_count()
+
+    def ids(self) -> frozenset[str]:
+        return frozenset(itertools.compress(self.ids_in_order, _unbits(self.mask, len(self.ids_in_order))))
 
 
 def align(old: IRGraph, new: IRGraph) -> dict[str, str]:
@@ -150,19 +178,31 @@ def align(old: IRGraph, new: IRGraph) -> dict[str, str]:
                 used.add(match.id)
     rest_old = [n for n in old.nodes if n.id not in used]
     rest_new = [n for n in new.nodes if n.id not in mapping]
-    matcher = difflib.SequenceMatcher(a=[n.op for n in rest_old], b=[n.op for n in rest_new], autojunk=False)
-    for block in matcher.get_matching_blocks():
-        for offset in range(block.size):
-            mapping[rest_new[block.b + offset].id] = rest_old[block.a + offset].id
+    for old_at, new_at, size in _matching_ops(tuple(map(_OP, rest_old)), tuple(map(_OP, rest_new))):
+        for offset in range(size):
+            mapping[rest_new[new_at + offset].id] = rest_old[old_at + offset].id
     return mapping
+
+
+@lru_cache(maxsize=256)
+def _matching_ops(old: tuple[str, ...], new: tuple[str, ...]) -> list[difflib.Match]:
+    """difflib's matching blocks of two op sequences. Kept: a run's recompiles compare the
+    same pairs of phases again (a step with and without a fallback's split)."""
+    return difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_matching_blocks()
 
 
 def diff_graphs(old: IRGraph, new: IRGraph,
                 graphs: Callable[[], tuple[IRGraph | None, IRGraph | None]] | None = None) -> GraphDiff:
     """graphs: gives the two graphs again for the carried changes (default: keeps them)."""
+    again = graphs or (lambda: (old, new))
+    if old.structure == new.structure:
+        # Node for node the same computation, numbered alike (a shape or a constant
+        # changed): the common case on long runs, and what a run's thousands of diffs are.
+        origins, changed_nodes = _positional_origins(old, new)
+        return GraphDiff(origins, changed_nodes, len(new.nodes), again)
     mapping = align(old, new)
     origins, changed_nodes = _changes(old, new, mapping, carried=False)
-    return GraphDiff(origins, changed_nodes, len(mapping), graphs or (lambda: (old, new)))
+    return GraphDiff(origins, changed_nodes, len(mapping), again)
 
 
 def _changes(old: IRGraph, new: IRGraph, mapping: dict[str, str],
@@ -174,10 +214,7 @@ def _changes(old: IRGraph, new: IRGraph, mapping: dict[str, str],
     # exactly when its text differs, no need to map it.
     same_ids = len(mapping) == len(new.nodes) == len(old.nodes) and list(mapping) == list(mapping.values())
     positional = same_ids and old.structure == new.structure  # node for node: none added or gone
-    if positional and not carried:
-        changes, differing = _aligned_origins(old, new)
-    else:
-        changes, differing = _walk(old, new, mapping, same_ids, carried)
+    changes, differing = _walk(old, new, mapping, same_ids, carried)
     if not positional:
         mapped_old = set(mapping.values())
         for node in old.nodes:
@@ -185,6 +222,12 @@ def _changes(old: IRGraph, new: IRGraph, mapping: dict[str, str],
                 changes.append(Change("op_removed", "", node.op, node.type_text, "", True, old_node=node.id,
                                       location=node.location))
     changes += _aliasing(old, new, mapping, same_ids)
+    return _in_order(changes, differing, carried)
+
+
+def _in_order(changes: list[Change], differing: set[str],
+              carried: bool) -> tuple[tuple[Change, ...], frozenset[str]]:
+    """(the changes origins first, or only the origins; the ids of the nodes that differ)."""
     changes = _carry_shape_constants(changes)
     changes.sort(key=lambda c: (not c.origin, KINDS.index(c.kind) if c.origin else 0))
     changed_nodes = frozenset(differing.union(c.node for c in changes if c.node))
@@ -219,43 +262,96 @@ def _walk(old: IRGraph, new: IRGraph, mapping: dict[str, str], same_ids: bool,
     return changes, differing
 
 
-_OUTPUTS, _ATTRS = operator.attrgetter("outputs"), operator.attrgetter("attrs")
-
-
-def _aligned_origins(old: IRGraph, new: IRGraph) -> tuple[list[Change], set[str]]:
-    """_walk without carried changes, for two graphs aligned node for node by id (the
-    same structure): the carried nodes (every node after a new input shape) are only
-    collected in the walk, and which of them differ is found over whole columns at once."""
-    changed: set[str] = set()
-    carried: list[str] = []
+def _positional_origins(old: IRGraph, new: IRGraph) -> tuple[tuple[Change, ...], ChangedNodes]:
+    """_changes without carried changes, for two graphs of one structure (aligned by
+    position). Nodes are compared whole columns at a time, as bits: the lines that
+    differ (equal lines at equal places are one Node), then in graph order the first
+    differing node not downstream of a change, an origin, whose descendants are then
+    carried, and so on. A run's thousands of recompiles each pay for their few origins,
+    not for every node after a new input shape."""
+    old_nodes, new_nodes = old.nodes, new.nodes
+    count = len(new_nodes)
+    (old_serials, old_types, old_attrs), (new_serials, new_types, new_attrs) = old.columns, new.columns
+    pending, carried, found = _differing(old_serials ^ new_serials, count), 0, 0
     changes: list[Change] = []
-    # Bound once: this loop runs for every node of thousands of graphs.
-    unchanged, change, carry = changed.isdisjoint, changed.add, carried.append
-    for before, node in zip(old.nodes, new.nodes):
-        if changed and not unchanged(node.operand_ids):
-            change(node.id)
-            if before is not node:
-                carry(node.id)
-            continue
-        if before is node:  # the same line at the same place (the parser shares it)
-            continue
+    while pending:
+        low = pending & -pending
+        pending ^= low
+        at = low.bit_length() - 1
+        before, node = old_nodes[at], new_nodes[at]
         if node.operands != before.operands:  # rewired: the same op (the same structure), carried
-            changed.add(node.id)
-            carried.append(node.id)
-            continue
-        node_changes = _compare(before, node, False)
-        if node_changes:
-            changed.add(node.id)
-        changes.extend(node_changes)
-    if not carried:
-        return changes, set()
-    carried_ids = set(carried)
-    differing = carried_ids.intersection(
-        itertools.compress(new.ids, map(operator.ne, map(_OUTPUTS, old.nodes), map(_OUTPUTS, new.nodes))))
-    other_attrs = carried_ids.intersection(
-        itertools.compress(new.ids, map(operator.ne, map(_ATTRS, old.nodes), map(_ATTRS, new.nodes)))) - differing
-    differing.update(i for i in other_attrs if _compare(old.by_id[i], new.by_id[i], True))
-    return changes, differing
+            carried |= low
+        else:
+            origins = _compare(before, node, False)
+            if not origins:
+                continue
+            changes.extend(origins)
+            found |= low
+        downstream = _descendants(new, at)
+        carried |= downstream & pending
+        pending &= ~downstream
+    if carried:
+        # Which carried nodes differ: new output types, or attributes (other than the alias mark).
+        found |= carried & _differing(old_types ^ new_types, count)
+        for at in _positions(carried & _differing(old_attrs ^ new_attrs, count) & ~found):
+            if _compare(old_nodes[at], new_nodes[at], True):
+                found |= 1 << at
+    changes += _aliasing(old, new, {}, same_ids=True)
+    for change in changes:  # an alias change's input, found apart
+        if change.kind == "aliasing":
+            found |= 1 << new.ids.index(change.node)
+    origins, _ = _in_order(changes, set(), carried=False)
+    return origins, ChangedNodes(found, new.ids)
+
+
+def _differing(xor: int, count: int) -> int:
+    """From the XOR of two graphs' IRGraph.columns (4 bytes a node), the nodes that differ, as bits."""
+    flags = xor.to_bytes(4 * count, "little").translate(_NOT_ZERO)
+    lanes = [int.from_bytes(flags[byte::4], "little") for byte in range(4)]
+    return _bits((lanes[0] | lanes[1] | lanes[2] | lanes[3]).to_bytes(count, "little"))
+
+
+_OP = operator.attrgetter("op")
+_TO_DIGITS = bytes.maketrans(b"\x00\x01", b"01")
+_FROM_DIGITS = bytes.maketrans(b"01", b"\x00\x01")
+_NOT_ZERO = bytes([0] + [1] * 255)
+
+
+def _bits(flags: bytes) -> int:
+    """One flag (0 or 1) per node as an int whose bit i is node i's."""
+    return int(flags.translate(_TO_DIGITS)[::-1], 2) if flags else 0
+
+
+def _unbits(mask: int, count: int) -> bytes:
+    """_bits undone: one flag per node, for itertools.compress."""
+    return format(mask, f"0{count}b")[::-1].encode().translate(_FROM_DIGITS)
+
+
+def _positions(mask: int) -> list[int]:
+    positions = []
+    while mask:
+        low = mask & -mask
+        positions.append(low.bit_length() - 1)
+        mask ^= low
+    return positions
+
+
+def _descendants(graph: IRGraph, at: int) -> int:
+    """The nodes downstream of node `at`, as bits; kept for every graph of the structure:
+    the same few inputs are the origins of most of a run's diffs (the batch, the mask)."""
+    downstream = graph.of_structure.setdefault("downstream", {})
+    found = downstream.get(at)
+    if found is None:
+        nodes = graph.nodes
+        reached = {nodes[at].id}
+        flags = bytearray(len(nodes))
+        for later in range(at + 1, len(nodes)):
+            node = nodes[later]
+            if not reached.isdisjoint(node.operand_ids):
+                reached.add(node.id)
+                flags[later] = 1
+        found = downstream[at] = _bits(bytes(flags))
+    return found
 
 
 def _carry_shape_constants(changes: list[Change]) -> list[Change]:
@@ -264,33 +360,41 @@ def _carry_shape_constants(changes: list[Change]) -> list[Change]:
     dims: dict[str, str] = {}
     for change in changes:
         if change.kind == "input_shape" and change.origin:
-            for old_dim, new_dim in zip(re.findall(r"\d+", change.before), re.findall(r"\d+", change.after)):
+            for old_dim, new_dim in zip(_DIGITS.findall(change.before), _DIGITS.findall(change.after)):
                 if old_dim != new_dim:
                     dims[old_dim] = new_dim
     if not dims:
         return changes
-    # Sizes made of the sizes that changed (rows x columns): the old ones scaled by some of them.
-    scales = {Fraction(1)}
-    for old_dim, new_dim in dims.items():
-        if int(old_dim):
-            scales |= {scale * Fraction(int(new_dim), int(old_dim)) for scale in scales}
-
-    def follows_inputs(change: Change) -> bool:
-        swapped = re.sub(r"\d+", lambda m: dims.get(m.group(0), m.group(0)), change.before)
-        if swapped == change.after:
-            return True
-        # Each number that differs scaled by some of the changed sizes: a flattened
-        # [4, 24] -> [4, 32] (f32[96] -> f32[128]), the count a mean divides by.
-        before, after = re.split(r"(\d+)", change.before), re.split(r"(\d+)", change.after)
-        return len(before) == len(after) and all(
-            a == b or (a.isdigit() and b.isdigit() and int(a) and Fraction(int(b), int(a)) in scales)
-            for a, b in zip(before, after))
-
+    changed = tuple(dims.items())
     return [
         change._replace(origin=False)
-        if change.origin and change.kind in ("attribute", "shape") and follows_inputs(change) else change
+        if change.origin and change.kind in ("attribute", "shape") and _follows_inputs(changed, change.before, change.after)
+        else change
         for change in changes
     ]
+
+
+_DIGITS = re.compile(r"\d+")
+_NUMBERS = re.compile(r"(\d+)")
+
+
+@lru_cache(maxsize=8192)
+def _follows_inputs(changed: tuple[tuple[str, str], ...], before: str, after: str) -> bool:
+    """Whether before -> after follows from the inputs' sizes that changed (old -> new):
+    the same text with those sizes swapped, or each number that differs scaled by some of
+    them (a flattened [4, 24] -> [4, 32], f32[96] -> f32[128]; the count a mean divides by).
+    Kept: a run's recompiles meet the same few values again and again."""
+    dims = dict(changed)
+    if _DIGITS.sub(lambda m: dims.get(m.group(0), m.group(0)), before) == after:
+        return True
+    scales = {Fraction(1)}
+    for old_dim, new_dim in changed:
+        if int(old_dim):
+            scales |= {scale * Fraction(int(new_dim), int(old_dim)) for scale in scales}
+    parts_before, parts_after = _NUMBERS.split(before), _NUMBERS.split(after)
+    return len(parts_before) == len(parts_after) and all(
+        a == b or (a.isdigit() and b.isdigit() and int(a) and Fraction(int(b), int(a)) in scales)
+        for a, b in zip(parts_before, parts_after))
 
 
 def _rewired(node: Node, before: Node, mapping: dict[str, str]) -> bool:
@@ -340,14 +444,21 @@ def _aliasing(old: IRGraph, new: IRGraph, mapping: dict[str, str], same_ids: boo
     """Inputs that now share one buffer, or no longer do: the executor's cache key covers
     that sharing (equal Python numbers get one buffer), so the same IR can miss. One
     change per group of the new graph whose members' partners differ from before.
-    same_ids: the mapping is every node to the node of its own id."""
-    old_groups, new_groups = old.buffer_groups, new.buffer_groups
-    if (not old_groups and not new_groups) or (same_ids and old_groups == new_groups):
+    same_ids: the mapping is every node to the node of its own id (then only the inputs
+    in a group in either graph are in it)."""
+    if same_ids and old.alias_marks == new.alias_marks:
         return []  # the same inputs share the same buffers in both: nothing to compare
+    old_groups, new_groups = old.buffer_groups, new.buffer_groups
+    if not old_groups and not new_groups:
+        return []
     # old id -> new id: the same id where the mapping is one to one by id.
     reverse = new.by_id if same_ids else {old_id: new_id for new_id, old_id in mapping.items()}
+    inputs = new.inputs
+    if same_ids:  # an input in no group in either graph has nothing to say
+        inputs = [new.by_id[i] for i in sorted(new_groups.keys() | old_groups.keys(), key=_order) if i in new.by_id]
+        mapping = {node.id: node.id for node in inputs}
     changes, checked = [], set()
-    for node in new.inputs:
+    for node in inputs:
         # An input alone with its buffer in both graphs (most are) has nothing to say.
         if node.id not in new_groups and mapping.get(node.id) not in old_groups:
             continue

@@ -17,9 +17,12 @@ one node per HLO instruction, its location without a function:
 """
 from __future__ import annotations
 
+import itertools
+import operator
 import re
+from array import array
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import NamedTuple
 
@@ -65,6 +68,16 @@ class Node(NamedTuple):
     is_input: bool  # device data or a constant: no operands, fed from outside the graph
     operand_ids: tuple[str, ...]  # the nodes its operands come from: "%22" for "%22.1"
     form: tuple  # its attribute names and which output of each operand it reads
+    key: int  # a hash of its id, op, form and operand ids: graphs with equal keys node for node
+    # compute the same, up to shapes and attribute values
+    number: int  # the N of its id %N
+    feeds_forward: bool  # every operand is a node numbered before it
+    # Small numbers, one per distinct value in the process, that a diff compares a whole
+    # graph of at once (IRGraph.columns): which Node this is (two nodes are one exactly
+    # when these are equal), its output types as printed, its attributes as printed.
+    serial: int
+    types_id: int
+    attrs_id: int
 
     @property
     def source_line(self) -> str:
@@ -87,10 +100,9 @@ def _type_text(outputs: tuple[TensorType, ...]) -> str:
 class IRGraph:
     nodes: tuple[Node, ...]  # in topological order, as printed
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "by_id", {node.id: node for node in self.nodes})
-
-    by_id: dict[str, Node] = field(default_factory=dict, init=False, repr=False, compare=False)
+    @cached_property
+    def by_id(self) -> dict[str, Node]:
+        return dict(zip(map(_ID, self.nodes), self.nodes))
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -107,12 +119,29 @@ class IRGraph:
 
     @cached_property
     def structure(self) -> tuple[int, ...]:
-        """The structure keys in node order: equal tuples, node-for-node the same computation."""
-        return tuple(self.structure_keys.values())
+        """Each node's op, form and operand ids (Node.key) in node order: equal tuples,
+        node for node the same computation, nodes numbered alike (a diff aligns them by
+        position). Read per line, not per graph: a run's thousand graphs ask it."""
+        return tuple(map(_KEY, self.nodes))
+
+    @cached_property
+    def of_structure(self) -> dict[str, object]:
+        """What is worked out about this graph's structure (a diff's downstream nodes), one
+        dict for every graph of the structure: a run's graphs at each new batch length share it."""
+        if len(_STRUCTURES) >= _KEPT_STRUCTURES:
+            _STRUCTURES.clear()
+        return _STRUCTURES.setdefault(self.structure, {})
 
     @cached_property
     def ids(self) -> tuple[str, ...]:
-        return tuple(node.id for node in self.nodes)
+        return tuple(map(_ID, self.nodes))
+
+    @cached_property
+    def columns(self) -> tuple[int, int, int]:
+        """Node.serial, .types_id and .attrs_id of every node, each as one int of 4 bytes a
+        node in node order: where the XOR of two graphs' is not 0, their nodes differ."""
+        return tuple(int.from_bytes(array("I", map(field, self.nodes)).tobytes(), "little")
+                     for field in (_SERIAL, _TYPES_ID, _ATTRS_ID))
 
     @cached_property
     def ops(self) -> tuple[str, ...]:
@@ -122,7 +151,7 @@ class IRGraph:
     @cached_property
     def op_counts(self) -> Counter[str]:
         """Every node's op, inputs too, and how many nodes have it."""
-        return Counter(node.op for node in self.nodes)
+        return Counter(map(_OP, self.nodes))
 
     @cached_property
     def built_at(self) -> Counter[str]:
@@ -140,10 +169,15 @@ class IRGraph:
         `alias=%j` marks (the later users of a buffer point at its first); {} where no
         input shares one."""
         groups: dict[str, set[str]] = {}
-        for node in self.inputs:
-            if "alias" in node.attrs:
-                groups.setdefault(node.attrs["alias"], {node.attrs["alias"]}).add(node.id)
+        for node_id, alias in self.alias_marks:
+            groups.setdefault(alias, {alias}).add(node_id)
         return {member: frozenset(group) for group in groups.values() for member in group}
+
+    @cached_property
+    def alias_marks(self) -> tuple[tuple[str, str], ...]:
+        """(input id, the input whose buffer it shares) for each `alias=%j` mark, in order:
+        equal marks, equal buffer_groups (and quicker to compare)."""
+        return tuple((node.id, node.attrs["alias"]) for node in self.inputs if "alias" in node.attrs)
 
     def users(self) -> dict[str, list[str]]:
         users: dict[str, list[str]] = {node.id: [] for node in self.nodes}
@@ -169,31 +203,67 @@ def parse_location(location: str) -> tuple[str, str, int] | None:
 def parse_ir(text: str) -> IRGraph:
     """Parse IR text; blank and brace lines are skipped, anything else must be a node.
     A run's graphs are parsed once each, by lazyviz.analysis.graphs.IRGraphs: ask it."""
-    nodes: list[Node] = []
-    seen: set[str] = set()
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line in ("IR {", "}", "{") or line.startswith("##"):
-            continue
+    lines = text.splitlines()
+    # Most lines were met before at the same place (a recompile changes a few of them):
+    # one lookup each, in C. A line met for the first time is read, then kept.
+    found = list(map(_KNOWN_LINES.get, zip(lines, itertools.count(1))))
+    if None in found:
+        for at, node in enumerate(found):
+            if node is None:
+                found[at] = _read_line(lines[at], at + 1)
+    nodes = tuple(node for node in found if node is not _SKIPPED)
+    # LTC and XLA number nodes %0, %1, ... in the order they print them, each operand
+    # before its user: then nothing is used before it is defined, nor defined twice.
+    if not all(map(_FEEDS_FORWARD, nodes)) or tuple(map(_NUMBER, nodes)) != _numbers(len(nodes)):
+        _check_order(nodes)
+    return IRGraph(nodes)
+
+
+_STRUCTURES: dict[tuple[int, ...], dict[str, object]] = {}  # IRGraph.of_structure's
+_KEPT_STRUCTURES = 1024
+_SKIPPED = object()  # a line that is no node: blank, a brace, a comment
+_KNOWN_LINES: dict[tuple[str, int], Node | object] = {}  # (line, number) -> its node, for every run read
+_KEPT_LINES = 400_000  # past this many, the kept lines are let go (a long session reading many traces)
+_KEY, _NUMBER, _FEEDS_FORWARD, _ID, _OP, _SERIAL, _TYPES_ID, _ATTRS_ID = (operator.attrgetter(name) for name in (
+    "key", "number", "feeds_forward", "id", "op", "serial", "types_id", "attrs_id"))
+
+
+def _read_line(raw: str, number: int) -> Node | object:
+    line = raw.strip()
+    if not line or line in ("IR {", "}", "{") or line.startswith("##"):
+        node: Node | object | str = _SKIPPED
+    else:
         node = _parse_line(line, number)
         if isinstance(node, str):
             raise IRParseError(f"line {number}: {node}")
+    if len(_KNOWN_LINES) >= _KEPT_LINES:
+        _KNOWN_LINES.clear()
+    _KNOWN_LINES[raw, number] = node
+    return node
+
+
+@lru_cache(maxsize=64)
+def _numbers(count: int) -> tuple[int, ...]:
+    return tuple(range(count))
+
+
+def _check_order(nodes: tuple[Node, ...]) -> None:
+    """Nodes numbered otherwise (by hand, in a test): each defined once, before its users."""
+    seen: set[str] = set()
+    for node in nodes:
         if not seen.issuperset(node.operand_ids):
             operand = next(o for o in node.operands if o.split(".", 1)[0] not in seen)
-            raise IRParseError(f"line {number}: {operand} is used before it is defined")
+            raise IRParseError(f"line {node.line}: {operand} is used before it is defined")
         if node.id in seen:
-            raise IRParseError(f"line {number}: {node.id} is defined twice")
+            raise IRParseError(f"line {node.line}: {node.id} is defined twice")
         seen.add(node.id)
-        nodes.append(node)
-    return IRGraph(tuple(nodes))
 
 
-@lru_cache(maxsize=65536)
 def _parse_line(line: str, number: int) -> Node | str:
-    """One node line as a Node, or what is wrong with it. Cached: the graphs of one run
-    repeat most of their lines at the same places (a recompile changes a few), so a
-    run's hundreds of graphs parse in little more than the time of their distinct lines,
-    and share their nodes."""
+    """One node line as a Node, or what is wrong with it. Read once per run for each line
+    at each place (parse_ir keeps them): the graphs of one run repeat most of their lines
+    at the same places (a recompile changes a few), so a run's hundreds of graphs parse
+    in little more than the time of their distinct lines, and share their nodes."""
     match = _NODE.match(line)
     if match is None:
         return f"not an IR node: {_clip(line)}"
@@ -201,12 +271,37 @@ def _parse_line(line: str, number: int) -> Node | str:
     outputs = _types(types[1:-1] if types[0] in "[(" else types)
     if outputs is None:
         return f"cannot read output types [{_clip(types)}]"
-    rest = _operands_and_attrs(operand_text, attr_text)
-    if isinstance(rest, str):
-        return rest
-    operands, attrs, root, location, operand_ids, form = rest
+    # Each half is read once for all the lines that share it: the same at the same node
+    # of every graph that differs only in shapes.
+    read = _operands(operand_text)
+    if isinstance(read, str):
+        return read
+    attrs = _attrs(attr_text) if attr_text else _NO_ATTRS
+    if isinstance(attrs, str):
+        return attrs
+    (operands, operand_ids, outputs_read, highest), (values, root, location, names) = read, attrs
+    form = (names, outputs_read)
+    own = int(node_id[1:])
     is_input = op in INPUT_OPS or (not operands and "device_data" in op)
-    return Node(node_id, op, outputs, operands, attrs, root, number, location, is_input, operand_ids, form)
+    # tuple.__new__ skips the NamedTuple's Python __new__: a run reads tens of thousands of lines.
+    return _new_tuple(Node, (node_id, op, outputs, operands, values, root, number, location, is_input, operand_ids,
+                             form, hash((node_id, op, form, operand_ids)), own, highest < own,
+                             next(_SERIALS), _number_of(_TYPE_IDS, types), _number_of(_ATTR_IDS, attr_text or "")))
+
+
+_new_tuple = tuple.__new__
+_SERIALS = itertools.count(1)
+# Never let go: a number names one text for the life of the process (a few thousand texts
+# a run: its shapes, its attribute lists).
+_TYPE_IDS: dict[str, int] = {}
+_ATTR_IDS: dict[str, int] = {}
+
+
+def _number_of(numbers: dict[str, int], text: str) -> int:
+    number = numbers.get(text)
+    if number is None:
+        number = numbers[text] = len(numbers) + 1
+    return number
 
 
 @lru_cache(maxsize=4096)
@@ -218,28 +313,16 @@ def _types(types: str) -> tuple[TensorType, ...] | None:
     return None if types.strip() and not outputs else outputs
 
 
-def _operands_and_attrs(operand_text: str, attr_text: str | None) -> tuple | str:
-    """(operands, attrs, root, location, operand_ids, form) of a node line (see Node), or
-    what is wrong with them. The same at the same node of every graph that differs only
-    in shapes; each half is also read once for all the lines that share it."""
-    operands = _operands(operand_text)
-    if isinstance(operands, str):
-        return operands
-    attrs = _attrs(attr_text) if attr_text else _NO_ATTRS
-    if isinstance(attrs, str):
-        return attrs
-    (operands, operand_ids, outputs_read), (attrs, root, location, names) = operands, attrs
-    return operands, attrs, root, location, operand_ids, (names, outputs_read)
-
-
 @lru_cache(maxsize=65536)
-def _operands(operand_text: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]] | str:
-    """(operands, the nodes they come from, which output of each) or what is wrong."""
+def _operands(operand_text: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], int] | str:
+    """(operands, the nodes they come from, which output of each, the highest node number
+    among them or -1) or what is wrong."""
     operands = tuple(o.strip() for o in operand_text.split(",") if o.strip())
     for operand in operands:
         if not _OPERAND.match(operand):
             return f"bad operand {_clip(operand)!r}"
-    return operands, tuple(o.split(".", 1)[0] for o in operands), tuple(o.partition(".")[2] for o in operands)
+    ids = tuple(o.split(".", 1)[0] for o in operands)
+    return operands, ids, tuple(o.partition(".")[2] for o in operands), max((int(i[1:]) for i in ids), default=-1)
 
 
 @lru_cache(maxsize=65536)

@@ -153,12 +153,15 @@ class PendingRecompile:
     """A recompile whose explanation waits: what is cheap to know now (which execution,
     where, warm-up or not), and the rest of a Recompile (the graph diff, the costly part)
     computed on first use. Warm-up ones (never a finding) and those past the first
-    EXPLAINED_PER_SITE at one site (the findings group them with the first ones)."""
+    EXPLAINED_PER_SITE at one site (the findings group them with the first ones).
+    promised: one the run's explanation includes (a warm-up one of a small run: the JSON
+    lists it as explained), computed only when read all the same: no finding reads it."""
 
     def __init__(self, execution: Execution, compiled: list[Execution], at_site: list[Execution],
-                 graphs: IRGraphs, warmup: bool = True) -> None:
+                 graphs: IRGraphs, warmup: bool = True, promised: bool = False) -> None:
         self.execution, self.step, self.graph = execution.index, execution.step, execution.graph
         self.frame, self.context, self.warmup = execution.frame, execution.context, warmup
+        self.promised = promised
         # The graphs compiled before it, in all and at its site: prefixes of lists that
         # only grow (no copy each).
         self._explain = (execution, compiled, len(compiled), at_site, len(at_site), graphs)
@@ -170,7 +173,8 @@ class PendingRecompile:
 
     @property
     def is_explained(self) -> bool:
-        return "explained" in self.__dict__
+        """Whether it counts as compared: explained already, or promised to be when read."""
+        return self.promised or "explained" in self.__dict__
 
     def __getattr__(self, name: str) -> Any:  # the Recompile's fields and methods, explained now
         if name.startswith("_"):
@@ -277,9 +281,11 @@ def explain_recompiles(
             elif not warmup and not values_only and (stepless or explained_at[site] >= EXPLAINED_PER_SITE):
                 # Stepless, such a recompile is a different piece of the pass, never a finding.
                 explained.append(PendingRecompile(execution, earlier, at_site, graphs, warmup=False))
+            elif warmup:  # explained as a small run's are, once read: no finding reads a warm-up one
+                eager_nodes += execution.nodes
+                explained.append(PendingRecompile(execution, earlier, at_site, graphs, promised=True))
             else:
-                explained_at[site] += not warmup and not values_only
-                eager_nodes += execution.nodes if warmup else 0
+                explained_at[site] += not values_only
                 explained.append(_explain(execution, earlier, graphs, warmup, at_site))
         seen_sites.add(site)
         seen = compiled_graphs.setdefault(context, set())
@@ -351,12 +357,12 @@ def _explain(execution: Execution, compiled: list[Execution], graphs: IRGraphs,
                            "recorded; --capture full has the IR and the lines that built each node)")
         return Recompile(closest=latest.graph, closest_execution=latest.index, same_site=bool(same_site),
                          diff=None, note="no IR captured (run with --capture full)", **base)
-    # Rank every candidate by the ops it shares with the new graph (most recent first on
-    # ties), then diff the best few node by node and keep the one with the fewest changes.
-    ranked = _latest_if_closest(candidates[-1], execution.graph, graphs) or sorted(
-        ((graphs.overlap(e.graph, execution.graph), order, e)
-         for order, e in enumerate(reversed(candidates[-MAX_RANKED:]))
-         if graphs.summary(e.graph) is not None), key=lambda t: (-t[0], t[1]))
+    # Rank every candidate by the ops it shares with the new graph (on ties, those node for
+    # node the same computation first, then the most recent), then diff the best few node
+    # by node and keep the one with the fewest changes.
+    structure = graphs.summary(execution.graph).structure
+    ranked = _latest_if_closest(candidates[-1], execution.graph, graphs) or _ranked(
+        candidates[-MAX_RANKED:], execution.graph, structure, graphs)
     if not ranked:
         return Recompile(closest=None, closest_execution=None, same_site=False, diff=None,
                          note="no IR of earlier graphs to compare with", **base)
@@ -369,15 +375,16 @@ def _explain(execution: Execution, compiled: list[Execution], graphs: IRGraphs,
             note=f"new graph ({len(new)} nodes): no earlier graph {where} is close (the closest, "
                  f"execution {nearest.index}'s, shares {overlap:.0%} of its ops)")
     best: tuple[tuple[int, int, float, int], Execution, GraphDiff] | None = None
-    structure = graphs.summary(execution.graph).structure
     for overlap, order, candidate in ranked[:MAX_DIFFED]:
+        if best is not None and _fewest_origins(candidate.graph, execution.graph, graphs) > len(best[2].origins):
+            continue  # it cannot come closer than the best so far: no need to diff it
         diff = graphs.diff(candidate.graph, execution.graph)
         if diff is None:
             continue
         # The fewest causes first, then the fewest nodes they change: an input's new shape
         # changes every node after it, yet it is one cause, where a graph of the same shapes
         # may differ in hundreds of ops (the optimizer's first step against a later one).
-        score = (len(diff.origins), len(diff.changed_nodes) + sum(1 for c in diff.origins if not c.node),
+        score = (len(diff.origins), diff.changed_count + sum(1 for c in diff.origins if not c.node),
                  -overlap, order)
         if best is None or score < best[0]:
             best = (score, candidate, diff)
@@ -390,7 +397,7 @@ def _explain(execution: Execution, compiled: list[Execution], graphs: IRGraphs,
     shared = graphs.overlap(closest.graph, execution.graph)
     choice = (f"compared with execution {closest.index}'s graph {closest.graph}: the closest of "
               f"{len(candidates)} earlier graph{'s' if len(candidates) != 1 else ''} {where} "
-              f"({shared:.0%} of ops shared, {len(diff.changed_nodes)} nodes differ)")
+              f"({shared:.0%} of ops shared, {diff.changed_count} nodes differ)")
     note, same_hlo = "", False
     new_text = graphs.text(execution.graph)
     if diff.is_empty and "xla::device_data" in new_text:
@@ -409,6 +416,31 @@ def _explain(execution: Execution, compiled: list[Execution], graphs: IRGraphs,
                     "shows which (lazyviz export --format hlo; not recorded in a process a launcher started)")
     return Recompile(closest=closest.graph, closest_execution=closest.index, same_site=bool(same_site),
                      diff=diff, choice=choice, note=note, same_hlo=same_hlo, **base)
+
+
+def _ranked(candidates: list[Execution], new_id: str, structure: int,
+            graphs: IRGraphs) -> list[tuple[float, int, Execution]]:
+    """(share of ops in common, recency, candidate), the closest first: the most ops in
+    common, then node for node the same computation as the new graph, then the latest."""
+    ranked = []
+    for order, candidate in enumerate(reversed(candidates)):
+        summary = graphs.summary(candidate.graph)
+        if summary is not None:
+            ranked.append((-graphs.overlap(candidate.graph, new_id), summary.structure != structure, order, candidate))
+    ranked.sort(key=lambda t: t[:3])
+    return [(-overlap, order, candidate) for overlap, _, order, candidate in ranked]
+
+
+def _fewest_origins(old_id: str, new_id: str, graphs: IRGraphs) -> int:
+    """The fewest origins a diff of the two graphs can have, from their ops alone: each
+    node of an op one graph has more of is added or removed, or matched to a node of
+    another op (an input to a constant), each an origin."""
+    old, new = graphs.summary(old_id), graphs.summary(new_id)
+    if old is None or new is None or old.op_counts is new.op_counts:
+        return 0
+    added = sum(max(0, count - old.op_counts.get(op, 0)) for op, count in new.op_counts.items())
+    removed = sum(max(0, count - new.op_counts.get(op, 0)) for op, count in old.op_counts.items())
+    return max(added, removed)
 
 
 def _latest_if_closest(latest: Execution, new_id: str, graphs: IRGraphs) -> list[tuple[float, int, Execution]] | None:
@@ -452,6 +484,12 @@ def explain_execution(
         return None
     warmup = target.step - (0 if roles.stepless else roles.first_step(position)) < warmup_steps
     return _explain(target, compiled, IRGraphs.of(ir_texts), warmup, at_site)
+
+
+def is_compared(recompile: Recompile | PendingRecompile) -> bool:
+    """Whether the run's explanation compares it (the JSON's "explained"): explained
+    already, or promised to be when read; not one left waiting for being costly."""
+    return not isinstance(recompile, PendingRecompile) or recompile.is_explained
 
 
 def recompiles_after_warmup(recompiles: Iterable[Recompile | PendingRecompile]) -> int:

@@ -13,7 +13,7 @@ from typing import TextIO
 from lazyviz.analysis.findings import Finding
 from lazyviz.analysis.ir import parse_location
 from lazyviz.analysis.ranks import Divergence
-from lazyviz.analysis.recompiles import PendingRecompile, Recompile, recompiles_after_warmup
+from lazyviz.analysis.recompiles import PendingRecompile, Recompile, is_compared, recompiles_after_warmup
 from lazyviz.analysis.run import Run
 from lazyviz.analysis.summary import graph_memory, graph_stats
 from lazyviz.export import Renderer, RenderOptions
@@ -45,7 +45,7 @@ def recompile_json(recompile: Recompile | PendingRecompile, same_as: int | None 
     the same changes 100,000 times)."""
     # Not compared (warm-up on a large run, or past the first few at a site): the diff
     # costs seconds on large graphs; `lazyviz export --diff` computes it.
-    explained = not (isinstance(recompile, PendingRecompile) and not recompile.is_explained)
+    explained = is_compared(recompile)
     site = recompile.frame.to_json() if recompile.frame else None
     report = {"execution": recompile.execution, "step": recompile.step, "graph": recompile.graph,
               "closest_graph": None, "closest_execution": None, "same_site": None, "new_graph": None,
@@ -78,7 +78,7 @@ def recompiles_json(recompiles: list[Recompile | PendingRecompile]) -> Iterator[
     of graphs listed once."""
     first_of: dict[tuple[str | None, str], int] = {}
     for recompile in recompiles:
-        explained = not (isinstance(recompile, PendingRecompile) and not recompile.is_explained)
+        explained = is_compared(recompile)
         pair = (recompile.closest, recompile.graph)
         same_as = first_of.get(pair) if explained and recompile.diff is not None else None
         if same_as is None and explained and recompile.diff is not None:
