@@ -11,8 +11,8 @@ import itertools
 import operator
 import re
 from collections.abc import Callable
-from functools import lru_cache
 from fractions import Fraction
+from functools import lru_cache
 from typing import NamedTuple
 
 from lazyviz.analysis.ir import IRGraph, Node, source_line
