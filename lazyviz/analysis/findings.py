@@ -828,26 +828,21 @@ def growth_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str]
     table = ExecutionTable.of(executions)
     graphs = IRGraphs.of(ir_texts)
     findings = []
-    # Graphs that differ only in shapes or constants have the same ops: searched once.
-    blocks: dict[tuple[str, ...], tuple[list[str], int, int] | None] = {}
+    # Graphs of one structure (only shapes or constants differ) are searched once: a run
+    # that recompiles at every step has thousands of them, parsed once already.
+    loops: dict[int, tuple[list[str], int] | None] = {}  # structure -> (the block, its repeats)
+    blocks: dict[tuple[str, ...], tuple[list[str], int, int] | None] = {}  # the same ops, searched once
     runs_of = table.kinds_by(lambda kind: kind.graph if kind.graph not in skip else None)
     by_block: dict[tuple[str, ...], int] = {}  # one finding per repeated block, however many graphs hold it
     for graph_id, numbers in runs_of.items():
-        graph = graphs.parsed(graph_id)
-        if graph is None:
+        summary = graphs.summary(graph_id)
+        if summary is None:
             continue
-        ops = list(graph.ops)
-        if graph.ops not in blocks:
-            blocks[graph.ops] = repeated_block(ops, max_period=1024, min_covered=max(16, len(ops) // 2))
-        found = blocks[graph.ops]
-        if found is None:
+        if summary.structure not in loops:
+            loops[summary.structure] = _unrolled_loop(graphs.parsed(graph_id), blocks)
+        if loops[summary.structure] is None:
             continue
-        block, repeats, start = found
-        if len(block) * repeats < max(16, len(ops) // 2):
-            continue  # a small repeated motif inside a normal graph
-        graph_ir = graphs.parsed(graph_id)
-        if graph_ir is None or not iterations_chain(graph_ir, start, len(block), repeats):
-            continue  # side by side, not a loop: an optimizer updating its parameters one by one
+        block, repeats = loops[summary.structure]
         positions = table.merged(numbers)
         if tuple(block) in by_block:
             earlier = findings[by_block[tuple(block)]]
@@ -860,16 +855,36 @@ def growth_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str]
         first = table.kinds[numbers[0]]
         findings.append(Finding(
             "missing_mark_step", "warning",
-            f"graph {graph_id} ({len(graph)} nodes{_lines_that_built(graphs, graph_id)}) repeats "
+            f"graph {graph_id} ({summary.size} nodes{_lines_that_built(graphs, graph_id)}) repeats "
             f"{_ops_text(block)} {repeats} times: "
             f"a loop ran {repeats} iterations without mark_step() and they piled up into one graph, "
             f"run by {first.detail or first.cause}",
             first.frame, table.indices(positions),
             f"call {names['mark_step']} at the end of each iteration of the loop that builds it "
             f"(the loop runs before line {first.frame.line if first.frame else '?'})",
-            {"graph": graph_id, "pattern": block, "repeats": repeats, "nodes": len(graph), "graphs": [graph_id]},
+            {"graph": graph_id, "pattern": block, "repeats": repeats, "nodes": summary.size, "graphs": [graph_id]},
         ))
     return [_also_in(f) for f in findings]
+
+
+def _unrolled_loop(graph: IRGraph | None, blocks: dict[tuple[str, ...], tuple[list[str], int, int] | None]
+                   ) -> tuple[list[str], int] | None:
+    """(the repeated block, how many times) where the graph is a loop's iterations piled
+    up; None where it is not. blocks: the repeated block of each op sequence, kept."""
+    if graph is None:
+        return None
+    ops = list(graph.ops)
+    if graph.ops not in blocks:
+        blocks[graph.ops] = repeated_block(ops, max_period=1024, min_covered=max(16, len(ops) // 2))
+    found = blocks[graph.ops]
+    if found is None:
+        return None
+    block, repeats, start = found
+    if len(block) * repeats < max(16, len(ops) // 2):
+        return None  # a small repeated motif inside a normal graph
+    if not iterations_chain(graph, start, len(block), repeats):
+        return None  # side by side, not a loop: an optimizer updating its parameters one by one
+    return block, repeats
 
 
 def _also_in(finding: Finding) -> Finding:

@@ -58,11 +58,9 @@ class Node(NamedTuple):
 
     id: str  # "%13"
     op: str  # "aten::addmm"
-    outputs: tuple[TensorType, ...]
     operands: tuple[str, ...]  # "%12", or "%22.1" for output 1 of a multi-output node
     attrs: dict[str, str]  # without NodeType and ROOT
     root: int | None  # the ROOT=N mark: this node is the graph's output N
-    line: int
     location: str  # "fn@file.py:12" where the backend records it (XLA_IR_DEBUG=1)
     # Worked out once per distinct line, for the diff and the structure hash:
     is_input: bool  # device data or a constant: no operands, fed from outside the graph
@@ -73,11 +71,15 @@ class Node(NamedTuple):
     number: int  # the N of its id %N
     feeds_forward: bool  # every operand is a node numbered before it
     # Small numbers, one per distinct value in the process, that a diff compares a whole
-    # graph of at once (IRGraph.columns): which Node this is (two nodes are one exactly
-    # when these are equal), its output types as printed, its attributes as printed.
+    # graph of at once (IRGraph.columns): its attributes as printed, which Node this is
+    # (two nodes are one exactly when these are equal), its output types as printed.
+    attrs_id: int
+    # The fields above are the same for the lines that differ only in output types (a new
+    # batch size rewrites every line): read once for them all (_parse_line).
+    outputs: tuple[TensorType, ...]
+    line: int
     serial: int
     types_id: int
-    attrs_id: int
 
     @property
     def source_line(self) -> str:
@@ -208,9 +210,19 @@ def parse_ir(text: str) -> IRGraph:
     # one lookup each, in C. A line met for the first time is read, then kept.
     found = list(map(_KNOWN_LINES.get, zip(lines, itertools.count(1))))
     if None in found:
+        if len(_KNOWN_LINES) >= _KEPT_LINES:
+            _KNOWN_LINES.clear()
         for at, node in enumerate(found):
             if node is None:
-                found[at] = _read_line(lines[at], at + 1)
+                raw = lines[at]
+                line = raw.strip()
+                if not line or line in _NOT_NODES or line.startswith("##"):
+                    node = _SKIPPED
+                else:
+                    node = _parse_line(line, at + 1)
+                    if isinstance(node, str):
+                        raise IRParseError(f"line {at + 1}: {node}")
+                found[at] = _KNOWN_LINES[raw, at + 1] = node
     nodes = tuple(node for node in found if node is not _SKIPPED)
     # LTC and XLA number nodes %0, %1, ... in the order they print them, each operand
     # before its user: then nothing is used before it is defined, nor defined twice.
@@ -222,24 +234,11 @@ def parse_ir(text: str) -> IRGraph:
 _STRUCTURES: dict[tuple[int, ...], dict[str, object]] = {}  # IRGraph.of_structure's
 _KEPT_STRUCTURES = 1024
 _SKIPPED = object()  # a line that is no node: blank, a brace, a comment
+_NOT_NODES = frozenset({"IR {", "}", "{"})
 _KNOWN_LINES: dict[tuple[str, int], Node | object] = {}  # (line, number) -> its node, for every run read
 _KEPT_LINES = 400_000  # past this many, the kept lines are let go (a long session reading many traces)
 _KEY, _NUMBER, _FEEDS_FORWARD, _ID, _OP, _SERIAL, _TYPES_ID, _ATTRS_ID = (operator.attrgetter(name) for name in (
     "key", "number", "feeds_forward", "id", "op", "serial", "types_id", "attrs_id"))
-
-
-def _read_line(raw: str, number: int) -> Node | object:
-    line = raw.strip()
-    if not line or line in ("IR {", "}", "{") or line.startswith("##"):
-        node: Node | object | str = _SKIPPED
-    else:
-        node = _parse_line(line, number)
-        if isinstance(node, str):
-            raise IRParseError(f"line {number}: {node}")
-    if len(_KNOWN_LINES) >= _KEPT_LINES:
-        _KNOWN_LINES.clear()
-    _KNOWN_LINES[raw, number] = node
-    return node
 
 
 @lru_cache(maxsize=64)
@@ -263,7 +262,16 @@ def _parse_line(line: str, number: int) -> Node | str:
     """One node line as a Node, or what is wrong with it. Read once per run for each line
     at each place (parse_ir keeps them): the graphs of one run repeat most of their lines
     at the same places (a recompile changes a few), so a run's hundreds of graphs parse
-    in little more than the time of their distinct lines, and share their nodes."""
+    in little more than the time of their distinct lines, and share their nodes. A line
+    new only in its output types (every line after a new batch size) reads only those."""
+    node_id, _, rest = line.partition(" = ")
+    split = rest.rfind(" ", 0, rest.find("(", 1))
+    types, tail = rest[:split], rest[split + 1:]
+    known = _SKELETONS.get((node_id, tail)) if split > 0 else None
+    if known is not None and _TYPES_FORM.fullmatch(types):
+        outputs = _types(types[1:-1] if types[0] in "[(" else types)
+        if outputs is not None:
+            return _new_tuple(Node, known + (outputs, number, next(_SERIALS), _number_of(_TYPE_IDS, types)))
     match = _NODE.match(line)
     if match is None:
         return f"not an IR node: {_clip(line)}"
@@ -283,12 +291,19 @@ def _parse_line(line: str, number: int) -> Node | str:
     form = (names, outputs_read)
     own = int(node_id[1:])
     is_input = op in INPUT_OPS or (not operands and "device_data" in op)
+    skeleton = (node_id, op, operands, values, root, location, is_input, operand_ids, form,
+                hash((node_id, op, form, operand_ids)), own, highest < own, _number_of(_ATTR_IDS, attr_text or ""))
+    if split > 0 and rest[:split] == types:
+        if len(_SKELETONS) >= _KEPT_LINES:
+            _SKELETONS.clear()
+        _SKELETONS[node_id, tail] = skeleton
     # tuple.__new__ skips the NamedTuple's Python __new__: a run reads tens of thousands of lines.
-    return _new_tuple(Node, (node_id, op, outputs, operands, values, root, number, location, is_input, operand_ids,
-                             form, hash((node_id, op, form, operand_ids)), own, highest < own,
-                             next(_SERIALS), _number_of(_TYPE_IDS, types), _number_of(_ATTR_IDS, attr_text or "")))
+    return _new_tuple(Node, skeleton + (outputs, number, next(_SERIALS), _number_of(_TYPE_IDS, types)))
 
 
+# (node id, the line after its output types) -> the Node's fields before `outputs`.
+_SKELETONS: dict[tuple[str, str], tuple] = {}
+_TYPES_FORM = re.compile(r"\[.*\]|\(.*\)|\w+\[[^\]]*\](?:\{[^}]*\})?")
 _new_tuple = tuple.__new__
 _SERIALS = itertools.count(1)
 # Never let go: a number names one text for the life of the process (a few thousand texts

@@ -157,19 +157,19 @@ class PendingRecompile:
     promised: one the run's explanation includes (a warm-up one of a small run: the JSON
     lists it as explained), computed only when read all the same: no finding reads it."""
 
-    def __init__(self, execution: Execution, compiled: list[Execution], at_site: list[Execution],
+    def __init__(self, execution: Execution, compiled: Compiled, at_site: Compiled,
                  graphs: IRGraphs, warmup: bool = True, promised: bool = False) -> None:
         self.execution, self.step, self.graph = execution.index, execution.step, execution.graph
         self.frame, self.context, self.warmup = execution.frame, execution.context, warmup
         self.promised = promised
-        # The graphs compiled before it, in all and at its site: prefixes of lists that
-        # only grow (no copy each).
+        # The graphs compiled before it, in all and at its site: the first so many of
+        # lists that only grow (no copy each).
         self._explain = (execution, compiled, len(compiled), at_site, len(at_site), graphs)
 
     @cached_property
     def explained(self) -> Recompile:
         execution, compiled, before, at_site, before_at_site, graphs = self._explain
-        return _explain(execution, compiled[:before], graphs, self.warmup, at_site[:before_at_site])
+        return _explain(execution, compiled, graphs, self.warmup, at_site, before, before_at_site)
 
     @property
     def is_explained(self) -> bool:
@@ -246,9 +246,8 @@ def explain_recompiles(
     never calls mark_step() has no steps: there a site's first syncs are its warm-up."""
     table = ExecutionTable.of(executions)
     graphs = IRGraphs.of(ir_texts)
-    compiled: dict[str | None, list[Execution]] = {}  # context -> earlier misses, one per distinct graph
-    compiled_graphs: dict[str | None, set[str]] = {}  # context -> those misses' graphs
-    compiled_at: dict[tuple, list[Execution]] = {}  # the same, per role (_Roles)
+    compiled: dict[str | None, Compiled] = {}  # context -> earlier misses, one per distinct graph
+    compiled_at: dict[tuple, Compiled] = {}  # the same, per role (_Roles)
     # Each test's first step: the step of its first execution.
     first_step = {context: table.step[table.positions[numbers[0]][0]]
                   for (context,), numbers in table.kinds_by(lambda kind: (kind.context,)).items()}
@@ -267,8 +266,8 @@ def explain_recompiles(
         context = execution.context
         start = first_step[context]
         site = roles.of(position)
-        earlier = compiled.setdefault(context, [])
-        at_site = compiled_at.setdefault(site, [])
+        earlier = compiled.setdefault(context, Compiled())
+        at_site = compiled_at.setdefault(site, Compiled())
         if site in seen_sites:
             if stepless:  # its syncs so far, this one included
                 syncs = 1 + sum(bisect.bisect_left(table.positions[n], position) for n in kinds_at[site])
@@ -288,9 +287,7 @@ def explain_recompiles(
                 explained_at[site] += not values_only
                 explained.append(_explain(execution, earlier, graphs, warmup, at_site))
         seen_sites.add(site)
-        seen = compiled_graphs.setdefault(context, set())
-        if execution.graph not in seen:
-            seen.add(execution.graph)
+        if execution.graph not in earlier:
             earlier.append(execution)
             at_site.append(execution)
             structures.setdefault(context, _Structures(graphs)).add(execution)
@@ -328,13 +325,38 @@ class _Structures:
         return known
 
 
-def _explain(execution: Execution, compiled: list[Execution], graphs: IRGraphs,
-             warmup: bool, at_site: list[Execution] | None = None) -> Recompile:
-    """at_site: those of compiled run at the execution's site (found when not given)."""
-    if at_site is None:
-        at_site = [e for e in compiled if role(e) == role(execution)]
-    same_site = [e for e in at_site if e.graph != execution.graph]
-    candidates = same_site or [e for e in compiled if e.graph != execution.graph]
+class Compiled:
+    """Executions that compiled a graph, one per distinct graph, in order, and where each
+    graph is among them: what was compiled before a recompile is the first so many."""
+
+    def __init__(self) -> None:
+        self.executions: list[Execution] = []
+        self._at: dict[str, int] = {}
+
+    def append(self, execution: Execution) -> None:
+        self._at[execution.graph] = len(self.executions)
+        self.executions.append(execution)
+
+    def __contains__(self, graph: str) -> bool:
+        return graph in self._at
+
+    def __len__(self) -> int:
+        return len(self.executions)
+
+    def others(self, graph: str, before: int) -> tuple[list[Execution], int]:
+        """Of the first `before`, the latest MAX_RANKED whose graph is another, and how
+        many are: a run that recompiles every step ranks a window, never its whole past."""
+        window = [e for e in self.executions[max(0, before - MAX_RANKED - 1):before] if e.graph != graph]
+        return window[-MAX_RANKED:], before - (self._at.get(graph, before) < before)
+
+
+def _explain(execution: Execution, compiled: Compiled, graphs: IRGraphs, warmup: bool, at_site: Compiled,
+             before: int | None = None, before_at_site: int | None = None) -> Recompile:
+    """Against the first `before` of compiled (all when None), and of at_site those run at
+    the execution's site."""
+    same_site, at_site_count = at_site.others(execution.graph, len(at_site) if before_at_site is None else before_at_site)
+    candidates, count = (same_site, at_site_count) if same_site else \
+        compiled.others(execution.graph, len(compiled) if before is None else before)
     new = graphs.parsed(execution.graph)
     base = dict(execution=execution.index, step=execution.step, graph=execution.graph,
                 frame=execution.frame, warmup=warmup, context=execution.context)
@@ -362,7 +384,7 @@ def _explain(execution: Execution, compiled: list[Execution], graphs: IRGraphs,
     # by node and keep the one with the fewest changes.
     structure = graphs.summary(execution.graph).structure
     ranked = _latest_if_closest(candidates[-1], execution.graph, graphs) or _ranked(
-        candidates[-MAX_RANKED:], execution.graph, structure, graphs)
+        candidates, execution.graph, structure, graphs)
     if not ranked:
         return Recompile(closest=None, closest_execution=None, same_site=False, diff=None,
                          note="no IR of earlier graphs to compare with", **base)
@@ -396,7 +418,7 @@ def _explain(execution: Execution, compiled: list[Execution], graphs: IRGraphs,
     _, closest, diff = best
     shared = graphs.overlap(closest.graph, execution.graph)
     choice = (f"compared with execution {closest.index}'s graph {closest.graph}: the closest of "
-              f"{len(candidates)} earlier graph{'s' if len(candidates) != 1 else ''} {where} "
+              f"{count} earlier graph{'s' if count != 1 else ''} {where} "
               f"({shared:.0%} of ops shared, {diff.changed_count} nodes differ)")
     note, same_hlo = "", False
     new_text = graphs.text(execution.graph)
@@ -469,18 +491,15 @@ def explain_execution(
     target = table[position]
     roles = _Roles(table, not any(table.step))
     wanted = roles.of(position)
-    compiled: list[Execution] = []
-    at_site: list[Execution] = []
-    seen: set[str] = set()
+    compiled, at_site = Compiled(), Compiled()
     misses = table.where(lambda kind: kind.is_miss)
     for miss in misses[:bisect.bisect_left(misses, position)]:
         execution = table[miss]
-        if execution.graph not in seen:
-            seen.add(execution.graph)
+        if execution.graph not in compiled:
             compiled.append(execution)
             if roles.of(miss) == wanted:
                 at_site.append(execution)
-    if not any(e.graph != target.graph for e in compiled):
+    if not compiled.others(target.graph, len(compiled))[0]:
         return None
     warmup = target.step - (0 if roles.stepless else roles.first_step(position)) < warmup_steps
     return _explain(target, compiled, IRGraphs.of(ir_texts), warmup, at_site)
