@@ -23,6 +23,7 @@ BATCH = 200_000  # rows per update after that (a fraction of a second to read)
 # Above this much IR, the first analysis is a quick pass (analysis.analyze(quick=True)),
 # then the whole one: parsing runs at about 20 MB/s on this machine.
 QUICK_FIRST_IR_BYTES = 8 << 20
+FINISHED_ROWS_SHOWN_S = 0.02
 
 
 @dataclass
@@ -94,9 +95,11 @@ class TraceWatcher:
             if update.done:
                 return
             # Also after a batch, so the UI gets the GIL to show it; but not while a big
-            # trace is still being read in.
+            # trace is still being read in. A finished run's last rows are in: a moment to
+            # show them, then the analysis at once (a saved trace's first answer).
             if not update.more:
-                time.sleep(self.poll_s)
+                finished = update.added and update.run is not None and update.run.finished
+                time.sleep(FINISHED_ROWS_SHOWN_S if finished else self.poll_s)
 
     def _open(self) -> str | None:
         try:

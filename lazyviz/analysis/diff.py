@@ -293,7 +293,8 @@ def _positional_origins(old: IRGraph, new: IRGraph) -> tuple[tuple[Change, ...],
     if carried:
         # Which carried nodes differ: new output types, or attributes (other than the alias mark).
         found |= carried & _differing(old_types ^ new_types, count)
-        for at in _positions(carried & _differing(old_attrs ^ new_attrs, count) & ~found):
+        same_types = carried & ~found
+        for at in _positions(same_types & _differing(old_attrs ^ new_attrs, count)) if same_types else ():
             if _compare(old_nodes[at], new_nodes[at], True):
                 found |= 1 << at
     changes += _aliasing(old, new, {}, same_ids=True)
