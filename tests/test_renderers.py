@@ -110,6 +110,23 @@ def test_a_site_recompiling_every_step_is_counted_whole_but_compared_a_few_times
     assert finding.kind == "dynamic_shape" and len(finding.details["history"]) == 28
 
 
+def test_a_small_runs_warm_up_recompile_is_compared_when_read_and_listed_as_compared() -> None:
+    """No finding reads a warm-up recompile: the analysis leaves its diff until asked,
+    and the JSON lists it as compared all the same, with its changes."""
+    from lazyviz.analysis.recompiles import PendingRecompile, is_compared
+    from lazyviz.export.report import recompile_json
+
+    shapes = {f"r{r}": chain_ir(12, rows=r) for r in range(16, 22)}
+    executions = [ex(i, step=i, graph=f"r{16 + i}", cache="miss") for i in range(6)]
+    analysis = analyze(run_info(steps=6), executions, shapes)
+    [warmup] = [r for r in analysis.recompiles if r.warmup]  # step 1's: step 0 is the site's first
+    assert isinstance(warmup, PendingRecompile) and is_compared(warmup)
+    assert "explained" not in warmup.__dict__  # the analysis did not diff it
+    listed = recompile_json(warmup)
+    assert listed["explained"] is True and listed["changes"] and "explained" in warmup.__dict__
+    assert listed["summary"].startswith("input shape")
+
+
 def test_json_report_lists_a_graph_pairs_changes_once(tmp_path: Path) -> None:
     # A cache thrashing between two known graphs: every execution a miss. 100,000 such
     # misses made a 988 MB report when each repeated its changes.
