@@ -9,8 +9,10 @@
 2. Synthetic ones from the real writer: N distinct graphs of NODES nodes, a new input
    shape at every step (one recompile a step), for several N: `report` should grow
    linearly with N.
+3. Real runs that recompile at every step (bench/_recompile_loop.py: a transformer layer
+   trained with a new input shape each step), for several numbers of steps (--real).
 
-    python bench/heavy_report.py [--trace EXISTING] [--graphs 1000 3000 10000] [--nodes 300]
+    python bench/heavy_report.py [--trace EXISTING] [--graphs 1000 3000 10000] [--nodes 300] [--real 500 1500]
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from reports import timed  # a fresh process's wall time and peak RSS
 
+from lazyviz import open as lazyviz_open
 from lazyviz.trace.schema import GraphRecord
 from lazyviz.trace.synthetic import execution
 from lazyviz.trace.writer import TraceWriter
@@ -93,6 +96,7 @@ def main() -> None:
     parser.add_argument("--trace", type=Path, help="an existing heavy trace instead of running the BERT program")
     parser.add_argument("--graphs", type=int, nargs="*", default=[1000, 3000, 10000])
     parser.add_argument("--nodes", type=int, default=300)
+    parser.add_argument("--real", type=int, nargs="*", default=[], help="steps of real runs that recompile every step")
     options = parser.parse_args()
     lazyviz = [sys.executable, "-m", "lazyviz"]
     with tempfile.TemporaryDirectory() as folder:
@@ -114,6 +118,16 @@ def main() -> None:
                 synthetic_trace(path, count, options.nodes)
                 seconds, peak = timed([*lazyviz, "report", str(path)])
                 print(f"{count:8d} {seconds:9.2f} {seconds / count * 1000:7.3f} {peak:8.0f}")
+        if options.real:
+            print("\nreal: a transformer layer, a new input shape every step (TorchScript backend)")
+            print(f"{'steps':>8} {'graphs':>7} {'report s':>9} {'per 1k':>7} {'peak MB':>8}")
+            for steps in options.real:
+                path = Path(folder) / f"real-{steps}.trace"
+                subprocess.run([*lazyviz, "run", "--no-tui", "-o", str(path), str(ROOT / "bench/_recompile_loop.py"),
+                                "--steps", str(steps)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                graphs = len(lazyviz_open(path).ir_texts())
+                seconds, peak = timed([*lazyviz, "report", str(path)])
+                print(f"{steps:8d} {graphs:7d} {seconds:9.2f} {seconds / graphs * 1000:7.3f} {peak:8.0f}")
 
 
 if __name__ == "__main__":

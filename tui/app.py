@@ -316,7 +316,9 @@ class LazyvizApp(App[str | None]):
         return self.run_info is not None and self.run_info.finished
 
     def _show_fix(self, highlighted: int | None) -> None:
-        findings = self.latest.findings if self.latest else []
+        # The fix of the finding the strip shows: a quick pass's (a fallback's, a missing
+        # mark_step()'s: findings it knows whole) at once, then the whole analysis's.
+        findings = self.query_one(FindingsStrip).findings
         at = highlighted if highlighted is not None and 0 <= highlighted < len(findings) else 0
         self.query_one(FixLine).show(findings[at] if findings else None)
 
