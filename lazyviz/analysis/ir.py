@@ -236,7 +236,7 @@ _KEPT_STRUCTURES = 1024
 _SKIPPED = object()  # a line that is no node: blank, a brace, a comment
 _NOT_NODES = frozenset({"IR {", "}", "{"})
 _KNOWN_LINES: dict[tuple[str, int], Node | object] = {}  # (line, number) -> its node, for every run read
-_KEPT_LINES = 400_000  # past this many, the kept lines are let go (a long session reading many traces)
+_KEPT_LINES = 150_000  # past this many, the kept lines are let go (a long session reading many traces)
 _KEY, _NUMBER, _FEEDS_FORWARD, _ID, _OP, _SERIAL, _TYPES_ID, _ATTRS_ID = (operator.attrgetter(name) for name in (
     "key", "number", "feeds_forward", "id", "op", "serial", "types_id", "attrs_id"))
 
