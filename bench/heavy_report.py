@@ -84,7 +84,8 @@ async def ui_first_answer(trace: Path) -> tuple[float, float, float]:
             strip = app.query_one(FindingsStrip)
             if first is None and any(not strip.get_option_at_index(i).disabled for i in range(strip.option_count)):
                 first = time.perf_counter() - started  # a finding, not "looking for problems…"
-            if fix is None and strip.option_count and app.query_one("#fix").display:
+            shown = app.query_one("#fix").finding  # display alone reads True before its CSS applies
+            if fix is None and shown is not None and shown.fix:
                 fix = time.perf_counter() - started
             if app.latest is not None and app.latest.analysis.complete and app._opened:
                 whole = time.perf_counter() - started
