@@ -222,16 +222,16 @@ def _changes(old: IRGraph, new: IRGraph, mapping: dict[str, str],
                 changes.append(Change("op_removed", "", node.op, node.type_text, "", True, old_node=node.id,
                                       location=node.location))
     changes += _aliasing(old, new, mapping, same_ids)
-    return _in_order(changes, differing, carried)
-
-
-def _in_order(changes: list[Change], differing: set[str],
-              carried: bool) -> tuple[tuple[Change, ...], frozenset[str]]:
-    """(the changes origins first, or only the origins; the ids of the nodes that differ)."""
-    changes = _carry_shape_constants(changes)
-    changes.sort(key=lambda c: (not c.origin, KINDS.index(c.kind) if c.origin else 0))
+    changes = _in_order(changes)
     changed_nodes = frozenset(differing.union(c.node for c in changes if c.node))
     return tuple(changes) if carried else tuple(c for c in changes if c.origin), changed_nodes
+
+
+def _in_order(changes: list[Change]) -> list[Change]:
+    """The changes, those a new input's sizes explain carried, origins first in the order a user reads them."""
+    changes = _carry_shape_constants(changes)
+    changes.sort(key=lambda c: (not c.origin, KINDS.index(c.kind) if c.origin else 0))
+    return changes
 
 
 def _walk(old: IRGraph, new: IRGraph, mapping: dict[str, str], same_ids: bool,
@@ -301,8 +301,7 @@ def _positional_origins(old: IRGraph, new: IRGraph) -> tuple[tuple[Change, ...],
     for change in changes:  # an alias change's input, found apart
         if change.kind == "aliasing":
             found |= 1 << new.ids.index(change.node)
-    origins, _ = _in_order(changes, set(), carried=False)
-    return origins, ChangedNodes(found, new.ids)
+    return tuple(c for c in _in_order(changes) if c.origin), ChangedNodes(found, new.ids)
 
 
 def _differing(xor: int, count: int) -> int:
