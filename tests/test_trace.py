@@ -150,3 +150,55 @@ def test_not_a_trace(tmp_path: Path) -> None:
     for path in (other, tmp_path / "missing.trace"):
         with pytest.raises(lazyviz.TraceError):
             lazyviz.open(path)
+
+
+CLOSING_UNDER_READERS = """
+import os, sys, threading, time
+from pathlib import Path
+import lazyviz
+from lazyviz.trace.reader import close_all
+from lazyviz.trace.files import finish_trace
+
+path = Path(sys.argv[1])
+held = lazyviz.open(path)  # the UI watcher's: open for the whole run
+stop = False
+
+def keep_reading(fresh):
+    try:
+        while not stop:
+            if fresh:  # the details pane's: one trace per selection
+                with lazyviz.open(path) as trace:
+                    trace.ir_texts()
+            else:
+                held.count(); held.ir_texts(); held.run; held.table()
+    except lazyviz.TraceError:
+        pass  # closed under it: the process is exiting
+
+threads = [threading.Thread(target=keep_reading, args=(fresh,), daemon=True) for fresh in (False, True)]
+for thread in threads:
+    thread.start()
+time.sleep(0.05)
+close_all()  # what the SIGHUP handler does, from the main thread, before os._exit
+print(finish_trace(path, {}), sorted(p.name for p in path.parent.iterdir()))
+os._exit(0)
+"""
+
+
+def test_closing_every_trace_while_threads_read_leaves_one_file(tmp_path: Path) -> None:
+    """A closed terminal ends the UI from its main thread while the watcher and the
+    details pane read: closing their connections under them crashed the process
+    (SIGSEGV), and a crashed UI left -wal and -shm beside the trace."""
+    import subprocess
+    import sys
+
+    for attempt in range(12):  # the crash needed the close to land mid-read: a few tries
+        folder = tmp_path / str(attempt)
+        folder.mkdir()
+        path = folder / "t.trace"
+        _varied_trace(path, 400)
+        with sqlite3.connect(path) as db:  # as a live run leaves it
+            db.execute("PRAGMA journal_mode=WAL")
+        done = subprocess.run([sys.executable, "-c", CLOSING_UNDER_READERS, str(path)],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.strip() == "None ['t.trace']"

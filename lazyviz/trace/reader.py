@@ -10,6 +10,7 @@ import math
 import os
 import re
 import sqlite3
+import threading
 import time
 import zlib
 from array import array
@@ -254,6 +255,7 @@ _RUN_FIELDS: dict[str, tuple[type | tuple[type, ...], object]] = {
 
 _OPEN: WeakSet[Trace] = WeakSet()  # every Trace open in this process (close_all)
 _EXITING = False  # close_all ran: the process is about to exit, and opens no trace again
+CLOSE_ALL_WAIT_S = 2.0  # how long close_all waits for a thread's read to end
 
 
 def close_all() -> None:
@@ -265,10 +267,17 @@ def close_all() -> None:
     global _EXITING
     _EXITING = True
     for trace in list(_OPEN):
+        # Closing a connection another thread is reading through crashes the process
+        # (sqlite3 frees it under that thread): wait for its read to end. One that does
+        # not end soon stays open: its -wal and -shm stay, the process does not crash.
+        if not trace._using.acquire(timeout=CLOSE_ALL_WAIT_S):
+            continue
         try:
             trace.close()
         except Exception:
             pass
+        finally:
+            trace._using.release()
 
 
 class Trace:
@@ -283,6 +292,9 @@ class Trace:
         # The kinds extend() has read: by id, its number in the list.
         self._known_kinds: list[Kind] = []
         self._known_ids: dict[int, int] = {}
+        # Held while the connection is in use, so close_all (another thread) closes it
+        # only between reads.
+        self._using = threading.RLock()
         self._db = self._connect()
         try:
             self._check_schema()
@@ -290,6 +302,9 @@ class Trace:
             self._db.close()
             raise
         _OPEN.add(self)
+        if _EXITING:  # close_all ran while this one opened: it may not have seen it
+            self.close()
+            raise TraceError(f"{self.path}: not opened: this process is exiting")
 
     def _connect(self) -> sqlite3.Connection:
         path = self.path
@@ -356,6 +371,10 @@ class Trace:
             self._execution_select = f"SELECT {wide} FROM executions AS e LEFT JOIN kinds AS k ON k.id = e.kind"
 
     def _query(self, sql: str, params: tuple | list = ()) -> list[tuple]:
+        with self._using:
+            return self._query_now(sql, params)
+
+    def _query_now(self, sql: str, params: tuple | list) -> list[tuple]:
         try:
             try:
                 return self._db.execute(sql, params).fetchall()
@@ -387,8 +406,9 @@ class Trace:
                 gc.enable()
 
     def close(self) -> None:
-        self._db.close()
-        self._closed = True
+        with self._using:
+            self._db.close()
+            self._closed = True
         _OPEN.discard(self)
 
     def __enter__(self) -> Trace:
@@ -502,10 +522,12 @@ class Trace:
         columns = [array("d" if name.endswith("_ms") else "q" if name != "kind" else "l") for name in names]
         try:
             where = "" if start is None else f"WHERE idx >= {int(start)} "
-            cursor = self._db.execute(f"SELECT {', '.join(names)} FROM executions {where}ORDER BY idx LIMIT ?", (limit,))
-            while rows := cursor.fetchmany(65536):
-                for column, values in zip(columns, zip(*rows)):
-                    column.extend(values)
+            with self._using:
+                cursor = self._db.execute(f"SELECT {', '.join(names)} FROM executions {where}ORDER BY idx LIMIT ?",
+                                          (limit,))
+                while rows := cursor.fetchmany(65536):
+                    for column, values in zip(columns, zip(*rows)):
+                        column.extend(values)
         except (TypeError, OverflowError):  # a value of the wrong type
             return None
         except (sqlite3.Error, ValueError) as error:
@@ -515,8 +537,10 @@ class Trace:
         return columns
 
     def _reopen(self) -> None:
-        if self._closed:  # a table outlived the `with` that read it
-            self._db, self._closed = self._connect(), False
+        with self._using:
+            if self._closed:  # a table outlived the `with` that read it
+                self._db, self._closed = self._connect(), False
+                _OPEN.add(self)
 
     def _rest_of_one(self, index: int) -> tuple[float, float, float]:
         self._reopen()
