@@ -190,7 +190,7 @@ class Tracer:
                     elif site.runs_closures:
                         wrapper = self.backend.wrap_sync_site(original, site.cause, site.label, self._counts,
                                                               False, runs_closures=True) \
-                            or self._wrap_closure_runner(original)
+                            or self._wrap_closure_runner(original, site.closures_waiting)
                     else:
                         wrapper = self.backend.wrap_sync_site(original, site.cause, site.label, self._counts,
                                                               ends_step) \
@@ -393,16 +393,18 @@ class Tracer:
 
         return poll_point
 
-    def _wrap_closure_runner(self, original: Callable) -> Callable:
+    def _wrap_closure_runner(self, original: Callable, waiting: Callable[[], bool] | None = None) -> Callable:
         """The step's closures run after its sync, inside the step-ending call: the step's
-        executions are handed on first, then each sync inside a closure is its own."""
+        executions are handed on first, then each sync inside a closure is its own.
+        waiting: whether any closure waits; with none, the step's executions are handed
+        on by the step-ending call's own poll, after this."""
         tracer = self
         poll = self.backend.poll if self.backend.polls else None
         sync = self._sync
 
         @functools.wraps(original)
         def run_closures(*args: object, **kwargs: object) -> object:
-            if _Process.current is not tracer or sync.in_closure:
+            if _Process.current is not tracer or sync.in_closure or (waiting is not None and not waiting()):
                 return original(*args, **kwargs)
             if poll is not None:
                 poll()

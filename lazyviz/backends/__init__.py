@@ -44,6 +44,9 @@ class SyncSite:
     # It runs the step closures after a step's sync: a sync inside a closure is the
     # closure's own (cause item for its .item()), not the step's.
     runs_closures: bool = False
+    # Of a closure runner: whether any closure waits to run (None: assume one does). With
+    # none the call runs unwrapped: a polling backend's polls around it would find nothing.
+    closures_waiting: Callable[[], bool] | None = None
     # Not a sync: a call during which the backend may run graphs it reports without a
     # frame (autograd's thread in backward); polled around, they get this call's line.
     polls_around: bool = False

@@ -38,6 +38,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, MutableMapping, MutableSequence
 from pathlib import Path
 from types import ModuleType
+from typing import NamedTuple
 
 from lazyviz.backends import (
     BackendError,
@@ -127,6 +128,18 @@ class _Tail:
             self._fd = None
 
 
+class _Steady(NamedTuple):
+    """A loop's steady sync, as its last poll handed it on: the report text read, the
+    sync cause it ran under, the repeated row's site (report, cause, detail, key) and
+    the counters that moved with it."""
+
+    text: str
+    cause: str | None
+    detail: str | None
+    site: tuple
+    moved: dict[str, int]
+
+
 _OP_TYPE = re.compile(r'op_type="([^"]+)"')  # HLO metadata: the IR op an instruction lowers, "aten__mul"
 _IR_OP = re.compile(r" ([\w.]+::[\w.]+)\(")  # "%3 = f32[2]{0} aten::mul(%1, %2)"
 
@@ -202,6 +215,21 @@ class _HloDump:
                 self._signatures.pop(name, None)
                 with contextlib.suppress(OSError):
                     path.unlink()
+
+
+def _closures_waiting(xm: ModuleType) -> Callable[[], bool] | None:
+    """Whether any device's step closures wait to run (xm._run_step_closures runs those
+    of the thread's device): torch_xla 2.9 keeps them on its device contexts. None where
+    it keeps them elsewhere: the tracer then takes it that some always wait."""
+    contexts = getattr(xm, "_DEVICE_CONTEXTS", None)
+    if not isinstance(contexts, dict):
+        return None
+
+    def waiting() -> bool:
+        return any(getattr(context, "step_closures", None) or getattr(context, "async_step_closures", None)
+                   for context in list(contexts.values()))
+
+    return waiting
 
 
 def _runs_here(launcher: str, args: tuple, kwargs: dict) -> bool:
@@ -371,6 +399,12 @@ class XlaBackend(LazyBackend):
         self._started = 0.0
         self._last_end: float | None = None  # the previous execution's end, on the tracer's clock
         self._after_fallback = False  # the last row the tracer made was a fallback's: no repeats
+        # A loop's steady sync (_Steady): the last poll read one report, a cache hit, and
+        # nothing else moved. The next poll that reads the same text, sees one more lookup
+        # of XLA's and nothing else, hands it on as the same row without the parser.
+        self._steady: _Steady | None = None
+        self._handed: _Steady | None = None  # what _hand_on last handed on that could repeat
+        self._counters_read: dict[str, int] | None = None  # read by a steady check that failed: the poll's
 
     # -- set-up -------------------------------------------------------------------
     def init(self) -> None:
@@ -559,13 +593,28 @@ class XlaBackend(LazyBackend):
                 xm.wait_device_ops()
             except Exception:
                 pass
-        self._read_reports()
+        text = self._reports.read()
+        steady, self._steady = self._steady, None
+        if steady is not None and text == steady.text and not final and self._steady_again(steady):
+            self._steady = steady
+        else:
+            self._read_reports(text)
+            handed = self._poll_read(final, text)
+            self._counters_read = None
+            if not handed:
+                return
+        if self._awaiting_execute and (final or self._execute_times_due()):
+            self._take_execute_times()
+
+    def _poll_read(self, final: bool, text: str) -> bool:
+        """Hand on what the reports just read, and what XLA ran without one; False where
+        that is left to another thread's poll."""
         if self.capture_ir:
             self._read_graphs()
         if not final and self.syncing and threading.get_ident() not in self.syncing:
             # Another thread is inside a sync (a launcher's thread per device): what ran is
             # handed on by that thread's own poll, with its cause, not this one's.
-            return
+            return False
         executed, compiled = self._xla_counts()
         frameless = executed - self._executed - len(self._pending)
         if frameless > 0 and len(self.syncing) > 1:
@@ -577,10 +626,52 @@ class XlaBackend(LazyBackend):
         if self._pending or frameless > 0:
             if compiled != self._compiled or self._compile_reports != self._compile_reports_seen:
                 self._take_compile_times()
+            reports = len(self._pending)
+            self._handed = None
             self._hand_on_pending(max(frameless, 0), compiled - self._compiled, final)
+            # One cache hit that can repeat, alone in what was read (and no tensors dump
+            # to read: it names each sync's graph).
+            if (reports == 1 and frameless == 0 and compiled == self._compiled and self._handed is not None
+                    and not final and self._dump is None and not self._compiles and self._last_compile is None
+                    and self._unexpected is None and (self._echo is None or self._echo < 1)
+                    and self._report_parser.idle):
+                self._steady = self._handed._replace(text=text)
         self._executed, self._compiled = executed, compiled
-        if self._awaiting_execute and (final or self._execute_times_due()):
-            self._take_execute_times()
+        return True
+
+    def _steady_again(self, steady: _Steady) -> bool:
+        """The steady sync once more: the same report text, one more cache hit of XLA's,
+        the same counters moved, under the same sync cause; then handed on as the last
+        one was (what _poll_read would do with it), and True."""
+        syncing = self.syncing
+        if syncing and (len(syncing) > 1 or threading.get_ident() not in syncing):
+            return False
+        sync = self._sync
+        if sync.cause != steady.cause or sync.detail != steady.detail or self._pending or self._compiles:
+            return False
+        counter = self._counter_value
+        compiled = counter("UncachedCompile") or 0
+        executed = (counter("CachedCompile") or 0) + compiled
+        if executed != self._executed + 1 or compiled != self._compiled:
+            return False
+        counters = self._all_counters(False, False) if self.capture_ir else self._watched_counters()
+        if counters != self._counters or steady.moved:
+            before = self._counters
+            moved = {name: value - before.get(name, 0) for name, value in counters.items()
+                     if value != before.get(name, 0)}
+            if moved != steady.moved:
+                self._counters_read = counters  # read once: the transfers' reads are timed
+                return False
+            self._counters = counters
+        self._executed = executed
+        sync.cause, sync.detail = steady.site[1], steady.site[2]  # as _hand_on names it
+        try:
+            index = self._report_execution(steady.site[3], None, steady.moved, steady.site[0].frames, steady.site)
+        finally:
+            sync.cause, sync.detail = steady.cause, steady.detail
+        self._awaiting_execute.append(index)
+        self._last_index = index
+        return True
 
     def _execute_times_due(self) -> bool:
         """Reading XLA's ExecuteTime converts every sample it keeps (35 us once it holds
@@ -658,7 +749,9 @@ class XlaBackend(LazyBackend):
         """The executions XLA reported since the last poll, then those it ran without a
         Python frame (no report: autograd's thread), which come after them as far as
         lazyviz can tell."""
-        counters = self._all_counters(final, compiles > 0) if self.capture_ir else self._watched_counters()
+        counters = self._counters_read
+        if counters is None or final or compiles:
+            counters = self._all_counters(final, compiles > 0) if self.capture_ir else self._watched_counters()
         moved = {name: value - self._counters.get(name, 0) for name, value in counters.items()
                  if value != self._counters.get(name, 0)}
         self._counters = counters
@@ -797,6 +890,8 @@ class XlaBackend(LazyBackend):
             # The report's object stands for its text: the parser hands a loop's same text back as the same one.
             site = (report, sync.cause, sync.detail, key) if ran and graph is None and self.replicas == 1 else None
             index = self._report_execution(key, graph, counters, report.frames, site)
+            if site is not None:
+                self._handed = _Steady("", outer[0], outer[1], site, counters)
         finally:
             sync.cause, sync.detail = outer
         if ran:  # a graph that never ran gets no ExecuteTime sample
@@ -857,8 +952,9 @@ class XlaBackend(LazyBackend):
             ir_text = hlo_as_ir(hlo)
         return ir_text, hlo_entry_size(hlo)
 
-    def _read_reports(self) -> None:
-        text = self._reports.read()
+    def _read_reports(self, text: str | None = None) -> None:
+        if text is None:
+            text = self._reports.read()
         # At level 0 XLA prints only an unexpected execution: most texts hold none.
         if self._echo is not None and text and (self._echo >= 1 or "Unexpected Execution Analysis: " in text):
             shown = echoed(text, self._echo)
@@ -964,7 +1060,8 @@ class XlaBackend(LazyBackend):
             SyncSite(torch_xla, "sync", "mark_step", "torch_xla.sync()"),
             SyncSite(module, "sync", "mark_step", "torch_xla.sync()", mid_step=pending),
             SyncSite(torch_xla._XLAC, "_xla_step_marker", "mark_step", "mark_step()"),
-            SyncSite(xm, "_run_step_closures", "mark_step", "step closures", runs_closures=True),
+            SyncSite(xm, "_run_step_closures", "mark_step", "step closures", runs_closures=True,
+                     closures_waiting=_closures_waiting(xm)),
             # Autograd's thread runs backward's fallbacks without a Python frame.
             SyncSite(torch.autograd, "backward", "other", "backward()", polls_around=True),
             # Library calls that sync in the middle of a step, each a sync of its own.

@@ -96,8 +96,13 @@ class ReportParser:
         self._closed = ""  # the kind whose "----" line came last: its "====" line closes it
         self._known: dict[str, list[Report]] = {}
 
+    @property
+    def idle(self) -> bool:
+        """No block is open: what was fed ended with whole blocks."""
+        return self._report is None and not self._suspended and not self._closed
+
     def feed(self, text: str) -> list[Report]:
-        idle = self._report is None and not self._suspended and not self._closed
+        idle = self.idle
         if idle and (known := self._known.get(text)) is not None:
             return list(known)
         done = self._feed(text)
