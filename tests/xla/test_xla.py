@@ -857,6 +857,44 @@ def test_a_steady_loops_repeated_rows_are_each_execution_as_xla_ran_it(tmp_path:
             == truth["from_device"] == [60, 60 * 8 * 4]
 
 
+MIXED_LOOP = """
+import torch, torch_xla, torch_xla.core.xla_model as xm
+device = torch_xla.device()
+x = torch.zeros(8, device=device)
+read = []
+for step in range(300):
+    x = x * 2 if step % 3 == 0 else x + 1  # two graphs from one line: a steady loop
+    if step % 50 == 49:
+        x = x + torch.ones(8, device=device)  # now and then another graph
+    if step % 40 == 0:
+        xm.add_step_closure(lambda t: read.append(float(t.sum())), args=(x,))
+    torch_xla.sync()
+    if step % 70 == 0:
+        read.append((x * 3).sum().item())  # a read between syncs: an execution of its own
+print(len(read))
+"""
+
+
+@pytest.mark.parametrize("capture", ["light", "full"])
+def test_a_steady_loops_rows_name_the_graphs_xla_ran_in_its_order(tmp_path: Path, capture: str) -> None:
+    # A steady sync is handed on without reading its report again where the text and
+    # counters say it is the last one once more: every row must still be the graph XLA
+    # ran, in XLA's order, as its own analyses (the user's PT_XLA_DEBUG_FILE) list them.
+    script, analyses = tmp_path / "mixed.py", tmp_path / "analysis.txt"
+    script.write_text(MIXED_LOOP)
+    result = cli("run", "--no-tui", "--capture", capture, "-o", tmp_path / "m.trace", script,
+                 env={**os.environ, "PT_XLA_DEBUG_FILE": str(analyses)})
+    assert result.status == 0, result.stderr
+    assert result.stdout.strip() == python(script).stdout.strip() == "13"
+    ran = re.findall(r"^Execution Analysis:\s+Graph Hash: (\w+)$", analyses.read_text(), re.MULTILINE)
+    with open_trace(tmp_path / "m.trace") as trace:
+        executions = trace.executions()
+    assert len(ran) > 300 and [e.graph for e in executions] == [graph[:16] for graph in ran]
+    reads = [e for e in executions if e.cause == "item"]
+    assert len(reads) == 13 and sum("in a step closure" in (e.detail or "") for e in reads) == 8
+    assert executions[-1].step == 299  # steps completed before it: the last sync ends the 300th
+
+
 def test_a_python_index_into_a_device_schedule_becomes_data_proved(tmp_path: Path) -> None:
     """k-diffusion's Euler sampler on PyTorch/XLA: `sigmas[i]` is a constant slice in each
     step's graph, so XLA compiles every step (its own counter is the truth); the edit
