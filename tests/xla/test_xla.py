@@ -502,7 +502,7 @@ def test_a_library_calls_own_syncs_are_not_compared_as_recompiles(tmp_path: Path
 
 
 LAUNCHED = (
-    "import torch\nimport torch_xla\nimport torch_xla.core.xla_model as xm\nimport torch_xla.debug.metrics as met\n"
+    "import sys\nimport torch\nimport torch_xla\nimport torch_xla.core.xla_model as xm\nimport torch_xla.debug.metrics as met\n"
     "import torch_xla.runtime\n\n\n"
     "def train(index):\n    device = torch_xla.device()\n"
     "    model = torch.nn.Linear(8, 1).to(device)\n"
@@ -511,9 +511,11 @@ LAUNCHED = (
     "    for step in range(4):\n"
     "        loss = model(torch.ones(4, 8, device=device)).pow(2).mean()\n"
     "        loss.backward()\n        optimizer.step()\n        optimizer.zero_grad()\n        xm.mark_step()\n"
-    "    print(f'rank {torch_xla.runtime.global_ordinal()} loss {loss.item():.4f}', flush=True)\n"
-    "    print('XLA', met.counter_value('CachedCompile') or 0, met.counter_value('UncachedCompile') or 0, "
-    "file=__import__('sys').stderr, flush=True)\n\n\n"
+    # One write a line: print() writes its pieces apart, and two device threads' lines crossed.
+    "    sys.stdout.write(f'rank {torch_xla.runtime.global_ordinal()} loss {loss.item():.4f}\\n')\n"
+    "    sys.stdout.flush()\n"
+    "    sys.stderr.write(f\"XLA {met.counter_value('CachedCompile') or 0} {met.counter_value('UncachedCompile') or 0}\\n\")\n"
+    "    sys.stderr.flush()\n\n\n"
     "if __name__ == '__main__':\n    torch_xla.launch(train, args=())\n")
 
 
