@@ -88,8 +88,9 @@ class _Tail:
     read(2) a poll where the file grew by less than the buffer (a text file object
     reads twice to find the end)."""
 
-    # Under glibc's mmap threshold (128 KiB): os.read allocates its whole buffer first,
-    # and 1 MiB was an mmap and munmap at every read, 12 us where a sync adds 700 bytes.
+    # os.read allocates its whole buffer first: under glibc's mmap threshold (128 KiB)
+    # it comes from the heap. A sync adds ~700 bytes: a read after it cost 9.4 us with a
+    # 1 MiB buffer and 5.5 us with 64 KiB, in a traced loop.
     _CHUNK = 1 << 16
 
     def __init__(self, path: Path, start: int = 0) -> None:
