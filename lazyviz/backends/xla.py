@@ -77,6 +77,7 @@ _TRANSFER_METRICS = (("OutboundData", "TransferToDevice", "TransferToDeviceBytes
 _TRANSFER_NAMES = tuple(name for _metric, *names in _TRANSFER_METRICS for name in names)
 _EXECUTE_READ_S = 0.05  # XLA's execute times are read at most this often (see _execute_times_due)
 _TRANSFERS_READ_S = 1.0  # and its copies' metrics and its counters' names (full capture; see _all_counters)
+_STEADY_KEPT = 64  # report texts kept as steady syncs (a loop has a few)
 _MAX_REPEATS = 100_000  # sites whose hits repeat a row (_report_execution); more take the slow path
 _HOST_READ = "trying to access tensor value"  # XLA's cause for a sync that reads values on the host
 _FRAME_LINE = re.compile(r"^[\w ]+Analysis:\s+\S.*? \((.+):\d+\)$")  # "...Analysis:   fn (file:line)"
@@ -133,11 +134,10 @@ class _Tail:
 
 
 class _Steady(NamedTuple):
-    """A loop's steady sync, as its last poll handed it on: the report text read, the
-    sync cause it ran under, the repeated row's site (report, cause, detail, key) and
-    the counters that moved with it."""
+    """A loop's steady sync, as a poll that read its report text handed it on: the sync
+    cause it ran under, the repeated row's site (report, cause, detail, key) and the
+    counters that moved with it."""
 
-    text: str
     cause: str | None
     detail: str | None
     site: tuple
@@ -403,10 +403,11 @@ class XlaBackend(LazyBackend):
         self._started = 0.0
         self._last_end: float | None = None  # the previous execution's end, on the tracer's clock
         self._after_fallback = False  # the last row the tracer made was a fallback's: no repeats
-        # A loop's steady sync (_Steady): the last poll read one report, a cache hit, and
-        # nothing else moved. The next poll that reads the same text, sees one more lookup
-        # of XLA's and nothing else, hands it on as the same row without the parser.
-        self._steady: _Steady | None = None
+        # A loop's steady syncs (_Steady) by the report text a poll read: one report, a
+        # cache hit. A poll that reads the same text again, sees one more lookup of XLA's
+        # and the same counters move, hands it on as the same row without the parser. By
+        # text: a decode loop alternates a sync's report with a read's.
+        self._steady: dict[str, _Steady] = {}
         self._handed: _Steady | None = None  # what _hand_on last handed on that could repeat
         self._counters_read: dict[str, int] | None = None  # read by a steady check that failed: the poll's
 
@@ -598,10 +599,8 @@ class XlaBackend(LazyBackend):
             except Exception:
                 pass
         text = self._reports.read()
-        steady, self._steady = self._steady, None
-        if steady is not None and text == steady.text and not final and self._steady_again(steady):
-            self._steady = steady
-        else:
+        steady = self._steady.get(text) if text and not final else None
+        if steady is None or not self._steady_again(steady):
             self._read_reports(text)
             handed = self._poll_read(final, text)
             self._counters_read = None
@@ -639,7 +638,9 @@ class XlaBackend(LazyBackend):
                     and not final and self._dump is None and not self._compiles and self._last_compile is None
                     and self._unexpected is None and (self._echo is None or self._echo < 1)
                     and self._report_parser.idle):
-                self._steady = self._handed._replace(text=text)
+                if len(self._steady) >= _STEADY_KEPT:
+                    self._steady.clear()
+                self._steady[text] = self._handed
         self._executed, self._compiled = executed, compiled
         return True
 
@@ -651,7 +652,9 @@ class XlaBackend(LazyBackend):
         if syncing and (len(syncing) > 1 or threading.get_ident() not in syncing):
             return False
         sync = self._sync
-        if sync.cause != steady.cause or sync.detail != steady.detail or self._pending or self._compiles:
+        if (sync.cause != steady.cause or sync.detail != steady.detail or self._pending or self._compiles
+                or self._last_compile is not None or self._unexpected is not None
+                or not self._report_parser.idle):
             return False
         counter = self._counter_value
         compiled = counter("UncachedCompile") or 0
@@ -898,7 +901,7 @@ class XlaBackend(LazyBackend):
             site = (report, sync.cause, sync.detail, key) if ran and graph is None and self.replicas == 1 else None
             index = self._report_execution(key, graph, counters, report.frames, site)
             if site is not None:
-                self._handed = _Steady("", outer[0], outer[1], site, counters)
+                self._handed = _Steady(outer[0], outer[1], site, counters)
         finally:
             sync.cause, sync.detail = outer
         if ran:  # a graph that never ran gets no ExecuteTime sample
