@@ -1,7 +1,9 @@
 """Greedy decoding with a tiny Hugging Face GPT-2 (random config, no download) on
 PyTorch/XLA, as a generation loop streams tokens: each token runs the model on a
-fixed-size buffer (one graph, one cached execution a token, at torch_xla.sync()) and reads
-the token back to the host. Prints LAZYVIZ-BENCH and the milliseconds of each timed token as JSON.
+fixed-size buffer and reads the token back to the host. Two cached executions a token: the
+step's at torch_xla.sync(), and one at a `bool(tensor)` inside transformers' causal mask
+(masking_utils' _preprocess_mask_arguments), as in a user's own loop with this model.
+Prints LAZYVIZ-BENCH and the milliseconds of each timed token as JSON.
 
     PJRT_DEVICE=CPU .venv-xla/bin/python bench/_decode_loop.py WARMUP TOKENS
 """

@@ -1,6 +1,7 @@
 """lazyviz's cost on a real decode loop on PyTorch/XLA: greedy decoding with a tiny
-GPT-2 (bench/_decode_loop.py), one cached execution and one read a token, a few
-milliseconds a token. Untraced, `lazyviz run --capture light` and `--capture full` (with
+GPT-2 (bench/_decode_loop.py), two cached executions (the sync's and a `bool(tensor)` in
+transformers' mask code) and one read a token, a few milliseconds a token.
+Untraced, `lazyviz run --capture light` and `--capture full` (with
 source lines, the default), each in its own process, the rounds interleaving the modes
 so that machine noise hits them alike; each traced run against the untraced run of the
 same round.
