@@ -1,6 +1,7 @@
 """The trace file on its own: written and read back without torch."""
 from __future__ import annotations
 
+import shutil
 import sqlite3
 import threading
 import time
@@ -49,13 +50,40 @@ def test_graph_texts_are_stored_compressed_and_read_back_whole(tmp_path: Path) -
         graph = trace.graph("g1")
         assert graph.ir_text == ir and graph.backend_text == "graph(" + ir + ")"
         assert trace.ir_texts() == {"g1": ir}
-    with sqlite3.connect(tmp_path / "t.trace") as db:  # one damaged byte in the stored text
-        blob = bytearray(db.execute("SELECT ir_text FROM graphs").fetchone()[0])
-        blob[len(blob) // 2] ^= 0xFF
-        db.execute("UPDATE graphs SET ir_text = ?", (bytes(blob),))
-    with lazyviz.open(tmp_path / "t.trace") as trace, \
-            pytest.raises(lazyviz.TraceError, match="damaged: graph 'g1''s IR is not readable"):
-        trace.graph("g1")
+    for table, column in (("graphs", "ir_lines"), ("ir_lines", "text")):  # one damaged byte in what is stored
+        damaged = tmp_path / f"{table}.trace"
+        shutil.copy(tmp_path / "t.trace", damaged)
+        with sqlite3.connect(damaged) as db:
+            blob = bytearray(db.execute(f"SELECT {column} FROM {table}").fetchone()[0])
+            blob[len(blob) // 2] ^= 0xFF
+            db.execute(f"UPDATE {table} SET {column} = ?", (bytes(blob),))
+        message = "graph 'g1''s IR is not readable" if table == "graphs" else "IR lines from 1 is not readable"
+        with lazyviz.open(damaged) as trace, pytest.raises(lazyviz.TraceError, match=f"damaged: {message}"):
+            trace.graph("g1")
+
+
+def test_a_graph_stores_only_the_lines_no_graph_had_at_its_place(tmp_path: Path) -> None:
+    """A recompile's graph repeats most lines of the graph before it: those are stored
+    once, and every graph reads back as it was given, line for line."""
+    def graph_ir(rows: int) -> str:
+        return "IR {\n" + "".join(f"  %{i} = [Float[{rows if i % 50 == 0 else 16},64]] aten::add(%{i - 1}, %0), "
+                                  f"NodeType=N, location=step@train.py:{i}\n" for i in range(1, 400)) + "}\n"
+
+    texts = {f"g{rows}": graph_ir(rows) for rows in (8, 12, 16, 24)}
+    writer = TraceWriter(tmp_path / "t.trace")
+    for index, (graph, text) in enumerate(texts.items()):
+        writer.add_execution(row(index, cache="miss")._replace(graph=graph), graph=GraphRecord(graph, 400, text, "", index))
+    writer.close()
+    with sqlite3.connect(tmp_path / "t.trace") as db:
+        stored = db.execute("SELECT sum(count) FROM ir_lines").fetchone()[0]
+        whole = db.execute("SELECT count(*) FROM graphs WHERE ir_lines IS NULL").fetchone()[0]
+    # The first graph's 402 lines, then the 7 lines each later graph changed.
+    assert (stored, whole) == (402 + 3 * 7, 0)
+    with lazyviz.open(tmp_path / "t.trace") as trace:
+        read = trace.ir_texts()
+        assert dict(read) == texts and {g: trace.graph(g).ir_text for g in texts} == texts
+        assert len(set(read.line_ids("g8")) & set(read.line_ids("g24"))) == 402 - 7
+        assert read.size() == sum(map(len, texts.values()))
 
 
 def test_unfinished_trace_reads_what_was_written(tmp_path: Path) -> None:

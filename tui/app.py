@@ -29,7 +29,7 @@ from lazyviz.analysis.run import Run
 from lazyviz.analysis.summary import StepTimes
 from lazyviz.export.graphviz import ExportError, execution_dot, render_svg
 from lazyviz.present import divergence_text, finding_headline, why_text
-from lazyviz.trace import Execution, RunInfo, Trace, TraceError
+from lazyviz.trace import Execution, GraphTexts, RunInfo, Trace, TraceError
 from lazyviz.trace.files import launch_folder, new_file, output_path
 from lazyviz.tui.details import graphs_with
 from lazyviz.tui.panels import AUTO_TABS, EXECUTION_PANELS, TABS, DetailContext, explaining_tab, tab_key
@@ -101,7 +101,7 @@ class LazyvizApp(App[str | None]):
     def _reset(self) -> None:
         """Forget what was read: on start, and when switching to another rank's trace."""
         self.count = 0  # rows of the watcher's table shown so far
-        self.ir_texts: dict[str, str] = {}
+        self.ir_texts = GraphTexts()  # as the watcher reads them: by line ids
         self.ir_graphs = IRGraphs(self.ir_texts)  # the tabs' parsed graphs; with the HLO on XLA (_apply)
         self.run_info: RunInfo | None = None
         self.latest: Run | None = None  # the run as its latest analysis saw it

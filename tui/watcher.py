@@ -15,6 +15,7 @@ from lazyviz.analysis.library import Stacks, no_stacks
 from lazyviz.analysis.run import Run, stacks_of, with_hlo
 from lazyviz.analysis.summary import StepTimes, step_times
 from lazyviz.trace import RunInfo, Trace, TraceError
+from lazyviz.trace.model import GraphTexts
 from lazyviz.trace.table import ExecutionTable
 
 ANALYZE_EVERY_S = 1.0
@@ -31,7 +32,7 @@ class TraceUpdate:
     count: int = 0  # rows the watcher's table holds now: the UI shows that many
     added: int = 0  # of which new since the last update
     run: RunInfo | None = None
-    ir_texts: dict[str, str] = field(default_factory=dict)  # new graphs
+    ir_texts: GraphTexts = field(default_factory=GraphTexts)  # new graphs
     output: str = ""
     process_status: int | None = None
     analysed: Run | None = None  # the run so far, analysed
@@ -59,7 +60,7 @@ class TraceWatcher:
         # Where each kind occurs, kept up to date as rows come (a head() for the details
         # then copies it, rather than walking a million rows again).
         _ = self.executions.positions
-        self.ir_texts: dict[str, str] = {}
+        self.ir_texts = GraphTexts()
         self.graphs: IRGraphs | None = None  # over ir_texts: what one analysis parsed, the next keeps
         self.stacks: Stacks = no_stacks  # the trace's, once it is open
         self._output_offset = 0
@@ -130,7 +131,8 @@ class TraceWatcher:
         update.count, update.run = len(table), trace.run
         new_graphs = {kind.graph for kind in table.kinds[kinds_before:]} - self.ir_texts.keys()
         if new_graphs:
-            update.ir_texts = {g: t for g, t in trace.ir_texts().items() if g not in self.ir_texts}
+            texts = trace.ir_texts()
+            update.ir_texts = texts.only(texts.keys() - self.ir_texts.keys())
             self.ir_texts.update(update.ir_texts)
         now = time.monotonic()
         finished = update.run.finished or exited
@@ -146,7 +148,7 @@ class TraceWatcher:
         if fresh and due:
             # Opening a trace with much IR (a word LM's 68 MB: 4 s to analyse), the quick
             # pass goes out first, the whole analysis at the next poll, at once.
-            quick = not self._quick_sent and sum(map(len, self.ir_texts.values())) > QUICK_FIRST_IR_BYTES
+            quick = not self._quick_sent and self.ir_texts.size() > QUICK_FIRST_IR_BYTES
             self._quick_sent = True
             if self.graphs is None:  # XLA: what its IR text leaves out, from the HLO
                 self.graphs = with_hlo(self.ir_texts, trace, update.run)

@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import NamedTuple
 
 from lazyviz.analysis.diff import GraphDiff, diff_graphs
-from lazyviz.analysis.ir import IRGraph, IRParseError, parse_ir
+from lazyviz.analysis.ir import IRGraph, IRParseError, Node, parse_ir, parse_ir_lines
 from lazyviz.analysis.summary import split_hlo
+from lazyviz.trace.model import GraphTexts
 
 # Parsed nodes kept in memory (~250 bytes each): a heavy real run (a BERT fine-tune's
 # 1,100 graphs, 300,000 nodes) stays parsed whole; past that the graphs asked longest
@@ -40,6 +41,9 @@ class IRGraphs(Mapping[str, str]):
 
     def __init__(self, texts: Mapping[str, str], backend_text: Callable[[str], str] | None = None) -> None:
         self._texts = texts
+        # A trace's texts as line ids (GraphTexts): each line's node, read once for all graphs.
+        self._lines = texts if isinstance(texts, GraphTexts) else None
+        self._line_nodes: dict[int, Node | object] = {}
         self._backend_text = backend_text
         self._parsed: OrderedDict[str, IRGraph | None] = OrderedDict()  # least recently asked first
         self._parsed_nodes = 0
@@ -77,13 +81,15 @@ class IRGraphs(Mapping[str, str]):
             if graph_id in parsed:
                 parsed.move_to_end(graph_id)
                 return parsed[graph_id]
-        text = self.text(graph_id)
+        ids = self._lines.line_ids(graph_id) if self._lines is not None else None
         graph = None
-        if text:
-            try:
+        try:
+            if ids is not None:
+                graph = parse_ir_lines(ids, self._lines.lines, self._line_nodes)  # type: ignore[union-attr]
+            elif text := self.text(graph_id):
                 graph = parse_ir(text)
-            except IRParseError:
-                graph = None
+        except IRParseError:
+            graph = None
         if graph_id not in self._texts:
             return graph  # not kept: a live run may add its text later
         with self._keeping:

@@ -17,11 +17,13 @@ one node per HLO instruction, its location without a function:
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import re
 from array import array
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import NamedTuple
@@ -208,22 +210,34 @@ def parse_ir(text: str) -> IRGraph:
     lines = text.splitlines()
     # Most lines were met before at the same place (a recompile changes a few of them):
     # one lookup each, in C. A line met for the first time is read, then kept.
-    found = list(map(_KNOWN_LINES.get, zip(lines, itertools.count(1))))
+    keys = list(zip(lines, itertools.count(1)))
+    return _graph_of(list(map(_KNOWN_LINES.get, keys)), keys, lines, _KNOWN_LINES)
+
+
+def parse_ir_lines(ids: Sequence[int], lines: Sequence[str], known: dict[int, Node | object]) -> IRGraph:
+    """parse_ir for a text stored as the ids of its lines (lines: id -> line, each at one
+    place in every graph that has it; lazyviz.trace.model.GraphTexts). known: id -> its
+    node, kept by the caller for every graph of the trace: a line is read once."""
+    return _graph_of(list(map(known.get, ids)), ids, None, known, lines)
+
+
+def _graph_of(found: list, keys: Sequence, lines: list[str] | None, known: dict,
+              line_of: Sequence[str] = ()) -> IRGraph:
+    """The graph from each line's node as known (None: not met before, read now)."""
     if None in found:
-        if len(_KNOWN_LINES) >= _KEPT_LINES:
-            _KNOWN_LINES.clear()
-        for at, node in enumerate(found):
-            if node is None:
-                raw = lines[at]
-                line = raw.strip()
-                if not line or line in _NOT_NODES or line.startswith("##"):
-                    node = _SKIPPED
-                else:
-                    node = _parse_line(line, at + 1)
-                    if isinstance(node, str):
-                        raise IRParseError(f"line {at + 1}: {node}")
-                found[at] = _KNOWN_LINES[raw, at + 1] = node
-    nodes = tuple(node for node in found if node is not _SKIPPED)
+        if len(known) >= _KEPT_LINES:
+            known.clear()
+        # The lines not met before, found in C (a node is a non-empty tuple, _SKIPPED an object).
+        for at in list(itertools.compress(itertools.count(), map(operator.not_, found))):
+            line = (lines[at] if lines is not None else line_of[keys[at]]).strip()
+            if not line or line in _NOT_NODES or line.startswith("##"):
+                node = _SKIPPED
+            else:
+                node = _parse_line(line, at + 1)
+                if isinstance(node, str):
+                    raise IRParseError(f"line {at + 1}: {node}")
+            found[at] = known[keys[at]] = node
+    nodes = tuple(filter(_IS_NODE, found))
     # LTC and XLA number nodes %0, %1, ... in the order they print them, each operand
     # before its user: then nothing is used before it is defined, nor defined twice.
     if not all(map(_FEEDS_FORWARD, nodes)) or tuple(map(_NUMBER, nodes)) != _numbers(len(nodes)):
@@ -234,6 +248,7 @@ def parse_ir(text: str) -> IRGraph:
 _STRUCTURES: dict[tuple[int, ...], dict[str, object]] = {}  # IRGraph.of_structure's
 _KEPT_STRUCTURES = 1024
 _SKIPPED = object()  # a line that is no node: blank, a brace, a comment
+_IS_NODE = functools.partial(operator.is_not, _SKIPPED)  # in C, for a graph's 300,000 lines
 _NOT_NODES = frozenset({"IR {", "}", "{"})
 _KNOWN_LINES: dict[tuple[str, int], Node | object] = {}  # (line, number) -> its node, for every run read
 _KEPT_LINES = 150_000  # past this many, the kept lines are let go (a long session reading many traces)

@@ -421,7 +421,7 @@ def _explain(execution: Execution, compiled: Compiled, graphs: IRGraphs, warmup:
               f"{count} earlier graph{'s' if count != 1 else ''} {where} "
               f"({shared:.0%} of ops shared, {diff.changed_count} nodes differ)")
     note, same_hlo = "", False
-    new_text = graphs.text(execution.graph)
+    new_text = graphs.text(execution.graph) if diff.is_empty else ""
     if diff.is_empty and "xla::device_data" in new_text:
         # PyTorch/XLA's IR text leaves some values out (a slice's bounds): its HLO says them.
         values = hlo_changes(graphs.hlo(closest.graph), graphs.hlo(execution.graph)) if graphs.has_hlo else ()

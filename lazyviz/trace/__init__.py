@@ -4,7 +4,7 @@ reads. `lazyviz.open(path)` (this package's `open`) reads one. Recording is
 """
 from __future__ import annotations
 
-from lazyviz.trace.model import CAUSES, Execution, Frame, Graph, RunInfo
+from lazyviz.trace.model import CAUSES, Execution, Frame, Graph, GraphTexts, RunInfo
 from lazyviz.trace.reader import Trace, TraceError, open, open_ranks
 
-__all__ = ["CAUSES", "Execution", "Frame", "Graph", "RunInfo", "Trace", "TraceError", "open", "open_ranks"]
+__all__ = ["CAUSES", "Execution", "Frame", "Graph", "GraphTexts", "RunInfo", "Trace", "TraceError", "open", "open_ranks"]

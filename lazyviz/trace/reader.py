@@ -10,6 +10,7 @@ import math
 import os
 import re
 import sqlite3
+import sys
 import threading
 import time
 import zlib
@@ -21,7 +22,7 @@ from weakref import WeakSet
 
 from lazyviz.errors import LazyvizError
 from lazyviz.trace.files import SQLITE_MAGIC, read_only_uri
-from lazyviz.trace.model import CAUSES, TS_NAMES, Execution, Failure, Frame, Graph, RunInfo
+from lazyviz.trace.model import CAUSES, TS_NAMES, Execution, Failure, Frame, Graph, GraphTexts, RunInfo
 from lazyviz.trace.schema import (
     ADDED_COLUMNS,
     COLUMNS,
@@ -29,8 +30,10 @@ from lazyviz.trace.schema import (
     GRAPH_COLUMNS,
     KIND_FIELDS,
     KINDS_FROM,
+    LINES_FROM,
     OLD_COLUMNS,
     SCHEMA_VERSION,
+    V4_COLUMNS,
     ExecutionRecord,
     GraphRecord,
 )
@@ -228,12 +231,22 @@ def _text(value: Any, name: str) -> str:
     return data.decode("utf-8", "replace")
 
 
-def _graph(row: tuple) -> Graph:
-    r = GraphRecord(*row)
-    name = f"graph {_shown(r.id)}"
-    return Graph(_str(r.id, "a graph id"), _int(r.nodes, f"{name}'s nodes"), _text(r.ir_text, f"{name}'s IR"),
-                 _text(r.backend_text, f"{name}'s backend text"),
-                 _int(r.first_execution, f"{name}'s first execution"))
+def _line_ids(value: Any, name: str) -> array:
+    """A graph's IR as line ids (schema 5): zlib-compressed 4-byte little-endian ids."""
+    if type(value) is not bytes:
+        raise _Damaged(f"{name} is {_shown(value)}")
+    try:
+        unpacker = zlib.decompressobj()
+        data = unpacker.decompress(value, MAX_TEXT)
+        if unpacker.unconsumed_tail or not unpacker.eof or len(data) % 4:
+            raise _Damaged(f"{name} is cut short or larger than {MAX_TEXT // 2**20} MB")
+    except zlib.error:
+        raise _Damaged(f"{name} is not readable") from None
+    ids = array("I" if array("I").itemsize == 4 else "L")
+    ids.frombytes(data)
+    if sys.byteorder == "big":
+        ids.byteswap()
+    return ids
 
 
 # What each run field must be, and its value when absent.
@@ -292,6 +305,11 @@ class Trace:
         # The kinds extend() has read: by id, its number in the list.
         self._known_kinds: list[Kind] = []
         self._known_ids: dict[int, int] = {}
+        # The graphs' columns as GraphRecord's, in order (older schemas: ir_lines NULL).
+        self._graph_select = GRAPH_COLUMNS
+        # ir_lines read so far, by id (0 names none); None for an id the table lacks.
+        self._lines: list[str | None] = [""]
+        self._lines_lacking = False  # some id below len(_lines) names no stored line
         # Held while the connection is in use, so close_all (another thread) closes it
         # only between reads.
         self._using = threading.RLock()
@@ -353,7 +371,9 @@ class Trace:
                 f"({SCHEMA_VERSION}); upgrade lazyviz"
             )
         self.version = version
-        expected = COLUMNS if version >= KINDS_FROM else OLD_COLUMNS
+        expected = COLUMNS if version >= LINES_FROM else V4_COLUMNS if version >= KINDS_FROM else OLD_COLUMNS
+        if version < LINES_FROM:
+            self._graph_select = GRAPH_COLUMNS.replace("ir_lines", "NULL AS ir_lines")
         for table, columns in expected.items():
             if kinds.get(table) != "table":
                 raise TraceError(f"{self.path}: damaged: table {table} is missing")
@@ -647,18 +667,66 @@ class Trace:
             raise TraceError(f"{self.path}: damaged: {error}") from None
 
     def graph(self, graph_id: str) -> Graph | None:
-        found = self._rows(f"SELECT {GRAPH_COLUMNS} FROM graphs WHERE id = ?", (graph_id,), _graph)
+        found = self._rows(f"SELECT {self._graph_select} FROM graphs WHERE id = ?", (graph_id,), self._graph)
         return found[0] if found else None
 
     def graphs(self) -> list[Graph]:
-        return self._rows(f"SELECT {GRAPH_COLUMNS} FROM graphs ORDER BY first_execution", (), _graph)
+        return self._rows(f"SELECT {self._graph_select} FROM graphs ORDER BY first_execution", (), self._graph)
 
-    def ir_texts(self) -> dict[str, str]:
-        """graph id -> IR text, for the analysis ("" where captured light)."""
-        def pair(row: tuple) -> tuple[str, str]:
-            return _str(row[0], "a graph id"), _text(row[1], f"graph {_shown(row[0])}'s IR")
+    def _graph(self, row: tuple) -> Graph:
+        r = GraphRecord(*row)
+        name = f"graph {_shown(r.id)}"
+        if r.ir_lines is None:
+            ir_text = _text(r.ir_text, f"{name}'s IR")
+        else:
+            ids = self._checked_ids(r.ir_lines, f"{name}'s IR")  # may read new lines: self._lines after it
+            ir_text = "\n".join(map(self._lines.__getitem__, ids))
+        return Graph(_str(r.id, "a graph id"), _int(r.nodes, f"{name}'s nodes"), ir_text,
+                     _text(r.backend_text, f"{name}'s backend text"),
+                     _int(r.first_execution, f"{name}'s first execution"))
 
-        return dict(self._rows("SELECT id, ir_text FROM graphs", (), pair))
+    def ir_texts(self) -> GraphTexts:
+        """graph id -> IR text, for the analysis ("" where captured light): the graphs
+        stored as line ids stay so (GraphTexts), their lines read once."""
+        whole: dict[str, str] = {}
+        by_lines: dict[str, array] = {}
+
+        def add(row: tuple) -> None:
+            graph_id, name = _str(row[0], "a graph id"), f"graph {_shown(row[0])}'s IR"
+            if row[2] is None:
+                whole[graph_id] = _text(row[1], name)
+            else:
+                by_lines[graph_id] = self._checked_ids(row[2], name)
+
+        ir_lines = "ir_lines" if self.version >= LINES_FROM else "NULL"
+        self._rows(f"SELECT id, ir_text, {ir_lines} FROM graphs ORDER BY first_execution", (), add)
+        return GraphTexts(whole, by_lines, self._lines)
+
+    def _checked_ids(self, value: Any, name: str) -> array:
+        """A graph's line ids, each naming a stored line (read now if new)."""
+        ids = _line_ids(value, name)
+        if ids and max(ids) >= len(self._lines):
+            self._read_lines()
+        if ids and (max(ids) >= len(self._lines) or not min(ids) or
+                    (self._lines_lacking and None in map(self._lines.__getitem__, ids))):
+            raise _Damaged(f"{name} names a line the trace lacks")
+        return ids
+
+    def _read_lines(self) -> None:
+        """The lines stored since the last read (a live run's new graphs bring new ones).
+        A new list: GraphTexts handed out earlier keep theirs, which their ids fit."""
+        lines = self._lines[:]
+        for first, count, text in self._query(
+                "SELECT first, count, text FROM ir_lines WHERE first >= ? ORDER BY first", (len(lines),)):
+            try:
+                if type(first) is not int or type(count) is not int or count < 1 or first > len(lines) + 2**24:
+                    raise _Damaged(f"IR lines from {_shown(first)} are out of order")
+                read = _text(text, f"IR lines from {first}").split("\n")
+            except _Damaged as error:
+                raise TraceError(f"{self.path}: damaged: {error}") from None
+            lines += [None] * (first - len(lines))  # ids the table lacks: a graph naming one is damaged
+            lines += read if len(read) == count else [None] * count
+        self._lines, self._lines_lacking = lines, None in lines
 
     def poll(self, next_index: int, limit: int | None = None, writer_gone: bool = False) -> Followed:
         """One step of following a growing trace: executions from next_index on (at most

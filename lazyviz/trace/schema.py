@@ -11,13 +11,18 @@ FORMAT = "lazyviz-trace"
 # 3: graph texts stored zlib-compressed (a BLOB; short ones stay TEXT).
 # 4: what repeats about an execution (cause, site, graph, cache, ...) stored once per
 #    distinct combination in `kinds`; an execution row is its index, step, kind and times.
-SCHEMA_VERSION = 4
+# 5: an IR text stored as the ids of its lines in `ir_lines`, where each distinct line
+#    (at its place) is stored once: a run's graphs repeat most of their lines, and the
+#    reader parses each line once, not each graph (graphs.ir_lines; ir_text then "").
+SCHEMA_VERSION = 5
 # Texts at least this long are stored compressed: an IR or TorchScript dump shrinks 5-10x.
 COMPRESS_FROM = 256
 # Columns added after version 1: a version-1 trace lacks them and reads them as NULL.
 ADDED_COLUMNS = {"executions": ("call", "context")}
 # The first version with the `kinds` table.
 KINDS_FROM = 4
+# The first version with `ir_lines`, and graphs that name their lines.
+LINES_FROM = 5
 
 
 class ExecutionRecord(NamedTuple):
@@ -68,6 +73,9 @@ class GraphRecord(NamedTuple):
     ir_text: str | bytes  # bytes: zlib-compressed UTF-8 (schema 3)
     backend_text: str | bytes
     first_execution: int
+    # The IR as line ids (4-byte little-endian, zlib-compressed), ir_text then "" (schema 5).
+    # What the writer is given holds the text in ir_text: it stores the lines itself.
+    ir_lines: bytes | None = None
 
 
 class StackRecord(NamedTuple):
@@ -85,8 +93,14 @@ CREATE TABLE graphs (
     nodes INTEGER NOT NULL,
     ir_text NOT NULL,  -- TEXT, or a BLOB of zlib-compressed UTF-8
     backend_text NOT NULL,
-    first_execution INTEGER NOT NULL
+    first_execution INTEGER NOT NULL,
+    ir_lines BLOB  -- NULL where ir_text holds the text
 );
+-- Each distinct line of the graphs' IR at its place in a graph (its line number) once,
+-- numbered from 1: a row holds `count` lines from id `first` on, joined by newlines (TEXT,
+-- or a BLOB of zlib-compressed UTF-8). A graph's ir_lines lists its lines' ids in order,
+-- its text those lines joined by newlines.
+CREATE TABLE ir_lines (first INTEGER PRIMARY KEY, count INTEGER NOT NULL, text NOT NULL);
 CREATE TABLE stacks (id INTEGER PRIMARY KEY, frames TEXT NOT NULL);
 CREATE TABLE kinds (
     id INTEGER PRIMARY KEY,
@@ -143,6 +157,7 @@ INSERT_KIND = f"INSERT INTO kinds (id, {', '.join(KIND_FIELDS)}) VALUES ({', '.j
 # Graphs and stacks are stored once: a second insert of the same one is a no-op.
 INSERT_GRAPH = _insert("graphs", GraphRecord, "INSERT OR IGNORE")
 INSERT_STACK = _insert("stacks", StackRecord, "INSERT OR IGNORE")
+INSERT_LINES = "INSERT INTO ir_lines (first, count, text) VALUES (?, ?, ?)"
 
 # The columns a reader needs, per table: checked when a trace is opened.
 COLUMNS = {
@@ -151,6 +166,10 @@ COLUMNS = {
     "stacks": StackRecord._fields,
     "kinds": ("id", *KIND_FIELDS),
     "executions": ROW_FIELDS,
+    "ir_lines": ("first", "count", "text"),
 }
-# Before KINDS_FROM: no kinds, and each execution row holds all its fields.
-OLD_COLUMNS = {**{t: c for t, c in COLUMNS.items() if t != "kinds"}, "executions": ExecutionRecord._fields}
+# Before LINES_FROM: no ir_lines, and the graphs hold their texts whole.
+V4_COLUMNS = {**{t: c for t, c in COLUMNS.items() if t != "ir_lines"},
+              "graphs": tuple(f for f in GraphRecord._fields if f != "ir_lines")}
+# Before KINDS_FROM: no kinds either, and each execution row holds all its fields.
+OLD_COLUMNS = {**{t: c for t, c in V4_COLUMNS.items() if t != "kinds"}, "executions": ExecutionRecord._fields}
