@@ -1,16 +1,24 @@
 """The quick paths of the analysis give what the plain ones give: a diff of two graphs of
-one structure (bits, origin by origin) against the node-by-node walk, the lower bound
-on origins that spares a diff against the diff itself, and a line read as its output
-types only against the line read whole."""
+one structure (bits, origin by origin) against the node-by-node walk, the lower bounds
+that spare a diff against the diff itself, a line read as its output types only against
+the line read whole, and graphs read from a trace by their line ids against the same
+graphs read from their texts."""
 from __future__ import annotations
+
+import tempfile
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import lazyviz
 from lazyviz.analysis import ir
-from lazyviz.analysis.diff import _changes, align, diff_graphs
+from lazyviz.analysis.diff import _changes, align, diff_graphs, least_score
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.recompiles import _fewest_origins
+from lazyviz.trace.schema import GraphRecord
+from lazyviz.trace.synthetic import execution
+from lazyviz.trace.writer import TraceWriter
 
 OPS = ["aten::mm", "aten::add", "aten::relu", "aten::view_copy", "aten::expand_copy"]
 
@@ -39,6 +47,8 @@ def values(draw, skeleton):
         shape = draw(st.sampled_from(["Float[4,8]", "Float[6,8]", "Float[4,16]", "Long[4,8]", "Float[]"]))
         attrs = [f"alias=%{draw(st.sampled_from([i for i in inputs if i < index]))}" if name == "alias"
                  else f"{name}={draw(st.sampled_from(['1', '2', '4 8']))}" for name in names]
+        if draw(st.booleans()):  # where it was built: compared by no diff
+            attrs.append(f"location=step@train.py:{draw(st.sampled_from([3, 4]))}")
         operand_text = ", ".join(f"%{o}" for o in operands)
         lines.append(f"  %{index} = [{shape}] {op}({operand_text})" + "".join(f", {a}" for a in attrs)
                      + (", ROOT=0" if index == len(skeleton) - 1 else ""))
@@ -76,3 +86,38 @@ def test_a_line_read_as_its_types_only_is_the_line_read_whole(data) -> None:
     ir._SKELETONS.clear()
     whole = ir.parse_ir(second)
     assert [node._replace(serial=0) for node in quick.nodes] == [node._replace(serial=0) for node in whole.nodes]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_a_diff_of_one_structure_is_never_below_its_floor(data) -> None:
+    skeleton = data.draw(skeletons())
+    old, new = ir.parse_ir(data.draw(values(skeleton))), ir.parse_ir(data.draw(values(skeleton)))
+    diff = diff_graphs(old, new)
+    least_origins, least_changed = least_score(old, new)
+    assert len(diff.origins) >= least_origins and diff.changed_count >= least_changed
+    # The floor is the count itself where no input shares a buffer differently.
+    if old.alias_marks == new.alias_marks:
+        assert diff.changed_count == least_changed
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_graphs_read_by_their_line_ids_are_the_graphs_their_texts_give(data) -> None:
+    skeleton = data.draw(skeletons())
+    texts = {f"g{i}": data.draw(values(skeleton if i % 2 else data.draw(skeletons()))) + "\n" * (i % 3)
+             for i in range(data.draw(st.integers(1, 5)))}
+    with tempfile.TemporaryDirectory() as folder:
+        writer = TraceWriter(Path(folder) / "t.trace")
+        for index, (graph, text) in enumerate(texts.items()):
+            writer.add_execution(execution(index, cache="miss", graph=graph),
+                                 graph=GraphRecord(graph, len(text.splitlines()), text, "", index))
+        writer.close()
+        with lazyviz.open(Path(folder) / "t.trace") as trace:
+            stored = trace.ir_texts()
+    assert dict(stored) == texts
+    assert all((stored.line_ids(g) is not None) == (len(t) >= 256) for g, t in texts.items())  # long ones by lines
+    by_lines, by_text = IRGraphs(stored), IRGraphs(dict(texts))
+    for graph in texts:
+        assert [n._replace(serial=0) for n in by_lines.parsed(graph).nodes] == \
+            [n._replace(serial=0) for n in by_text.parsed(graph).nodes]

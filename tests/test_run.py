@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import zlib
 from pathlib import Path
 
 import pytest
@@ -119,9 +120,19 @@ def test_newer_schema_is_one_line(sample_trace, tmp_path: Path) -> None:
 
 
 def as_version(path: Path, version: int) -> None:
-    """Rewrite a trace in an older schema's layout: before 4, each execution row held all
-    its fields (no `kinds`); before 2, without `call` and `context`."""
+    """Rewrite a trace in an older schema's layout: before 5, each graph's IR text whole
+    (no `ir_lines`); before 4, each execution row held all its fields (no `kinds`);
+    before 2, without `call` and `context`."""
+    with lazyviz.open(path) as trace:
+        texts = {graph.id: graph.ir_text for graph in trace.graphs()}
     with sqlite3.connect(path) as db:
+        db.executemany("UPDATE graphs SET ir_text = ? WHERE id = ?",
+                       [(zlib.compress(text.encode()), graph) for graph, text in texts.items()])
+        db.execute("ALTER TABLE graphs DROP COLUMN ir_lines")
+        db.execute("DROP TABLE ir_lines")
+        db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
+        if version >= 4:
+            return
         db.execute("CREATE TABLE wide AS SELECT * FROM execution_rows ORDER BY idx")
         db.execute("DROP VIEW execution_rows")
         db.execute("DROP TABLE executions")
@@ -133,14 +144,17 @@ def as_version(path: Path, version: int) -> None:
         db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
 
 
-def test_a_version_3_trace_reads_as_it_did(sample_trace, tmp_path: Path) -> None:
-    old = tmp_path / "v3.trace"
+@pytest.mark.parametrize("version", [4, 3])
+def test_an_older_trace_reads_as_it_did(sample_trace, tmp_path: Path, version: int) -> None:
+    old = tmp_path / f"v{version}.trace"
     shutil.copy(sample_trace("batch_size_change"), old)
     current = cli("report", "--format", "json", old)
     with lazyviz.open(old) as trace:
         table, rows = list(trace.table()), trace.executions()
+        by_lines = trace.ir_texts()
     assert table == rows and len(rows) > 5  # the columns and the rows read alike
-    as_version(old, 3)
+    assert any(by_lines.line_ids(graph) is not None for graph in by_lines)  # what schema 5 changed
+    as_version(old, version)
     result = cli("report", "--format", "json", old)
     assert result.status == 0, result.stderr
     assert json.loads(result.stdout) == json.loads(current.stdout)

@@ -304,6 +304,19 @@ def _positional_origins(old: IRGraph, new: IRGraph) -> tuple[tuple[Change, ...],
     return tuple(c for c in _in_order(changes) if c.origin), ChangedNodes(found, new.ids)
 
 
+def least_score(old: IRGraph, new: IRGraph) -> tuple[int, int]:
+    """For two graphs of one structure, a floor under what their diff finds, from their
+    columns alone: (origins, nodes that differ). An input whose types differ is an origin
+    (it has no operands: no change is carried to it, and an input's new shape is never
+    folded into another's), and a node whose types or compared attributes differ is
+    among the changed (an origin, or carried and found different). A recompile's
+    ranking skips a candidate whose floor cannot beat the best diff so far."""
+    count = len(new.nodes)
+    (_, old_types, old_attrs), (_, new_types, new_attrs) = old.columns, new.columns
+    types = _differing(old_types ^ new_types, count)
+    return (types & new.input_bits).bit_count(), (types | _differing(old_attrs ^ new_attrs, count)).bit_count()
+
+
 def _differing(xor: int, count: int) -> int:
     """From the XOR of two graphs' IRGraph.columns (4 bytes a node), the nodes that differ, as bits."""
     flags = xor.to_bytes(4 * count, "little").translate(_NOT_ZERO)

@@ -73,8 +73,9 @@ class Node(NamedTuple):
     number: int  # the N of its id %N
     feeds_forward: bool  # every operand is a node numbered before it
     # Small numbers, one per distinct value in the process, that a diff compares a whole
-    # graph of at once (IRGraph.columns): its attributes as printed, which Node this is
-    # (two nodes are one exactly when these are equal), its output types as printed.
+    # graph of at once (IRGraph.columns): its attribute values as a diff compares them
+    # (attrs without the alias mark), which Node this is (two nodes are one exactly when
+    # these are equal), its output types as printed.
     attrs_id: int
     # The fields above are the same for the lines that differ only in output types (a new
     # batch size rewrites every line): read once for them all (_parse_line).
@@ -146,6 +147,16 @@ class IRGraph:
         node in node order: where the XOR of two graphs' is not 0, their nodes differ."""
         return tuple(int.from_bytes(array("I", map(field, self.nodes)).tobytes(), "little")
                      for field in (_SERIAL, _TYPES_ID, _ATTRS_ID))
+
+    @cached_property
+    def input_bits(self) -> int:
+        """Which nodes are inputs without operands, as bits by position (bit i: node i):
+        the same for every graph of the structure, worked out once for them."""
+        known = self.of_structure.get("input_bits")
+        if known is None:
+            flags = bytes(node.is_input and not node.operands for node in self.nodes)
+            known = self.of_structure["input_bits"] = int(flags.translate(_TO_DIGITS)[::-1], 2) if flags else 0
+        return known  # type: ignore[return-value]
 
     @cached_property
     def ops(self) -> tuple[str, ...]:
@@ -254,6 +265,7 @@ _KNOWN_LINES: dict[tuple[str, int], Node | object] = {}  # (line, number) -> its
 _KEPT_LINES = 150_000  # past this many, the kept lines are let go (a long session reading many traces)
 _KEY, _NUMBER, _FEEDS_FORWARD, _ID, _OP, _SERIAL, _TYPES_ID, _ATTRS_ID = (operator.attrgetter(name) for name in (
     "key", "number", "feeds_forward", "id", "op", "serial", "types_id", "attrs_id"))
+_TO_DIGITS = bytes.maketrans(b"\x00\x01", b"01")
 
 
 @lru_cache(maxsize=64)
@@ -302,12 +314,12 @@ def _parse_line(line: str, number: int) -> Node | str:
     attrs = _attrs(attr_text) if attr_text else _NO_ATTRS
     if isinstance(attrs, str):
         return attrs
-    (operands, operand_ids, outputs_read, highest), (values, root, location, names) = read, attrs
+    (operands, operand_ids, outputs_read, highest), (values, root, location, names, attrs_id) = read, attrs
     form = (names, outputs_read)
     own = int(node_id[1:])
     is_input = op in INPUT_OPS or (not operands and "device_data" in op)
     skeleton = (node_id, op, operands, values, root, location, is_input, operand_ids, form,
-                hash((node_id, op, form, operand_ids)), own, highest < own, _number_of(_ATTR_IDS, attr_text or ""))
+                hash((node_id, op, form, operand_ids)), own, highest < own, attrs_id)
     if split > 0 and rest[:split] == types:
         if len(_SKELETONS) >= _KEPT_LINES:
             _SKELETONS.clear()
@@ -324,10 +336,10 @@ _SERIALS = itertools.count(1)
 # Never let go: a number names one text for the life of the process (a few thousand texts
 # a run: its shapes, its attribute lists).
 _TYPE_IDS: dict[str, int] = {}
-_ATTR_IDS: dict[str, int] = {}
+_ATTR_IDS: dict[tuple, int] = {(): 0}  # no attributes: 0, as _NO_ATTRS
 
 
-def _number_of(numbers: dict[str, int], text: str) -> int:
+def _number_of(numbers: dict, text: object) -> int:
     number = numbers.get(text)
     if number is None:
         number = numbers[text] = len(numbers) + 1
@@ -356,8 +368,9 @@ def _operands(operand_text: str) -> tuple[tuple[str, ...], tuple[str, ...], tupl
 
 
 @lru_cache(maxsize=65536)
-def _attrs(attr_text: str) -> tuple[dict[str, str], int | None, str, tuple[str, ...]] | str:
-    """(attributes without the debug ones, ROOT, location, the attribute names sorted) or what is wrong."""
+def _attrs(attr_text: str) -> tuple[dict[str, str], int | None, str, tuple[str, ...], int] | str:
+    """(attributes without the debug ones, ROOT, location, the attribute names sorted, the
+    number of the values a diff compares: Node.attrs_id) or what is wrong."""
     attrs: dict[str, str] = {}
     root, location = None, ""
     for item in _ATTR_SPLIT.split(attr_text):
@@ -370,10 +383,11 @@ def _attrs(attr_text: str) -> tuple[dict[str, str], int | None, str, tuple[str, 
             location = value
         elif name not in _DEBUG_ATTRS:
             attrs[name] = value
-    return attrs, root, location, tuple(sorted(attrs))
+    compared = tuple(sorted(item for item in attrs.items() if item[0] != "alias"))  # as diff._compare does
+    return attrs, root, location, tuple(sorted(attrs)), _number_of(_ATTR_IDS, compared)
 
 
-_NO_ATTRS: tuple[dict[str, str], None, str, tuple[str, ...]] = ({}, None, "", ())
+_NO_ATTRS: tuple[dict[str, str], None, str, tuple[str, ...], int] = ({}, None, "", (), 0)
 
 
 def _clip(text: str, limit: int = 60) -> str:

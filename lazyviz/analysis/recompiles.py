@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from lazyviz.analysis.diff import Change, GraphDiff
+from lazyviz.analysis.diff import Change, GraphDiff, least_score
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.hlo import hlo_changes, hlo_input_changes
 from lazyviz.hlo_text import FROM_HLO
@@ -398,7 +398,7 @@ def _explain(execution: Execution, compiled: Compiled, graphs: IRGraphs, warmup:
                  f"execution {nearest.index}'s, shares {overlap:.0%} of its ops)")
     best: tuple[tuple[int, int, float, int], Execution, GraphDiff] | None = None
     for overlap, order, candidate in ranked[:MAX_DIFFED]:
-        if best is not None and _fewest_origins(candidate.graph, execution.graph, graphs) > len(best[2].origins):
+        if best is not None and _cannot_win(candidate.graph, execution.graph, graphs, best[0], overlap, order):
             continue  # it cannot come closer than the best so far: no need to diff it
         diff = graphs.diff(candidate.graph, execution.graph)
         if diff is None:
@@ -451,6 +451,19 @@ def _ranked(candidates: list[Execution], new_id: str, structure: int,
             ranked.append((-graphs.overlap(candidate.graph, new_id), summary.structure != structure, order, candidate))
     ranked.sort(key=lambda t: t[:3])
     return [(-overlap, order, candidate) for overlap, _, order, candidate in ranked]
+
+
+def _cannot_win(old_id: str, new_id: str, graphs: IRGraphs, best: tuple[int, int, float, int],
+                overlap: float, order: int) -> bool:
+    """Whether a diff of the two graphs must score worse than best (fewest origins, then
+    fewest changed nodes, then most ops shared, then the latest): from their ops alone,
+    or for two graphs of one structure from their output types (diff.least_score)."""
+    if _fewest_origins(old_id, new_id, graphs) > best[0]:
+        return True
+    old, new = graphs.parsed(old_id), graphs.parsed(new_id)
+    if old is None or new is None or old.structure != new.structure:
+        return False
+    return (*least_score(old, new), -overlap, order) >= best
 
 
 def _fewest_origins(old_id: str, new_id: str, graphs: IRGraphs) -> int:

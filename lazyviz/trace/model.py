@@ -1,7 +1,7 @@
 """Plain model objects read from a trace: what analysis, the UI and exporters consume."""
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple
@@ -80,51 +80,47 @@ class GraphTexts(Mapping[str, str]):
     the rest whole. The analysis parses by line id (a line once, not once per graph); a
     text is joined only when asked for. A live view adds the graphs it reads (update)."""
 
-    def __init__(self, whole: dict[str, str] | None = None, by_lines: dict[str, Sequence[int]] | None = None,
-                 lines: Sequence[str] = ()) -> None:
-        self._whole = whole or {}
-        self._by_lines = by_lines or {}
+    def __init__(self, graphs: dict[str, str | Sequence[int]] | None = None, lines: Sequence[str] = ()) -> None:
+        self._graphs = graphs if graphs is not None else {}  # id -> its text, or its line ids
         self.lines = lines  # line id -> its text
 
     def __getitem__(self, graph_id: str) -> str:
-        ids = self._by_lines.get(graph_id)
-        return self._whole[graph_id] if ids is None else "\n".join(map(self.lines.__getitem__, ids))
+        held = self._graphs[graph_id]
+        return held if isinstance(held, str) else "\n".join(map(self.lines.__getitem__, held))
 
     def __contains__(self, graph_id: object) -> bool:
-        return graph_id in self._by_lines or graph_id in self._whole
+        return graph_id in self._graphs
 
     def __iter__(self) -> Iterator[str]:
-        yield from self._whole
-        yield from self._by_lines
+        return iter(self._graphs)
 
     def __len__(self) -> int:
-        return len(self._whole) + len(self._by_lines)
+        return len(self._graphs)
 
     def line_ids(self, graph_id: str) -> Sequence[int] | None:
         """The graph's lines as ids into `lines`; None where it is held whole (or unknown)."""
-        return self._by_lines.get(graph_id)
+        held = self._graphs.get(graph_id)
+        return None if held is None or isinstance(held, str) else held
 
     def size(self) -> int:
         """The characters of every text, without joining any."""
         lengths = [len(line) if line else 0 for line in self.lines]
-        return sum(map(len, self._whole.values())) + sum(
-            sum(map(lengths.__getitem__, ids)) + len(ids) - 1 for ids in self._by_lines.values())
+        return sum(len(held) if isinstance(held, str) else sum(map(lengths.__getitem__, held)) + len(held) - 1
+                   for held in self._graphs.values())
 
-    def update(self, other: Mapping[str, str]) -> None:
+    def update(self, other: Mapping[str, str]) -> None:  # type: ignore[override]
         """Add other's graphs: another GraphTexts read later from the same trace (its lines
         are these and more), or plain texts."""
         if not isinstance(other, GraphTexts):
-            self._whole.update(other)
+            self._graphs.update(other)
             return
         if len(other.lines) >= len(self.lines):
             self.lines = other.lines
-        self._whole.update(other._whole)
-        self._by_lines.update(other._by_lines)
+        self._graphs.update(other._graphs)
 
-    def only(self, graph_ids: set[str]) -> GraphTexts:
+    def only(self, graph_ids: Set[str]) -> GraphTexts:
         """These graphs alone (those held), sharing the lines."""
-        return GraphTexts({g: t for g, t in self._whole.items() if g in graph_ids},
-                          {g: ids for g, ids in self._by_lines.items() if g in graph_ids}, self.lines)
+        return GraphTexts({g: held for g, held in self._graphs.items() if g in graph_ids}, self.lines)
 
 
 class Failure(NamedTuple):

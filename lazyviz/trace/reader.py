@@ -688,19 +688,13 @@ class Trace:
     def ir_texts(self) -> GraphTexts:
         """graph id -> IR text, for the analysis ("" where captured light): the graphs
         stored as line ids stay so (GraphTexts), their lines read once."""
-        whole: dict[str, str] = {}
-        by_lines: dict[str, array] = {}
-
-        def add(row: tuple) -> None:
-            graph_id, name = _str(row[0], "a graph id"), f"graph {_shown(row[0])}'s IR"
-            if row[2] is None:
-                whole[graph_id] = _text(row[1], name)
-            else:
-                by_lines[graph_id] = self._checked_ids(row[2], name)
+        def pair(row: tuple) -> tuple[str, str | array]:
+            name = f"graph {_shown(row[0])}'s IR"
+            return _str(row[0], "a graph id"), _text(row[1], name) if row[2] is None else self._checked_ids(row[2], name)
 
         ir_lines = "ir_lines" if self.version >= LINES_FROM else "NULL"
-        self._rows(f"SELECT id, ir_text, {ir_lines} FROM graphs ORDER BY first_execution", (), add)
-        return GraphTexts(whole, by_lines, self._lines)
+        graphs = dict(self._rows(f"SELECT id, ir_text, {ir_lines} FROM graphs ORDER BY first_execution", (), pair))
+        return GraphTexts(graphs, self._lines)
 
     def _checked_ids(self, value: Any, name: str) -> array:
         """A graph's line ids, each naming a stored line (read now if new)."""
