@@ -52,6 +52,7 @@ class IRGraphs(Mapping[str, str]):
         self._keeping = threading.Lock()
         self._summaries: dict[str, GraphSummary | None] = {}
         self._op_counts: dict[tuple, Counter[str]] = {}  # shared by graphs with the same ops
+        self._op_counts_of: dict[int, tuple[Counter[str], Counter[str]]] = {}  # a structure's -> the shared one
         self._hlo: dict[str, str] = {}
         self._diffs: dict[tuple[str, str], GraphDiff | None] = {}
 
@@ -116,8 +117,12 @@ class IRGraphs(Mapping[str, str]):
     def _summary_of(self, graph: IRGraph | None) -> GraphSummary | None:
         if graph is None:
             return None
-        counts = graph.op_counts
-        shared = self._op_counts.setdefault(tuple(sorted(counts.items())), counts)
+        counts = graph.op_counts  # one per structure; here one per distinct set of ops
+        held = self._op_counts_of.get(id(counts))  # held with it: its id names no other while kept
+        if held is None:
+            held = self._op_counts_of[id(counts)] = (counts, self._op_counts.setdefault(
+                tuple(sorted(counts.items())), counts))
+        shared = held[1]
         return GraphSummary(len(graph), hash(graph.structure), shared)
 
     def overlap(self, a: str, b: str) -> float:

@@ -165,8 +165,12 @@ class IRGraph:
 
     @cached_property
     def op_counts(self) -> Counter[str]:
-        """Every node's op, inputs too, and how many nodes have it."""
-        return Counter(map(_OP, self.nodes))
+        """Every node's op, inputs too, and how many nodes have it: one Counter for every
+        graph of the structure (a BERT fine-tune's 1,099 graphs have 182). Not to be changed."""
+        known = self.of_structure.get("op_counts")
+        if known is None:
+            known = self.of_structure["op_counts"] = Counter(map(_OP, self.nodes))
+        return known  # type: ignore[return-value]
 
     @cached_property
     def built_at(self) -> Counter[str]:

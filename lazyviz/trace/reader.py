@@ -697,12 +697,13 @@ class Trace:
         return GraphTexts(graphs, self._lines)
 
     def _checked_ids(self, value: Any, name: str) -> array:
-        """A graph's line ids, each naming a stored line (read now if new)."""
+        """A graph's line ids, each naming a stored line (read now if new; 0 names an empty
+        one, as no stored line is)."""
         ids = _line_ids(value, name)
-        if ids and max(ids) >= len(self._lines):
+        highest = max(ids, default=0)
+        if highest >= len(self._lines):
             self._read_lines()
-        if ids and (max(ids) >= len(self._lines) or not min(ids) or
-                    (self._lines_lacking and None in map(self._lines.__getitem__, ids))):
+        if highest >= len(self._lines) or (self._lines_lacking and None in map(self._lines.__getitem__, ids)):
             raise _Damaged(f"{name} names a line the trace lacks")
         return ids
 
