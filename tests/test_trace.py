@@ -83,7 +83,33 @@ def test_a_graph_stores_only_the_lines_no_graph_had_at_its_place(tmp_path: Path)
         read = trace.ir_texts()
         assert dict(read) == texts and {g: trace.graph(g).ir_text for g in texts} == texts
         assert len(set(read.line_ids("g8")) & set(read.line_ids("g24"))) == 402 - 7
-        assert read.size() == sum(map(len, texts.values()))
+        distinct = {(line, number) for text in texts.values() for number, line in enumerate(text.split("\n"))}
+        assert read.size() == sum(len(line) + 1 for line, _ in distinct)  # each stored line once
+
+
+def test_lines_let_go_are_unpacked_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past KEPT_UNPACKED lines a row stays compressed until asked again: the texts and
+    the parsed graphs read the same as with every line kept."""
+    from lazyviz.analysis.graphs import IRGraphs
+    from lazyviz.trace import lines
+
+    texts = {f"g{rows}": f"IR {{\n  %0 = [Float[{rows}]] lazy_tensors::device_data()\n" + "".join(
+        f"  %{i} = [Float[{rows},{i}]] aten::relu(%{i - 1}), NodeType=N\n" for i in range(1, 60)) + "}\n"
+        for rows in range(20)}
+    writer = TraceWriter(tmp_path / "t.trace")
+    for index, (graph, text) in enumerate(texts.items()):
+        writer.add_execution(row(index, cache="miss")._replace(graph=graph), graph=GraphRecord(graph, 60, text, "", index))
+    writer.close()
+    with lazyviz.open(tmp_path / "t.trace") as trace:
+        whole = IRGraphs(trace.ir_texts())
+        kept = {g: [n.op for n in whole.parsed(g).nodes] for g in texts}
+    monkeypatch.setattr(lines, "KEPT_UNPACKED", 100)  # about two graphs' lines
+    with lazyviz.open(tmp_path / "t.trace") as trace:
+        read = trace.ir_texts()
+        assert dict(read) == texts and {g: read[g] for g in reversed(list(read))} == texts  # again, in any order
+        assert read.lines._unpacked_lines <= 100 + 62
+        graphs = IRGraphs(read)
+        assert {g: [n.op for n in graphs.parsed(g).nodes] for g in reversed(list(texts))} == kept
 
 
 def test_unfinished_trace_reads_what_was_written(tmp_path: Path) -> None:

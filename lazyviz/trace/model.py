@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple
 
+from lazyviz.trace.lines import StoredLines
+
 CAUSES = ("mark_step", "item", "print", "cpu", "tolist", "bool", "fallback", "other")
 # What traces from before backends named themselves get: torch's TorchScript backend.
 TS_NAMES = {"mark_step": "torch._lazy.mark_step()", "step_closure": "torch._lazy.add_step_closure"}
@@ -103,10 +105,10 @@ class GraphTexts(Mapping[str, str]):
         return None if held is None or isinstance(held, str) else held
 
     def size(self) -> int:
-        """The characters of every text, without joining any."""
-        lengths = [len(line) if line else 0 for line in self.lines]
-        return sum(len(held) if isinstance(held, str) else sum(map(lengths.__getitem__, held)) + len(held) - 1
-                   for held in self._graphs.values())
+        """About the characters the analysis parses, without joining any text: the texts
+        held whole, and each stored line once."""
+        lines = self.lines.chars if isinstance(self.lines, StoredLines) else sum(map(len, self.lines))
+        return lines + sum(len(held) for held in self._graphs.values() if isinstance(held, str))
 
     def update(self, other: Mapping[str, str]) -> None:  # type: ignore[override]
         """Add other's graphs: another GraphTexts read later from the same trace (its lines

@@ -22,6 +22,7 @@ from weakref import WeakSet
 
 from lazyviz.errors import LazyvizError
 from lazyviz.trace.files import SQLITE_MAGIC, read_only_uri
+from lazyviz.trace.lines import StoredLines
 from lazyviz.trace.model import CAUSES, TS_NAMES, Execution, Failure, Frame, Graph, GraphTexts, RunInfo
 from lazyviz.trace.schema import (
     ADDED_COLUMNS,
@@ -231,6 +232,11 @@ def _text(value: Any, name: str) -> str:
     return data.decode("utf-8", "replace")
 
 
+def _unpacked(value: Any, name: str = "IR lines") -> list[str]:
+    """A row of ir_lines as its lines."""
+    return _text(value, name).split("\n")
+
+
 def _line_ids(value: Any, name: str) -> array:
     """A graph's IR as line ids (schema 5): zlib-compressed 4-byte little-endian ids."""
     if type(value) is not bytes:
@@ -307,9 +313,8 @@ class Trace:
         self._known_ids: dict[int, int] = {}
         # The graphs' columns as GraphRecord's, in order (older schemas: ir_lines NULL).
         self._graph_select = GRAPH_COLUMNS
-        # ir_lines read so far, by id (0 names none); None for an id the table lacks.
-        self._lines: list[str | None] = [""]
-        self._lines_lacking = False  # some id below len(_lines) names no stored line
+        # ir_lines read so far, by id (0: an empty line), each row kept compressed.
+        self._lines = StoredLines(_unpacked)
         # Held while the connection is in use, so close_all (another thread) closes it
         # only between reads.
         self._using = threading.RLock()
@@ -679,8 +684,7 @@ class Trace:
         if r.ir_lines is None:
             ir_text = _text(r.ir_text, f"{name}'s IR")
         else:
-            ids = self._checked_ids(r.ir_lines, f"{name}'s IR")  # may read new lines: self._lines after it
-            ir_text = "\n".join(map(self._lines.__getitem__, ids))
+            ir_text = "\n".join(map(self._lines.__getitem__, self._checked_ids(r.ir_lines, f"{name}'s IR")))
         return Graph(_str(r.id, "a graph id"), _int(r.nodes, f"{name}'s nodes"), ir_text,
                      _text(r.backend_text, f"{name}'s backend text"),
                      _int(r.first_execution, f"{name}'s first execution"))
@@ -703,25 +707,23 @@ class Trace:
         highest = max(ids, default=0)
         if highest >= len(self._lines):
             self._read_lines()
-        if highest >= len(self._lines) or (self._lines_lacking and None in map(self._lines.__getitem__, ids)):
+        if highest >= len(self._lines) or self._lines.lacks_any(ids):
             raise _Damaged(f"{name} names a line the trace lacks")
         return ids
 
     def _read_lines(self) -> None:
-        """The lines stored since the last read (a live run's new graphs bring new ones).
-        A new list: GraphTexts handed out earlier keep theirs, which their ids fit."""
-        lines = self._lines[:]
+        """The lines stored since the last read (a live run's new graphs bring new ones),
+        each row checked readable now and kept as stored."""
+        lines = self._lines
         for first, count, text in self._query(
                 "SELECT first, count, text FROM ir_lines WHERE first >= ? ORDER BY first", (len(lines),)):
             try:
                 if type(first) is not int or type(count) is not int or count < 1 or first > len(lines) + 2**24:
                     raise _Damaged(f"IR lines from {_shown(first)} are out of order")
-                read = _text(text, f"IR lines from {first}").split("\n")
+                read = _unpacked(text, f"IR lines from {first}")
             except _Damaged as error:
                 raise TraceError(f"{self.path}: damaged: {error}") from None
-            lines += [None] * (first - len(lines))  # ids the table lacks: a graph naming one is damaged
-            lines += read if len(read) == count else [None] * count
-        self._lines, self._lines_lacking = lines, None in lines
+            lines.add(first, count, read if len(read) == count else None, text)
 
     def poll(self, next_index: int, limit: int | None = None, writer_gone: bool = False) -> Followed:
         """One step of following a growing trace: executions from next_index on (at most
