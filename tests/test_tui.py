@@ -204,6 +204,30 @@ def test_a_trace_with_much_ir_shows_quick_findings_first_then_all(sample_trace, 
     assert whole.summary == quick.summary
 
 
+def test_a_trace_with_megabytes_of_distinct_lines_gets_the_quick_pass_first(tmp_path: Path) -> None:
+    """The threshold counts what there is to parse, each stored line once: a run whose
+    graphs each bring 300 new lines (a new input shape every step) is over it."""
+    import lazyviz.tui.watcher
+    from lazyviz.trace.schema import GraphRecord
+    from lazyviz.trace.synthetic import execution
+    from lazyviz.trace.writer import TraceWriter
+
+    writer = TraceWriter(tmp_path / "t.trace")
+    writer.set_run(argv=["train.py"], capture="full")
+    for step in range(120):
+        text = f"IR {{\n  %0 = [Float[4,{8 + step},64]] lazy_tensors::device_data(), device=CPU0\n" + "".join(
+            f"  %{i} = [Float[4,{8 + step},64]] aten::add(%{i - 1}, %0), location=step@train.py:{i}, NodeType=N\n"
+            for i in range(1, 300)) + "}\n"
+        writer.add_execution(execution(step, step=step, graph=f"g{step}", nodes=300, cache="miss"),
+                             GraphRecord(f"g{step}", 300, text, "", step))
+    writer.set_run(exit_status=0, steps=120, complete=True)
+    writer.close()
+    watcher = lazyviz.tui.watcher.TraceWatcher(tmp_path / "t.trace")
+    first = next(update.analysed for update in iter(watcher.poll, None) if update.analysed is not None)
+    assert watcher.ir_texts.size() > lazyviz.tui.watcher.QUICK_FIRST_IR_BYTES
+    assert not first.analysis.complete  # the quick pass, then the whole analysis
+
+
 async def test_a_sorted_table_puts_rows_that_arrive_in_their_place(tmp_path: Path) -> None:
     from lazyviz.trace.synthetic import execution
     from lazyviz.trace.writer import TraceWriter

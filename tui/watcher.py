@@ -21,9 +21,11 @@ from lazyviz.trace.table import ExecutionTable
 ANALYZE_EVERY_S = 1.0
 FIRST_BATCH = 2000  # rows in the first update: a big trace shows its first rows at once
 BATCH = 200_000  # rows per update after that (a fraction of a second to read)
-# Above this much IR, the first analysis is a quick pass (analysis.analyze(quick=True)),
-# then the whole one: parsing runs at about 20 MB/s on this machine.
-QUICK_FIRST_IR_BYTES = 8 << 20
+# Above this much IR to parse (GraphTexts.size: each stored line once), the first analysis
+# is a quick pass (analysis.analyze(quick=True)), then the whole one: parsing runs at about
+# 20 MB/s on this machine, and explaining the recompiles takes about as long again (a BERT
+# fine-tune's 7.7 MB of distinct lines: 2.3 s in the UI, its quick pass 0.5 s).
+QUICK_FIRST_IR_BYTES = 2 << 20
 FINISHED_ROWS_SHOWN_S = 0.02
 
 

@@ -8,7 +8,6 @@ import bisect
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import overload
 
 # Lines kept unpacked, the least recently asked row going first: a BERT fine-tune's
 # 54,000 stay unpacked whole; past that a row is unpacked again when asked.
@@ -62,13 +61,7 @@ class StoredLines(Sequence[str]):
     def __len__(self) -> int:
         return self._end
 
-    @overload
-    def __getitem__(self, line_id: int) -> str: ...
-    @overload
-    def __getitem__(self, line_id: slice) -> Sequence[str]: ...
-    def __getitem__(self, line_id: int | slice) -> str | Sequence[str]:
-        if isinstance(line_id, slice):
-            return [self[i] for i in range(*line_id.indices(self._end))]
+    def __getitem__(self, line_id: int) -> str:  # type: ignore[override]  # by id, never a slice
         first, lines = self._last  # a graph's new lines lie together: most asks are here
         at = line_id - first
         if 0 <= at < len(lines):
