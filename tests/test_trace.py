@@ -87,6 +87,36 @@ def test_a_graph_stores_only_the_lines_no_graph_had_at_its_place(tmp_path: Path)
         assert read.size() == sum(len(line) + 1 for line, _ in distinct)  # each stored line once
 
 
+def test_a_window_rolled_back_numbers_its_lines_again(tmp_path: Path) -> None:
+    """A window whose transaction fails (a full disk) is written again record by record:
+    the lines it had numbered are numbered again from where the trace stands, so every
+    stored graph reads back and no id is left without its line."""
+    class FailingOnce:
+        def __init__(self, db: sqlite3.Connection) -> None:
+            self.db, self.failed = db, False
+
+        def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+            if sql.startswith("INSERT OR IGNORE INTO graphs") and args[0][0] == "g2" and not self.failed:
+                self.failed = True
+                raise sqlite3.OperationalError("database or disk is full")
+            return self.db.execute(sql, *args)
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.db, name)
+
+    texts = {g: "IR {\n" + "".join(f"  %{i} = [Float[{rows}]] aten::relu(%{max(i - 1, 0)})\n" for i in range(40)) + "}\n"
+             for g, rows in (("g1", 4), ("g2", 8))}
+    writer = TraceWriter(tmp_path / "t.trace")
+    writer._db = FailingOnce(writer._db)  # type: ignore[assignment]
+    for index, (graph, text) in enumerate(texts.items()):  # one window
+        writer.add_execution(row(index, cache="miss")._replace(graph=graph), graph=GraphRecord(graph, 40, text, "", index))
+    writer.close()
+    assert writer._db.failed
+    with lazyviz.open(tmp_path / "t.trace") as trace:
+        read = trace.ir_texts()
+        assert dict(read) == texts and not read.lines._lacking
+
+
 def test_lines_let_go_are_unpacked_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Past KEPT_UNPACKED lines a row stays compressed until asked again: the texts and
     the parsed graphs read the same as with every line kept."""

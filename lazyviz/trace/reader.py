@@ -31,6 +31,7 @@ from lazyviz.trace.schema import (
     GRAPH_COLUMNS,
     KIND_FIELDS,
     KINDS_FROM,
+    LINE_ID,
     LINES_FROM,
     OLD_COLUMNS,
     SCHEMA_VERSION,
@@ -248,7 +249,7 @@ def _line_ids(value: Any, name: str) -> array:
             raise _Damaged(f"{name} is cut short or larger than {MAX_TEXT // 2**20} MB")
     except zlib.error:
         raise _Damaged(f"{name} is not readable") from None
-    ids = array("I" if array("I").itemsize == 4 else "L")
+    ids = array(LINE_ID)
     ids.frombytes(data)
     if sys.byteorder == "big":
         ids.byteswap()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import operator
+from array import array
 from typing import NamedTuple
 
 FORMAT = "lazyviz-trace"
@@ -23,6 +24,8 @@ ADDED_COLUMNS = {"executions": ("call", "context")}
 KINDS_FROM = 4
 # The first version with `ir_lines`, and graphs that name their lines.
 LINES_FROM = 5
+# The array type of a graph's line ids: 4 bytes each (stored little-endian).
+LINE_ID = "I" if array("I").itemsize == 4 else "L"
 
 
 class ExecutionRecord(NamedTuple):

@@ -28,6 +28,7 @@ from lazyviz.trace.schema import (
     INSERT_KIND,
     INSERT_LINES,
     INSERT_STACK,
+    LINE_ID,
     ROW_FIELDS,
     SCHEMA_VERSION,
     TABLES,
@@ -265,7 +266,7 @@ class TraceWriter:
         with self._kinds_lock:
             new_kinds, self._unwritten_kinds = self._unwritten_kinds, []
         executions: list[tuple] = []
-        inserted = 0
+        inserted, lines_before = 0, self._line_count
         db.execute("BEGIN")
         try:
             if new_kinds:
@@ -297,7 +298,9 @@ class TraceWriter:
         except BaseException:
             with self._kinds_lock:  # not written: with the next transaction
                 self._unwritten_kinds[:0] = new_kinds
-            self._lines.clear()  # some may be rolled back: none is known to be stored
+            # Lines numbered in it are rolled back: none is known stored, numbers go on from before.
+            self._lines.clear()
+            self._line_count = lines_before
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
@@ -313,7 +316,7 @@ class TraceWriter:
         if len(known) + len(lines) > KEPT_LINES:
             known.clear()
         # Most lines were met before, at the same place: one lookup each, in C.
-        ids = array("I", map(known.get, zip(lines, itertools.count(1)), itertools.repeat(0)))
+        ids = array(LINE_ID, map(known.get, zip(lines, itertools.count(1)), itertools.repeat(0)))
         if 0 in ids:
             first, new = self._line_count + 1, []
             for at, line_id in enumerate(ids):
