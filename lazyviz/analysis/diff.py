@@ -15,7 +15,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import NamedTuple
 
-from lazyviz.analysis.ir import IRGraph, Node, source_line
+from lazyviz.analysis.ir import IRGraph, Node, bits, source_line
 
 # Change kinds, in the order a user should read them.
 # Aliasing comes last among origins: it explains a miss only when nothing else changed.
@@ -321,22 +321,16 @@ def _differing(xor: int, count: int) -> int:
     """From the XOR of two graphs' IRGraph.columns (4 bytes a node), the nodes that differ, as bits."""
     flags = xor.to_bytes(4 * count, "little").translate(_NOT_ZERO)
     lanes = [int.from_bytes(flags[byte::4], "little") for byte in range(4)]
-    return _bits((lanes[0] | lanes[1] | lanes[2] | lanes[3]).to_bytes(count, "little"))
+    return bits((lanes[0] | lanes[1] | lanes[2] | lanes[3]).to_bytes(count, "little"))
 
 
 _OP = operator.attrgetter("op")
-_TO_DIGITS = bytes.maketrans(b"\x00\x01", b"01")
 _FROM_DIGITS = bytes.maketrans(b"01", b"\x00\x01")
 _NOT_ZERO = bytes([0] + [1] * 255)
 
 
-def _bits(flags: bytes) -> int:
-    """One flag (0 or 1) per node as an int whose bit i is node i's."""
-    return int(flags.translate(_TO_DIGITS)[::-1], 2) if flags else 0
-
-
 def _unbits(mask: int, count: int) -> bytes:
-    """_bits undone: one flag per node, for itertools.compress."""
+    """bits undone: one flag per node, for itertools.compress."""
     return format(mask, f"0{count}b")[::-1].encode().translate(_FROM_DIGITS)
 
 
@@ -363,7 +357,7 @@ def _descendants(graph: IRGraph, at: int) -> int:
             if not reached.isdisjoint(node.operand_ids):
                 reached.add(node.id)
                 flags[later] = 1
-        found = downstream[at] = _bits(bytes(flags))
+        found = downstream[at] = bits(bytes(flags))
     return found
 
 

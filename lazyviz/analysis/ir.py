@@ -23,7 +23,7 @@ import operator
 import re
 from array import array
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import NamedTuple
@@ -155,7 +155,7 @@ class IRGraph:
         known = self.of_structure.get("input_bits")
         if known is None:
             flags = bytes(node.is_input and not node.operands for node in self.nodes)
-            known = self.of_structure["input_bits"] = int(flags.translate(_TO_DIGITS)[::-1], 2) if flags else 0
+            known = self.of_structure["input_bits"] = bits(flags)
         return known  # type: ignore[return-value]
 
     @cached_property
@@ -226,25 +226,25 @@ def parse_ir(text: str) -> IRGraph:
     # Most lines were met before at the same place (a recompile changes a few of them):
     # one lookup each, in C. A line met for the first time is read, then kept.
     keys = list(zip(lines, itertools.count(1)))
-    return _graph_of(list(map(_KNOWN_LINES.get, keys)), keys, lines, _KNOWN_LINES)
+    return _graph_of(list(map(_KNOWN_LINES.get, keys)), keys, _KNOWN_LINES, lines.__getitem__)
 
 
 def parse_ir_lines(ids: Sequence[int], lines: Sequence[str], known: dict[int, Node | object]) -> IRGraph:
     """parse_ir for a text stored as the ids of its lines (lines: id -> line, each at one
     place in every graph that has it; lazyviz.trace.model.GraphTexts). known: id -> its
     node, kept by the caller for every graph of the trace: a line is read once."""
-    return _graph_of(list(map(known.get, ids)), ids, None, known, lines)
+    return _graph_of(list(map(known.get, ids)), ids, known, lambda at: lines[ids[at]])
 
 
-def _graph_of(found: list, keys: Sequence, lines: list[str] | None, known: dict,
-              line_of: Sequence[str] = ()) -> IRGraph:
-    """The graph from each line's node as known (None: not met before, read now)."""
+def _graph_of(found: list, keys: Sequence, known: dict, raw: Callable[[int], str]) -> IRGraph:
+    """The graph from each line's node as known (None: not met before: its text, raw(its
+    position), is read now and kept in known under its key)."""
     if None in found:
         if len(known) >= _KEPT_LINES:
             known.clear()
         # The lines not met before, found in C (a node is a non-empty tuple, _SKIPPED an object).
         for at in list(itertools.compress(itertools.count(), map(operator.not_, found))):
-            line = (lines[at] if lines is not None else line_of[keys[at]]).strip()
+            line = raw(at).strip()
             if not line or line in _NOT_NODES or line.startswith("##"):
                 node = _SKIPPED
             else:
@@ -270,6 +270,11 @@ _KEPT_LINES = 150_000  # past this many, the kept lines are let go (a long sessi
 _KEY, _NUMBER, _FEEDS_FORWARD, _ID, _OP, _SERIAL, _TYPES_ID, _ATTRS_ID = (operator.attrgetter(name) for name in (
     "key", "number", "feeds_forward", "id", "op", "serial", "types_id", "attrs_id"))
 _TO_DIGITS = bytes.maketrans(b"\x00\x01", b"01")
+
+
+def bits(flags: bytes) -> int:
+    """One flag (0 or 1) per node as an int whose bit i is node i's."""
+    return int(flags.translate(_TO_DIGITS)[::-1], 2) if flags else 0
 
 
 @lru_cache(maxsize=64)
