@@ -8,6 +8,7 @@ import struct
 from dataclasses import fields
 
 from lazyviz.backends import Recorded
+from lazyviz.backends import xla
 from lazyviz.backends.ts import HOOK_FOLDER, REPEATED_ROW
 from lazyviz.trace.schema import KIND_FIELDS, ROW_FIELDS
 from lazyviz.trace.table import Kind
@@ -58,3 +59,13 @@ def test_the_hook_writes_text_without_cpp_streams() -> None:
     source = re.sub(r"//[^\n]*", "", hook_source())
     for stream in ("<sstream>", "stringstream", "std::ostream", "std::cout", "std::cerr", "EmitShortFrameInfo"):
         assert stream not in source, stream
+
+
+def test_the_hooks_xla_polls_read_as_pythons_do() -> None:
+    # hook/xla_steady.h times XLA's execute-time reads and reads the analysis file as
+    # lazyviz/backends/xla.py does: the same period, the same most awaiting, the same chunk.
+    constants = dict(re.findall(r"constexpr \w+ (k\w+) = ([^;]+);", hook_source()))
+    assert float(constants["kExecuteReadS"]) == xla._EXECUTE_READ_S
+    assert int(constants["kAwaitingMost"]) == xla._AWAITING_MOST
+    value, shift = (int(part) for part in constants["kReadChunk"].split("<<"))  # "1 << 16"
+    assert value << shift == xla._Tail._CHUNK

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import linecache
+import math
 import os
 import re
 import shutil
@@ -51,6 +52,7 @@ from lazyviz.backends import (
     SyncSite,
 )
 from lazyviz.backends._sites import collective_sites, tensor_sync_sites
+from lazyviz.backends.ts import REPEATED_ROW, load_hook
 from lazyviz.backends.xla_reports import GraphDumpParser, Report, ReportParser, hlo_entry_size, hlo_signature
 from lazyviz.hlo_text import hlo_as_ir
 
@@ -75,7 +77,13 @@ _NS_PER_MS = 1e6
 _TRANSFER_METRICS = (("OutboundData", "TransferToDevice", "TransferToDeviceBytes"),
                      ("InboundData", "TransferFromDevice", "TransferFromDeviceBytes"))
 _TRANSFER_NAMES = tuple(name for _metric, *names in _TRANSFER_METRICS for name in names)
+# XLA counts these on the device's thread once a graph has run, so a poll right after a
+# sync may or may not see its graph's: read with the copies (full capture), not at each
+# execution, where they made a loop's every sync look different from the last.
+_RAN_NAMES = ("ExecuteComputation", "ExecuteReplicated", "CreateDataHandles")
+_READ_EACH_SECOND = (*_TRANSFER_NAMES, *_RAN_NAMES)
 _EXECUTE_READ_S = 0.05  # XLA's execute times are read at most this often (see _execute_times_due)
+_AWAITING_MOST = 256  # or once this many executions wait for theirs
 _TRANSFERS_READ_S = 1.0  # and its copies' metrics and its counters' names (full capture; see _all_counters)
 _STEADY_KEPT = 64  # report texts kept as steady syncs (a loop has a few)
 _MAX_REPEATS = 100_000  # sites whose hits repeat a row (_report_execution); more take the slow path
@@ -98,6 +106,7 @@ class _Tail:
         self.path = path
         self._fd: int | None = None
         self._partial = b""
+        self._back = b""  # read by lazyviz's hook, handed back (put_back): read first
         self._start = start
 
     @classmethod
@@ -116,16 +125,26 @@ class _Tail:
                 return ""
             os.lseek(self._fd, self._start, os.SEEK_SET)
         data = os.read(self._fd, self._CHUNK)
-        if len(data) == self._CHUNK or self._partial:
-            chunks = [self._partial, data]
+        if len(data) == self._CHUNK or self._partial or self._back:
+            chunks = [self._partial, self._back, data]
             while len(chunks[-1]) == self._CHUNK:
                 chunks.append(os.read(self._fd, self._CHUNK))
             data = b"".join(chunks)
+            self._back = b""
         # Keep an unfinished last line for the next read (a newline is never inside a
         # character's bytes).
         cut = data.rfind(b"\n") + 1
         self._partial = data[cut:]
         return data[:cut].decode("utf-8", errors="replace")
+
+    def put_back(self, data: bytes) -> None:
+        """What lazyviz's hook read from the descriptor and did not take: the next read's start."""
+        self._back += data
+
+    def descriptor(self) -> int | None:
+        """The descriptor, where everything read from it so far was taken (whole lines, none
+        handed back): another reader may go on from there."""
+        return self._fd if not self._partial and not self._back else None
 
     def close(self) -> None:
         if self._fd is not None:
@@ -410,6 +429,14 @@ class XlaBackend(LazyBackend):
         self._steady: dict[str, _Steady] = {}
         self._handed: _Steady | None = None  # what _hand_on last handed on that could repeat
         self._counters_read: dict[str, int] | None = None  # read by a steady check that failed: the poll's
+        # lazyviz's hook (its C part), where it loads: between two polls here, it hands
+        # the steady syncs on itself (hook/xla_steady.h); each poll here first settles
+        # what it handed on (_settle), and arms it again after (_arm).
+        self._hook: ModuleType | BackendError | None = None  # loaded, or why not
+        self._fast: ModuleType | None = None
+        self._fast_texts: dict[str, _Steady] = {}  # the _steady texts it has, as it has them
+        self._fast_tried = -1  # the size of _repeats when the texts it lacks were last tried
+        self._steady_changed = False  # a text of _steady handed on anew since
 
     # -- set-up -------------------------------------------------------------------
     def init(self) -> None:
@@ -545,8 +572,6 @@ class XlaBackend(LazyBackend):
             return
         import torch_xla
 
-        from lazyviz.backends.ts import load_hook
-
         if classify is None:
             if self._lines_hook is not None:
                 self._lines_hook.set_source_lines(None)  # torch's getter back, XLA_IR_DEBUG off
@@ -556,19 +581,30 @@ class XlaBackend(LazyBackend):
             if self._user_ir_debug:
                 torch_xla._XLAC._set_ir_debug(True)  # theirs: on as untraced
             return
-        try:
-            self._lines_hook = load_hook()
-        except BackendError as error:
-            self._notes.append(f"node locations from torch's frame getter, slower: {error}")
+        hook = self._load_hook()
+        if isinstance(hook, BackendError):
+            self._notes.append(f"node locations from torch's frame getter, slower: {hook}")
             if self._ir_from_hlo:
                 torch_xla._XLAC._set_ir_debug(True)
             return
+        self._lines_hook = hook
         # It turns XLA_IR_DEBUG on (the flag XLA reads at each node), and off at the end.
         self._lines_hook.set_source_lines(classify)
+
+    def _load_hook(self) -> ModuleType | BackendError:
+        """lazyviz's C++ hook (built once per torch), loaded once; or why it cannot be."""
+        if self._hook is None:
+            try:
+                self._hook = load_hook()
+            except BackendError as error:
+                self._hook = error
+        return self._hook
 
     def set_hook_enabled(self, enabled: bool) -> None:
         self._enabled = enabled
         if not enabled:
+            if self._fast is not None:
+                self._fast.xla_settle()  # disarmed: the descriptor it reads is closed below
             self.record_source_lines(None)
             self._reports.close()
             if self._graphs is not None:
@@ -578,6 +614,18 @@ class XlaBackend(LazyBackend):
     # -- polling ------------------------------------------------------------------
     def poll(self, final: bool = False) -> None:
         if not self._enabled:
+            return
+        fast = self._fast
+        if fast is not None:
+            if not final and fast.xla_poll():  # nothing new, or the steady sync once more
+                return
+            with self._polling:
+                self._settle()
+                if final or self._pending or self._reports.descriptor() is None or self._lookups() != self._executed:
+                    self._poll(final)
+                elif self._awaiting_execute and self._execute_times_due():
+                    self._take_execute_times()
+                self._arm()
             return
         if not final and not self._pending and self._lookups() == self._executed:
             # Nothing ran since the last poll (the poll before a sync, a step's closures):
@@ -589,6 +637,50 @@ class XlaBackend(LazyBackend):
             return
         with self._polling:
             self._poll(final)
+
+    def _settle(self) -> None:
+        """What lazyviz's hook handed on since it was armed, as if this poll had (it
+        disarms): XLA's lookups, the executions awaiting their time, the last one, the
+        counters; and the report text it read and did not take, read first."""
+        assert self._fast is not None
+        settled = self._fast.xla_settle()
+        if settled is None:
+            return
+        count, first, last_end, unread, values = settled
+        if unread:
+            self._reports.put_back(unread)
+        if count:
+            self._executed += count
+            self._awaiting_execute.extend(range(first, first + count))
+            self._last_index, self._last_end = first + count - 1, last_end
+            self._counters.update(values)
+
+    def _arm(self) -> None:
+        """After a poll here, the polls after it are lazyviz's hook's, as long as they are
+        the steady syncs: only where nothing is half handed on (a report read and not
+        handed on, a compile awaiting its execution, an open block, a fallback's row)."""
+        assert self._fast is not None
+        descriptor = self._reports.descriptor()
+        if (not self._steady or descriptor is None or self._pending or self._compiles or self._repeats is None
+                or self._last_compile is not None or self._unexpected is not None or self._after_fallback
+                or not self._report_parser.idle):
+            return
+        if self._steady_changed or len(self._repeats) != self._fast_tried:
+            # A text is the hook's once the tracer said its row repeats, as _steady has it
+            # now (a counter XLA made since may move with it).
+            self._steady_changed, self._fast_tried = False, len(self._repeats)
+            for text, steady in self._steady.items():
+                if self._fast_texts.get(text) is steady:
+                    continue
+                found = self._repeats.get(steady.site)
+                if found is not None and found[1] == steady.moved:
+                    self._fast.xla_add_text(text.encode(), steady.cause, steady.detail, found[0], steady.moved)
+                    self._fast_texts[text] = steady
+        # The copies' metrics, read here once a second (full capture), are not the hook's.
+        transfers_due = self._transfers_read_at + _TRANSFERS_READ_S if self.capture_ir else math.inf
+        counters = {name: value for name, value in self._counters.items() if name not in _READ_EACH_SECOND}
+        self._fast.xla_arm(descriptor, self._executed, self._compiled, counters, len(self._fallback_ops),
+                           self._last_end, transfers_due, self._execute_read_at, len(self._awaiting_execute))
 
     def _poll(self, final: bool) -> None:
         if final:
@@ -640,7 +732,11 @@ class XlaBackend(LazyBackend):
                     and self._report_parser.idle):
                 if len(self._steady) >= _STEADY_KEPT:
                     self._steady.clear()
+                    if self._fast is not None:
+                        self._fast.xla_clear_texts()
+                        self._fast_texts.clear()
                 self._steady[text] = self._handed
+                self._steady_changed = True
         self._executed, self._compiled = executed, compiled
         return True
 
@@ -686,7 +782,7 @@ class XlaBackend(LazyBackend):
         drops a sample not yet read. The times come a window later, as they reach the
         trace anyway (the writer commits every 0.1 s)."""
         now = time.perf_counter()
-        if len(self._awaiting_execute) < 256 and now - self._execute_read_at < _EXECUTE_READ_S:
+        if len(self._awaiting_execute) < _AWAITING_MOST and now - self._execute_read_at < _EXECUTE_READ_S:
             return False
         self._execute_read_at = now
         return True
@@ -721,10 +817,11 @@ class XlaBackend(LazyBackend):
         reading them (10 us): the names are listed again after a compile (new ops, new
         graph), when an op first falls back, and at most a second after any other new
         counter. Reading a copies' metric converts every sample XLA keeps (35 us once it
-        holds 1,024, each copy one): they are read once a second too, and at the end.
-        What moved in between goes with the execution handed on then: the run's totals
-        are exact, and one execution carries what the counters not yet listed and the
-        copies counted in the second before it."""
+        holds 1,024, each copy one): they are read once a second too, and at the end,
+        with the counters XLA counts when a graph has run (_RAN_NAMES). What moved in
+        between goes with the execution handed on then: the run's totals are exact, and
+        one execution carries what the counters not yet listed, the copies and the runs
+        counted in the second before it."""
         import torch_xla
 
         now = time.perf_counter()
@@ -741,15 +838,17 @@ class XlaBackend(LazyBackend):
             self._transfers_read_at = now
             counters.update(self._transfer_counts())
         else:  # not read this time: as they were
-            counters.update({name: self._counters[name] for name in _TRANSFER_NAMES if name in self._counters})
+            counters.update({name: self._counters[name] for name in _READ_EACH_SECOND if name in self._counters})
         return counters
 
     def counters_since_last_execution(self) -> dict[str, int]:
-        """Full capture: the copies XLA counted since they were last read (after the poll
-        with final=True: the run's last ones, no execution left to carry them)."""
+        """Full capture: the copies and runs XLA counted since they were last read (after
+        the poll with final=True: the run's last ones, no execution left to carry them)."""
         if not self.capture_ir or not self._enabled:
             return {}
+        value = self._counter_value
         counts = self._transfer_counts()
+        counts.update({name: count for name in _RAN_NAMES if (count := value(name)) is not None})
         moved = {name: value - self._counters.get(name, 0) for name, value in counts.items()
                  if value != self._counters.get(name, 0)}
         self._counters.update(counts)
@@ -823,6 +922,8 @@ class XlaBackend(LazyBackend):
         handed on at its sync; the error surfaces at the next read of its results, so it
         is the last execution."""
         with self._polling:  # threads: one at a time
+            if self._fast is not None:
+                self._settle()
             self._read_reports()
             if self._unexpected is not None:
                 # A sync inside a compiled function that forbids them: XLA refused to run it.
@@ -942,17 +1043,40 @@ class XlaBackend(LazyBackend):
     def record_repeats(self, counts: object, started: float) -> Callable[[], list[tuple]] | None:
         if counts is None:
             self._repeats = None
+            if self._fast is not None:
+                self._fast.xla_start(None, 0.0, 0.0, None, None, None, None)
+                self._fast = None
             return None
         assert isinstance(counts, MutableSequence)
         self._shared_counts, self._started, self._repeats = counts, started, {}
+        self._fast = self._fast_polls(counts, started)
 
         def take_rows() -> list[tuple]:
             with self._rows_lock:
                 rows, self._rows = self._rows, []
                 self._row_at.clear()
-            return [tuple(row) for row in rows]
+            taken = [tuple(row) for row in rows]
+            fast = self._fast
+            if fast is not None and (hooks := fast.xla_take_rows()):
+                taken += REPEATED_ROW.iter_unpack(hooks)
+                taken.sort()  # by index: the writer writes them in order
+            return taken
 
         return take_rows
+
+    def _fast_polls(self, counts: MutableSequence[int], started: float) -> ModuleType | None:
+        """lazyviz's hook, handing the steady syncs on (see _arm); None where it cannot load,
+        or where threads per device sync at once (each poll is their match-up)."""
+        import torch_xla
+
+        hook = self._load_hook() if self.replicas == 1 and not self.after_launch else None
+        if not isinstance(hook, ModuleType):
+            if hook is not None:
+                self._notes.append(f"each sync polled in Python, slower: {hook}")
+            return None
+        hook.xla_start(counts, started, time.perf_counter(), self._sync, self.syncing,
+                       torch_xla._XLAC._get_executed_fallback_ops, torch_xla._XLAC._xla_counter_value)
+        return hook
 
     def _graph_of(self, ir_text: str, hlo: str) -> tuple[str, int]:
         """The graph's IR (XLA's, else written from its HLO in full capture) and its size:
@@ -1023,7 +1147,7 @@ class XlaBackend(LazyBackend):
                 row = self._row_at.get(index)
                 if row is not None:  # a repeated row the writer has not taken: timed in place
                     row[3], row[6] = row[5] + execute_ms, execute_ms  # sync_ms, execute_ms
-            if row is None:
+            if row is None and not (self._fast is not None and self._fast.xla_time_row(index, execute_ms)):
                 self._on_execute_time(index, execute_ms)
 
     def sync_state(self) -> SyncCause:

@@ -897,6 +897,54 @@ def test_a_steady_loops_rows_name_the_graphs_xla_ran_in_its_order(tmp_path: Path
     assert executions[-1].step == 299  # steps completed before it: the last sync ends the 300th
 
 
+COUNTED_LOOP = """
+import json, sys
+import lazyviz
+from lazyviz.backends.xla import XlaBackend
+python_polls = []
+take_poll = XlaBackend._poll
+XlaBackend._poll = lambda backend, final: python_polls.append(final) or take_poll(backend, final)
+with lazyviz.trace(sys.argv[1], capture=sys.argv[2], backend="xla"):
+    import torch, torch_xla, torch_xla.core.xla_model as xm, torch_xla.debug.metrics as met
+    device = torch_xla.device()
+    x = torch.zeros(8, device=device)
+    for step in range(600):
+        x = x * 2 if step % 3 == 0 else x + 1  # two graphs from one line
+        torch_xla.sync()
+        if step % 100 == 99:
+            (x * 3).cpu()  # a read now and then: its own execution, and copies
+    xm.wait_device_ops()
+    names = ("CachedCompile", "UncachedCompile", "ExecuteComputation", "CreateDataHandles", "MarkStep", "xla::add")
+    counted = {name: met.counter_value(name) or 0 for name in names}
+print(json.dumps({"python_polls": len(python_polls), "counted": counted}))
+"""
+
+
+@pytest.mark.parametrize("capture", ["light", "full"])
+def test_a_steady_loops_syncs_are_handed_on_by_the_hook_with_xlas_counts(tmp_path: Path, capture: str) -> None:
+    # Between two of Python's polls, lazyviz's hook hands on the steady syncs itself
+    # (hook/xla_steady.h): Python's poll runs for a few of 600 syncs, and the trace still
+    # has every execution XLA ran and, in full capture, every counter as XLA counted it,
+    # those counted when a graph has run (read once a second) too.
+    script, trace = tmp_path / "counted.py", tmp_path / "counted.trace"
+    script.write_text(COUNTED_LOOP)
+    result = subprocess.run([sys.executable, str(script), str(trace), capture], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    ran = json.loads(result.stdout)
+    counted = ran["counted"]
+    with open_trace(trace) as recorded:
+        executions = recorded.executions()
+        after = recorded.run.counters_after_last_execution
+    assert len(executions) == counted["CachedCompile"] + counted["UncachedCompile"] == 606
+    assert sum(e.cache == "miss" for e in executions) == counted["UncachedCompile"]
+    assert ran["python_polls"] < 60  # of 1,200 polls, two a sync: each read's and a graph's first few
+    if capture == "full":
+        totals = {name: sum(e.counters.get(name, 0) for e in executions) + after.get(name, 0)
+                  for name in counted if name not in ("CachedCompile", "UncachedCompile")}
+        assert totals == {name: counted[name] for name in totals}
+
+
 def test_a_python_index_into_a_device_schedule_becomes_data_proved(tmp_path: Path) -> None:
     """k-diffusion's Euler sampler on PyTorch/XLA: `sigmas[i]` is a constant slice in each
     step's graph, so XLA compiles every step (its own counter is the truth); the edit

@@ -51,6 +51,7 @@ using namespace torch::lazy;
 #include "stack_signature.h"
 #include "repeats.h"
 #include "sync_sites.h"
+#include "xla_steady.h"
 #include "ir_text.h"
 #include "recording_backend.h"
 
@@ -188,6 +189,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly("detail", [](const SyncState&) {
         return t_detail != nullptr ? py::reinterpret_borrow<py::object>(t_detail) : py::none();
       });
+  m.def("xla_start", &xla_start, "PyTorch/XLA: hand a loop's steady syncs on here (None: stop).");
+  m.def("xla_add_text", &xla_add_text, "PyTorch/XLA: a report text Python handed on as a repeated row.");
+  m.def("xla_clear_texts", &xla_clear_texts, "PyTorch/XLA: forget the report texts.");
+  m.def("xla_arm", &xla_arm, "PyTorch/XLA: what Python's poll handed on, for the polls after it.");
+  m.def("xla_poll", &xla_poll, "PyTorch/XLA: poll here; False where Python's poll must run.");
+  m.def("xla_settle", &xla_settle, "PyTorch/XLA: disarm, and what was handed on here since armed.");
+  m.def("xla_take_rows", &xla_take_rows, "PyTorch/XLA: the rows repeated here since the last call, as bytes.");
+  m.def("xla_time_row", &xla_time_row, "PyTorch/XLA: an execute time for a row repeated here.");
   m.def("has_backend", &has_backend, "Is a lazy backend registered (initialised) in this process?");
   m.def("take_moved", &take_moved, "The counters that moved since the last execution (name -> delta).");
   m.def("users_dump_kept", &users_dump_kept, "Were source lines given up for the user's LTC dump?");
