@@ -7,8 +7,7 @@ import re
 import struct
 from dataclasses import fields
 
-from lazyviz.backends import Recorded
-from lazyviz.backends import xla
+from lazyviz.backends import Recorded, xla
 from lazyviz.backends.ts import HOOK_FOLDER, REPEATED_ROW
 from lazyviz.trace.schema import KIND_FIELDS, ROW_FIELDS
 from lazyviz.trace.table import Kind
