@@ -17,6 +17,9 @@ writes and reads it at every sync site (checked on torch_xla 2.9):
 - `CompileTime` and `ExecuteTime` metrics carry one sample per compile and per
   execution. Execution is asynchronous: an execute time usually arrives at the next
   poll and is filled in then.
+- a loop's steady sync (the same analysis text once more, one more cache hit, the same
+  counters moved) is polled and handed on by lazyviz's C++ hook where it loads
+  (hook/xla_steady.h); the polls here settle what it handed on, and arm it again.
 
 XLA reads these settings when it first needs them (at import for XLA_IR_DEBUG), so
 `init()` sets them up before torch_xla is imported; or, in a process a launcher started
