@@ -254,8 +254,8 @@ void xla_arm(int fd, int64_t executed, int64_t compiled, py::dict counters, Py_s
   // XLA makes its counters at their first count: both are there once a graph was compiled and run.
   if (s->cached == nullptr) s->cached = LazyCounter("CachedCompile");
   if (s->uncached == nullptr) s->uncached = LazyCounter("UncachedCompile");
-  if (s->cached == nullptr || s->uncached == nullptr) return;
-  TORCH_CHECK(s->handled == 0 && s->carry.empty(), "xla_arm before xla_settle");
+  // Not before Python settled what was handed on here (it settles at its next poll).
+  if (s->cached == nullptr || s->uncached == nullptr || s->handled != 0 || !s->carry.empty()) return;
   s->fd = fd;
   s->executed = executed;
   s->compiled = compiled;
