@@ -187,14 +187,13 @@ class Tracer:
                         wrapper = self._wrap_launcher(original, site.label)
                     elif site.polls_around:
                         wrapper = self._wrap_poll_point(original)
-                    elif site.runs_closures:
-                        wrapper = self.backend.wrap_sync_site(original, site.cause, site.label, self._counts,
-                                                              False, runs_closures=True) \
-                            or self._wrap_closure_runner(original, site.closures_waiting)
                     else:
-                        wrapper = self.backend.wrap_sync_site(original, site.cause, site.label, self._counts,
-                                                              ends_step) \
-                            or self._wrap_sync_site(original, site, ends_step, isinstance(site.owner, type))
+                        # The wrapper in Python; the backend's own, where it has one, runs the
+                        # common call without a frame (and may leave the rare ones to it).
+                        slow = self._wrap_closure_runner(original, site.closures_waiting) if site.runs_closures \
+                            else self._wrap_sync_site(original, site, ends_step, isinstance(site.owner, type))
+                        wrapper = self.backend.wrap_sync_site(original, site, self._counts, ends_step, slow,
+                                                              self._sync_raised) or slow
                     if ends_step and self.step_limit is not None:
                         wrapper = self._wrap_step_limit(wrapper, self.step_limit)
                     setattr(site.owner, site.attribute, wrapper)

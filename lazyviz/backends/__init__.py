@@ -199,17 +199,17 @@ class LazyBackend(ABC):
         the backend's own wrappers (wrap_sync_site) keep, or one for Python wrappers."""
         return SyncCause()
 
-    def wrap_sync_site(self, original: Callable, cause: str, detail: str, counts: object,
-                       ends_step: bool, runs_closures: bool = False) -> Callable | None:
-        """A wrapper of a call that syncs, where the backend has a cheaper one than the
-        tracer's Python function (which costs a frame per call): while it runs, this
-        thread's sync_state() reads (cause, detail), unless an outer sync site's call
-        already set them; a step-ending one (ends_step) counts a step in counts[1] when
-        it returns (see empty_sync_ends_step). It acts only while counts is the array
-        given to record_repeats, and otherwise passes the call on. runs_closures: the
-        call runs the step's closures (SyncSite.runs_closures): the cause is suspended
-        while it runs, and a sync inside is "... in a step closure" and ends no step.
-        None: no such wrapper."""
+    def wrap_sync_site(self, original: Callable, site: SyncSite, counts: object, ends_step: bool,
+                       slow: Callable, on_raise: Callable[[Exception], None]) -> Callable | None:
+        """A wrapper of a call that syncs (`site`'s original), where the backend has a
+        cheaper one than the tracer's Python function `slow` (which costs a frame per call):
+        while it runs, this thread's sync_state() reads (cause, detail), unless an outer
+        sync site's call already set them; a step-ending one (ends_step) counts a step in
+        counts[1] when it returns (see empty_sync_ends_step). It acts only while counts is
+        the array given to record_repeats, and otherwise passes the call on. A closure
+        runner (site.runs_closures) suspends the cause while it runs: a sync inside is "...
+        in a step closure" and ends no step. It may hand the calls it does not handle to
+        `slow`; on_raise: the tracer's, for a sync that raised. None: no such wrapper."""
         return None
 
     def record_repeats(self, counts: object, started: float) -> Callable[[], list[tuple]] | None:

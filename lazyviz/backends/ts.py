@@ -244,12 +244,12 @@ class TorchScriptBackend(LazyBackend):
             return SyncCause()
         return self._hook.SyncState()  # type: ignore[no-any-return]
 
-    def wrap_sync_site(self, original: Callable, cause: str, detail: str, counts: object,
-                       ends_step: bool, runs_closures: bool = False) -> Callable | None:
+    def wrap_sync_site(self, original: Callable, site: SyncSite, counts: object, ends_step: bool,
+                       slow: Callable, on_raise: Callable[[Exception], None]) -> Callable | None:
         if self._hook is None:
             return None
-        wrapper = self._hook.wrap_sync_site(original, cause, detail, counts, ends_step, self.empty_sync_ends_step,
-                                            runs_closures)
+        wrapper = self._hook.wrap_sync_site(original, site.cause, site.label, counts, ends_step,
+                                            self.empty_sync_ends_step, site.runs_closures)
         return functools.update_wrapper(wrapper, original)  # type: ignore[no-any-return]
 
     def record_repeats(self, counts: object, started: float) -> Callable[[], list[tuple]] | None:

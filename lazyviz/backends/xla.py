@@ -28,6 +28,7 @@ XLA reads these settings when it first needs them (at import for XLA_IR_DEBUG), 
 from __future__ import annotations
 
 import contextlib
+import functools
 import linecache
 import math
 import os
@@ -243,12 +244,18 @@ class _HloDump:
                     path.unlink()
 
 
-def _closures_waiting(xm: ModuleType) -> Callable[[], bool] | None:
-    """Whether any device's step closures wait to run (xm._run_step_closures runs those
-    of the thread's device): torch_xla 2.9 keeps them on its device contexts. None where
-    it keeps them elsewhere: the tracer then takes it that some always wait."""
+def _device_contexts(xm: ModuleType) -> dict | None:
+    """Where torch_xla 2.9 keeps each device's step closures (xm._run_step_closures runs
+    those of the thread's device); None where it keeps them elsewhere."""
     contexts = getattr(xm, "_DEVICE_CONTEXTS", None)
-    if not isinstance(contexts, dict):
+    return contexts if isinstance(contexts, dict) else None
+
+
+def _closures_waiting(xm: ModuleType) -> Callable[[], bool] | None:
+    """Whether any device's step closures wait to run. None where torch_xla keeps them
+    elsewhere: the tracer then takes it that some always wait."""
+    contexts = _device_contexts(xm)
+    if contexts is None:
         return None
 
     def waiting() -> bool:
@@ -1047,7 +1054,7 @@ class XlaBackend(LazyBackend):
         if counts is None:
             self._repeats = None
             if self._fast is not None:
-                self._fast.xla_start(None, 0.0, 0.0, None, None, None, None)
+                self._fast.xla_start(None, 0.0, 0.0, None, None, None, None, None)
                 self._fast = None
             return None
         assert isinstance(counts, MutableSequence)
@@ -1079,7 +1086,8 @@ class XlaBackend(LazyBackend):
             return None
         try:
             hook.xla_start(counts, started, time.perf_counter(), self._sync, self.syncing,
-                           torch_xla._XLAC._get_executed_fallback_ops, torch_xla._XLAC._xla_counter_value)
+                           torch_xla._XLAC._get_executed_fallback_ops, torch_xla._XLAC._xla_counter_value,
+                           self.poll)
         except Exception as error:  # lazyviz's own: the polls here do it all, slower
             self._notes.append(f"each sync polled in Python, slower: {type(error).__name__}: {error}")
             return None
@@ -1159,6 +1167,22 @@ class XlaBackend(LazyBackend):
 
     def sync_state(self) -> SyncCause:
         return self._sync
+
+    def wrap_sync_site(self, original: Callable, site: SyncSite, counts: object, ends_step: bool,
+                       slow: Callable, on_raise: Callable[[Exception], None]) -> Callable | None:
+        """The hook's sync site where the hook hands the steady syncs on (the common call
+        without a frame: xla_sync_sites.h); the rare calls go to `slow`."""
+        if self._fast is None:
+            return None
+        import torch_xla.core.xla_model as xm
+
+        flag = f"is_{self.device}"
+        flag = sys.intern(flag) if isinstance(site.owner, type) and hasattr(site.owner, flag) else None
+        contexts = _device_contexts(xm) if site.runs_closures else None
+        wrapper = self._fast.xla_wrap_sync_site(original, slow, site.cause, site.label, counts, ends_step,
+                                                self.empty_sync_ends_step, site.runs_closures,
+                                                dict(site.mid_step) or None, flag, on_raise, contexts)
+        return functools.update_wrapper(wrapper, original)  # type: ignore[no-any-return]
 
     # -- what the tracer asks ----------------------------------------------------------
     def counters(self) -> dict[str, int]:

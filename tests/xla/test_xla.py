@@ -916,14 +916,17 @@ with lazyviz.trace(sys.argv[1], capture=sys.argv[2], backend="xla"):
     xm.wait_device_ops()
     names = ("CachedCompile", "UncachedCompile", "ExecuteComputation", "CreateDataHandles", "MarkStep", "xla::add")
     counted = {name: met.counter_value(name) or 0 for name in names}
-print(json.dumps({"python_polls": len(python_polls), "counted": counted}))
+    wrappers = sorted({type(torch_xla.sync).__name__, type(torch.Tensor.cpu).__name__,
+                       type(xm._run_step_closures).__name__})
+print(json.dumps({"python_polls": len(python_polls), "counted": counted, "wrappers": wrappers}))
 """
 
 
 @pytest.mark.parametrize("capture", ["light", "full"])
 def test_a_steady_loops_syncs_are_handed_on_by_the_hook_with_xlas_counts(tmp_path: Path, capture: str) -> None:
     # Between two of Python's polls, lazyviz's hook hands on the steady syncs itself
-    # (hook/xla_steady.h): Python's poll runs for a few of 600 syncs, and the trace still
+    # (hook/xla_steady.h), from its own sync sites (hook/xla_sync_sites.h): Python's poll
+    # runs for a few of 600 syncs, and the trace still
     # has every execution XLA ran and, in full capture, every counter as XLA counted it,
     # those counted when a graph has run (read once a second) too.
     script, trace = tmp_path / "counted.py", tmp_path / "counted.trace"
@@ -939,6 +942,7 @@ def test_a_steady_loops_syncs_are_handed_on_by_the_hook_with_xlas_counts(tmp_pat
     assert len(executions) == counted["CachedCompile"] + counted["UncachedCompile"] == 606
     assert sum(e.cache == "miss" for e in executions) == counted["UncachedCompile"]
     assert ran["python_polls"] < 60  # of 1,200 polls, two a sync: each read's and a graph's first few
+    assert ran["wrappers"] == ["SyncSite"]  # the hook's sync sites, not Python's (a frame each call)
     if capture == "full":
         totals = {name: sum(e.counters.get(name, 0) for e in executions) + after.get(name, 0)
                   for name in counted if name not in ("CachedCompile", "UncachedCompile")}

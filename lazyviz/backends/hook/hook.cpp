@@ -52,6 +52,7 @@ using namespace torch::lazy;
 #include "repeats.h"
 #include "sync_sites.h"
 #include "xla_steady.h"
+#include "xla_sync_sites.h"
 #include "ir_text.h"
 #include "recording_backend.h"
 
@@ -197,6 +198,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("xla_settle", &xla_settle, "PyTorch/XLA: disarm, and what was handed on here since armed.");
   m.def("xla_take_rows", &xla_take_rows, "PyTorch/XLA: the rows repeated here since the last call, as bytes.");
   m.def("xla_time_row", &xla_time_row, "PyTorch/XLA: an execute time for a row repeated here.");
+  m.def("xla_wrap_sync_site", &xla_wrap_sync_site, "PyTorch/XLA: wrap a call that syncs; the rare calls go to `slow`.");
   m.def("has_backend", &has_backend, "Is a lazy backend registered (initialised) in this process?");
   m.def("take_moved", &take_moved, "The counters that moved since the last execution (name -> delta).");
   m.def("users_dump_kept", &users_dump_kept, "Were source lines given up for the user's LTC dump?");

@@ -32,6 +32,14 @@ struct SyncSiteObject {
   bool ends_step;
   bool empty_sync_ends_step;
   bool runs_closures;  // the step's closure runner, not a sync
+  // A polling backend's (PyTorch/XLA: xla_sync_sites.h), nullptr for TorchScript's: the
+  // common path runs in C, the rest in the tracer's Python wrapper (`slow`).
+  PyObject* slow;
+  PyObject* syncing_entry;  // (cause, detail, None): the backend's syncing dict's value meanwhile
+  PyObject* mid_step;       // a library caller's function name -> detail (SyncSite.mid_step)
+  PyObject* device_flag;    // a Tensor method's "is_<device>": a CPU tensor's call syncs nothing
+  PyObject* on_raise;       // the tracer's _sync_raised
+  PyObject* contexts;       // a closure runner's: the device contexts that hold the closures
 };
 
 // The step's closures, run inside its step-ending call: its cause suspended meanwhile.
@@ -97,6 +105,9 @@ int SyncSiteTraverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(site->original);
   Py_VISIT(site->counts);
   Py_VISIT(site->dict);
+  Py_VISIT(site->slow);
+  Py_VISIT(site->on_raise);
+  Py_VISIT(site->contexts);
   return 0;
 }
 
@@ -105,6 +116,9 @@ int SyncSiteClear(PyObject* self) {
   Py_CLEAR(site->original);
   Py_CLEAR(site->counts);
   Py_CLEAR(site->dict);
+  Py_CLEAR(site->slow);
+  Py_CLEAR(site->on_raise);
+  Py_CLEAR(site->contexts);
   return 0;
 }
 
@@ -115,6 +129,9 @@ void SyncSiteDealloc(PyObject* self) {
   Py_CLEAR(site->cause);
   Py_CLEAR(site->detail);
   Py_CLEAR(site->closure_detail);
+  Py_CLEAR(site->syncing_entry);
+  Py_CLEAR(site->mid_step);
+  Py_CLEAR(site->device_flag);
   PyTypeObject* type = Py_TYPE(self);
   type->tp_free(self);
   Py_DECREF(type);
@@ -146,12 +163,11 @@ PyType_Spec g_sync_site_spec = {
     g_sync_site_slots};
 PyTypeObject* g_sync_site_type = nullptr;
 
-// wrap_sync_site(original, cause, detail, counts, ends_step, empty_sync_ends_step, runs_closures)
-py::object wrap_sync_site(py::object original, py::str cause, py::str detail, py::object counts, bool ends_step,
-                          bool empty_sync_ends_step, bool runs_closures) {
+SyncSiteObject* NewSyncSite(vectorcallfunc call, py::object original, py::str cause, py::str detail,
+                            py::object counts, bool ends_step, bool empty_sync_ends_step, bool runs_closures) {
   auto* site = PyObject_GC_New(SyncSiteObject, g_sync_site_type);
   if (site == nullptr) throw py::error_already_set();
-  site->vectorcall = SyncSiteCall;
+  site->vectorcall = call;
   site->original = original.release().ptr();
   site->cause = cause.release().ptr();
   site->closure_detail = py::str(std::string(detail) + " in a step closure").release().ptr();
@@ -161,7 +177,16 @@ py::object wrap_sync_site(py::object original, py::str cause, py::str detail, py
   site->ends_step = ends_step;
   site->empty_sync_ends_step = empty_sync_ends_step;
   site->runs_closures = runs_closures;
+  site->slow = site->syncing_entry = site->mid_step = site->device_flag = site->on_raise = site->contexts = nullptr;
   PyObject_GC_Track(site);
+  return site;
+}
+
+// wrap_sync_site(original, cause, detail, counts, ends_step, empty_sync_ends_step, runs_closures)
+py::object wrap_sync_site(py::object original, py::str cause, py::str detail, py::object counts, bool ends_step,
+                          bool empty_sync_ends_step, bool runs_closures) {
+  SyncSiteObject* site = NewSyncSite(SyncSiteCall, std::move(original), std::move(cause), std::move(detail),
+                                     std::move(counts), ends_step, empty_sync_ends_step, runs_closures);
   return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(site));
 }
 

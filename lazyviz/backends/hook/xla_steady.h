@@ -45,6 +45,7 @@ struct XlaSteady {
   py::object syncing;       // the backend's dict of threads inside a sync site
   py::object fallback_ops;  // torch_xla._XLAC._get_executed_fallback_ops
   py::object counter_value; // torch_xla._XLAC._xla_counter_value
+  py::object poll;          // the backend's poll, Python's: where xla_poll cannot hand a sync on
   CounterData* cached = nullptr;  // XLA's cache lookups: one per execution
   CounterData* uncached = nullptr;
   std::vector<SteadyText> texts;
@@ -89,10 +90,16 @@ bool Equal(const py::object& a, PyObject* b) {
   return equal == 1;
 }
 
-// This thread's sync cause is the text's: Python's wrappers keep it in a threading.local.
+// The SyncCause attributes the wrappers and polls read and write, interned once (xla_start).
+PyObject* g_cause_name = nullptr;
+PyObject* g_detail_name = nullptr;
+PyObject* g_in_closure_name = nullptr;
+PyObject* g_closures_from_name = nullptr;
+
+// This thread's sync cause is the text's: the wrappers keep it in a threading.local.
 bool SameCause(const XlaSteady& s, const SteadyText& steady) {
-  for (auto [attribute, expected] : {std::pair{"cause", &steady.cause}, std::pair{"detail", &steady.detail}}) {
-    PyObject* value = PyObject_GetAttrString(s.sync.ptr(), attribute);
+  for (auto [attribute, expected] : {std::pair{g_cause_name, &steady.cause}, std::pair{g_detail_name, &steady.detail}}) {
+    PyObject* value = PyObject_GetAttr(s.sync.ptr(), attribute);
     if (value == nullptr) {
       PyErr_Clear();
       return false;
@@ -203,12 +210,18 @@ bool xla_poll() {
 }
 
 // For a tracer: counts is its array('q', [executions, steps]), started and now its clock's
-// start and current reading; sync, syncing the backend's. None stops, forgetting all.
+// start and current reading; sync, syncing and poll the backend's. None stops, forgetting all.
 void xla_start(py::object counts, double started, double now, py::object sync, py::object syncing,
-               py::object fallback_ops, py::object counter_value) {
+               py::object fallback_ops, py::object counter_value, py::object poll) {
   delete g_xla;
   g_xla = nullptr;
   if (counts.is_none()) return;
+  if (g_cause_name == nullptr) {
+    g_cause_name = PyUnicode_InternFromString("cause");
+    g_detail_name = PyUnicode_InternFromString("detail");
+    g_in_closure_name = PyUnicode_InternFromString("in_closure");
+    g_closures_from_name = PyUnicode_InternFromString("closures_from");
+  }
   auto s = std::make_unique<XlaSteady>();
   s->counts_view = std::make_unique<py::buffer_info>(py::buffer(counts).request(true));
   TORCH_CHECK(s->counts_view->itemsize == 8 && s->counts_view->size >= 2, "counts must be an array('q') of at least 2");
@@ -220,6 +233,7 @@ void xla_start(py::object counts, double started, double now, py::object sync, p
   s->syncing = std::move(syncing);
   s->fallback_ops = std::move(fallback_ops);
   s->counter_value = std::move(counter_value);
+  s->poll = std::move(poll);
   g_xla = s.release();
 }
 
