@@ -514,9 +514,10 @@ class XlaBackend(LazyBackend):
             # What XLA would have printed on stderr at the user's level, lazyviz prints there.
             self._echo = user_level
             if user_level >= 1:
-                self._notes.append("XLA's analyses on stderr (PT_XLA_DEBUG_LEVEL) pass through lazyviz: printed at "
-                                   "the next sync site, their cause lines may name a read where untraced they "
-                                   "name the sync (XLA sees lazyviz's wrapper frames); run untraced for its words")
+                self._notes.append("XLA's analyses on stderr (PT_XLA_DEBUG_LEVEL) pass through lazyviz, printed at "
+                                   "the next sync site; their computation hashes differ where lazyviz records node "
+                                   "lines (in the HLO XLA hashes), and with a thread per device a cause line may "
+                                   "name a read where untraced it names the sync (lazyviz's Python frames there)")
         if user_level < 2:
             env["PT_XLA_DEBUG_LEVEL"] = "2"
         flags = env.get("XLA_FLAGS", "")
