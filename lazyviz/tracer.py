@@ -25,6 +25,7 @@ from lazyviz.backends import (
     Recorded,
     SyncCause,
     SyncSite,
+    device_flag,
 )
 from lazyviz.errors import LazyvizError
 from lazyviz.trace.schema import ExecutionRecord, GraphRecord, StackRecord, split_row
@@ -240,10 +241,8 @@ class Tracer:
         cause, detail, mid_step = site.cause, site.label, site.mid_step
         poll = self.backend.poll if self.backend.polls else None
         device = self.backend.device
-        # The tensor's own flag for the device where torch has one (Tensor.is_xla): one C
-        # getter, where `.device.type` makes a torch.device at every read (0.7 us).
-        flag = f"is_{device}"
-        if is_method and hasattr(site.owner, flag):
+        flag = device_flag(site.owner, device) if is_method else None
+        if flag is not None:
             def on_device(tensor: Any) -> bool:
                 return getattr(tensor, flag, True)
         else:

@@ -6,6 +6,7 @@ this package touch torch's private lazy APIs.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Mapping
@@ -53,6 +54,14 @@ class SyncSite:
     # Not a sync: it starts processes that run the graphs (torch_xla.launch). They start
     # with the user's own environment (LazyBackend.children_untraced), each traced apart.
     starts_processes: bool = False
+
+
+def device_flag(owner: object, device: str) -> str | None:
+    """The tensor class's own flag for the device (Tensor.is_xla), where `owner` is a
+    class that has one: one C getter, where `.device.type` makes a torch.device at every
+    read (0.7 us). None where it has none."""
+    flag = sys.intern(f"is_{device}")
+    return flag if isinstance(owner, type) and hasattr(owner, flag) else None
 
 
 class SyncCause(threading.local):

@@ -54,6 +54,7 @@ from lazyviz.backends import (
     LazyBackend,
     SyncCause,
     SyncSite,
+    device_flag,
 )
 from lazyviz.backends._sites import collective_sites, tensor_sync_sites
 from lazyviz.backends.ts import REPEATED_ROW, load_hook
@@ -1177,8 +1178,7 @@ class XlaBackend(LazyBackend):
             return None
         import torch_xla.core.xla_model as xm
 
-        flag = f"is_{self.device}"
-        flag = sys.intern(flag) if isinstance(site.owner, type) and hasattr(site.owner, flag) else None
+        flag = device_flag(site.owner, self.device)
         contexts = _device_contexts(xm) if site.runs_closures else None
         wrapper = self._fast.xla_wrap_sync_site(original, slow, site.cause, site.label, counts, ends_step,
                                                 self.empty_sync_ends_step, site.runs_closures,
