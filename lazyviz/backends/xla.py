@@ -166,6 +166,7 @@ class _Steady(NamedTuple):
     detail: str | None
     site: tuple
     moved: dict[str, int]
+    stack: int = 0  # the Python stack XLA wrote it from, as the hook knows it (0: not known)
 
 
 _OP_TYPE = re.compile(r'op_type="([^"]+)"')  # HLO metadata: the IR op an instruction lowers, "aten__mul"
@@ -686,7 +687,8 @@ class XlaBackend(LazyBackend):
                     continue
                 found = self._repeats.get(steady.site)
                 if found is not None and found[1] == steady.moved:
-                    self._fast.xla_add_text(text.encode(), steady.cause, steady.detail, found[0], steady.moved)
+                    self._fast.xla_add_text(text.encode(), steady.cause, steady.detail, found[0], steady.moved,
+                                            steady.stack, steady.site[0].graph_hash)
                     self._fast_texts[text] = steady
         # The copies' metrics, read here once a second (full capture), are not the hook's.
         transfers_due = self._transfers_read_at + _TRANSFERS_READ_S if self.capture_ir else math.inf
@@ -747,7 +749,12 @@ class XlaBackend(LazyBackend):
                     if self._fast is not None:
                         self._fast.xla_clear_texts()
                         self._fast_texts.clear()
-                self._steady[text] = self._handed
+                # The stack XLA wrote it from, where from a sync site of the hook's: the same
+                # stack's steady sync needs no analysis written again (hook/xla_quiet.h). A
+                # text the hook gave back (XLA wrote none) keeps the stack it had.
+                stack = self._fast.xla_analysed(self._handed.site[0].graph_hash, executed) if self._fast else 0
+                known = self._steady.get(text)
+                self._steady[text] = self._handed._replace(stack=stack or (known.stack if known else 0))
                 self._steady_changed = True
         self._executed, self._compiled = executed, compiled
         return True
@@ -1093,6 +1100,9 @@ class XlaBackend(LazyBackend):
         except Exception as error:  # lazyviz's own: the polls here do it all, slower
             self._notes.append(f"each sync polled in Python, slower: {type(error).__name__}: {error}")
             return None
+        # Where the analyses are lazyviz's own (not the user's file, nor execution analyses
+        # on stderr), a steady sync's is left out: it would only repeat a text lazyviz has.
+        hook.xla_quiet(self._echo is not None and self._echo < 2)
         return hook
 
     def _graph_of(self, ir_text: str, hlo: str) -> tuple[str, int]:

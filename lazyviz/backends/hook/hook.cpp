@@ -41,6 +41,12 @@
 #include <unordered_map>
 #include <unordered_set>
 #include <unistd.h>  // environ
+#if defined(__linux__)
+#include <dlfcn.h>  // dladdr
+#include <elf.h>
+#include <link.h>  // dl_iterate_phdr
+#include <sys/mman.h>
+#endif
 
 namespace py = pybind11;
 using namespace torch::lazy;
@@ -51,7 +57,9 @@ using namespace torch::lazy;
 #include "stack_signature.h"
 #include "repeats.h"
 #include "sync_sites.h"
+#include "redirect.h"
 #include "xla_steady.h"
+#include "xla_quiet.h"
 #include "xla_sync_sites.h"
 #include "ir_text.h"
 #include "recording_backend.h"
@@ -192,6 +200,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       });
   m.def("xla_start", &xla_start, "PyTorch/XLA: hand a loop's steady syncs on here (None: stop).");
   m.def("xla_add_text", &xla_add_text, "PyTorch/XLA: a report text Python handed on as a repeated row.");
+  m.def("xla_quiet", &xla_quiet, "PyTorch/XLA: leave a steady sync's analysis out (the analyses are lazyviz's).");
+  m.def("xla_analysed", &xla_analysed, "PyTorch/XLA: the stack the analysis Python just read was written from.");
   m.def("xla_clear_texts", &xla_clear_texts, "PyTorch/XLA: forget the report texts.");
   m.def("xla_arm", &xla_arm, "PyTorch/XLA: what Python's poll handed on, for the polls after it.");
   m.def("xla_poll", &xla_poll, "PyTorch/XLA: poll here; False where Python's poll must run.");

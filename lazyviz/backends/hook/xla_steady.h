@@ -25,6 +25,8 @@ struct SteadyText {
   py::object detail;
   int64_t kind;
   std::vector<std::pair<py::object, int64_t>> moved;  // counter name -> by how much
+  uint64_t stack;    // the stack XLA wrote it from (StackSignature); 0: not known
+  std::string hash;  // its graph's hash, as XLA writes it
 };
 
 // A counter lazyviz watches: torch's lazy counters are read in place (an arena never
@@ -46,6 +48,7 @@ struct XlaSteady {
   py::object fallback_ops;  // torch_xla._XLAC._get_executed_fallback_ops
   py::object counter_value; // torch_xla._XLAC._xla_counter_value
   py::object poll;          // the backend's poll, Python's: where xla_poll cannot hand a sync on
+  bool quiet = false;       // the analyses are lazyviz's own: a steady sync's may be left out (xla_quiet.h)
   CounterData* cached = nullptr;  // XLA's cache lookups: one per execution
   CounterData* uncached = nullptr;
   std::vector<SteadyText> texts;
@@ -66,6 +69,22 @@ struct XlaSteady {
   std::vector<Row> rows;              // repeated rows the writer has not taken
 };
 XlaSteady* g_xla = nullptr;
+
+// An execution analysis XLA was kept from writing (xla_quiet.h), or the last one it wrote
+// from a sync site: the stack it was (to be) written from, XLA's lookups then, and its
+// graph's hash once XLA's executor reached its barrier. Written inside XLA's sync, where
+// the GIL may be released: under the lock.
+struct Analysis {
+  bool pending = false;
+  uint64_t stack = 0;
+  int64_t lookups = 0;
+  bool hashed = false;
+  hash_t hash = hash_t(0);
+};
+std::mutex g_analysis_mu;
+Analysis g_left_out;  // pending: its text is the hook's to hand on, or to give Python (carry)
+Analysis g_analysed;
+thread_local int t_awaiting_hash = 0;  // 1: g_left_out's, 2: g_analysed's
 constexpr double kExecuteReadS = 0.05;    // xla.py: _EXECUTE_READ_S
 constexpr int64_t kAwaitingMost = 256;    // and its _execute_times_due()
 constexpr size_t kReadChunk = 1 << 16;    // xla.py: _Tail._CHUNK
@@ -166,34 +185,106 @@ bool CountersMovedAs(XlaSteady& s, const SteadyText& steady, std::vector<int64_t
   return true;
 }
 
+// The text XLA would have written for an analysis it was kept from writing: that of the
+// steady text from the same stack and of the same graph; else one from the same stack
+// with the graph's hash put in and its graph's input and output counts left out (a
+// text from the same stack names the same frames and cause; Python reads the counts
+// from a compile's analysis only).
+std::string WrittenText(const XlaSteady& s, const Analysis& left_out, const SteadyText* same) {
+  if (same != nullptr) return same->text;
+  std::string hash = left_out.hashed ? HashToString(left_out.hash) : std::string();
+  for (const SteadyText& text : s.texts) {
+    if (text.stack != left_out.stack) continue;
+    if (hash.empty() || hash == text.hash) return text.text;
+    std::string written;
+    size_t start = 0;
+    while (start < text.text.size()) {
+      size_t end = text.text.find('\n', start);
+      end = end == std::string::npos ? text.text.size() : end + 1;
+      std::string_view line(text.text.data() + start, end - start);
+      start = end;
+      if (line.find("Number of Graph Inputs: ") != std::string_view::npos ||
+          line.find("Number of Graph Outputs: ") != std::string_view::npos) {
+        continue;
+      }
+      size_t at = line.find("Graph Hash: " + text.hash);
+      if (at == std::string_view::npos) {
+        written += line;
+      } else {
+        written.append(line.substr(0, at)).append("Graph Hash: ").append(hash);
+        written += line.substr(at + 12 + text.hash.size());
+      }
+    }
+    return written;
+  }
+  return std::string();  // none from that stack: none was left out (see FramesOrLeftOut)
+}
+
+// The left-out analysis, taken (not pending after).
+Analysis TakeLeftOut() {
+  std::lock_guard<std::mutex> lock(g_analysis_mu);
+  Analysis taken = g_left_out;
+  g_left_out.pending = false;
+  return taken;
+}
+
+// The steady text that is the left-out analysis's: from its stack, of its graph.
+const SteadyText* LeftOutText(const XlaSteady& s, const Analysis& left_out) {
+  if (!left_out.hashed) return nullptr;
+  std::string hash = HashToString(left_out.hash);
+  for (const SteadyText& text : s.texts) {
+    if (text.stack == left_out.stack && text.hash == hash) return &text;
+  }
+  return nullptr;
+}
+
+// Give Python's poll the text of an analysis left out, to read first; Python keys it by
+// the stack it would have been written from, as it keys one XLA wrote (xla_analysed).
+void CarryLeftOut(XlaSteady& s, const Analysis& left_out) {
+  s.carry += WrittenText(s, left_out, LeftOutText(s, left_out));
+  std::lock_guard<std::mutex> lock(g_analysis_mu);
+  g_analysed = left_out;
+  g_analysed.pending = false;
+}
+
 // The poll a sync site runs, before and after its call: true where it is done here (XLA
-// ran nothing new, or the steady sync once more); false: Python's poll runs.
+// ran nothing new, or the steady sync once more); false: Python's poll runs, given the
+// analysis text read here, or the one XLA was kept from writing (carry).
 bool xla_poll() {
   XlaSteady* s = g_xla;
   if (s == nullptr || !s->armed) return false;
+  Analysis left_out = TakeLeftOut();
   double now = SteadySeconds() + s->clock_offset_s;
   int64_t compiled = s->uncached->Value();
   int64_t executed = s->cached->Value() + compiled;
-  if (executed == s->executed) return !TimesDue(*s, now);
-  if (executed != s->executed + 1 || compiled != s->compiled || now >= s->transfers_due_s || !SyncsAlone(*s)) {
-    return false;
-  }
-  // XLA writes an execution's analysis before it counts the lookup: the text is there.
-  char buffer[kReadChunk];
-  ssize_t got = read(s->fd, buffer, sizeof buffer);
-  if (got <= 0) return false;
-  const SteadyText* steady = nullptr;
-  for (const SteadyText& text : s->texts) {
-    if (text.text.size() == static_cast<size_t>(got) && memcmp(text.text.data(), buffer, got) == 0) {
-      steady = &text;
-      break;
-    }
-  }
+  if (executed == s->executed && !left_out.pending) return !TimesDue(*s, now);
+  bool alone = executed == s->executed + 1 && compiled == s->compiled && now < s->transfers_due_s && SyncsAlone(*s);
   thread_local std::vector<int64_t> values;
-  if (steady == nullptr || !SameCause(*s, *steady) || !CountersMovedAs(*s, *steady, values)) {
-    s->carry.assign(buffer, got);  // Python's poll parses it
-    s->armed = false;
-    return false;
+  const SteadyText* steady = nullptr;
+  if (left_out.pending) {
+    steady = LeftOutText(*s, left_out);
+    if (!alone || steady == nullptr || !SameCause(*s, *steady) || !CountersMovedAs(*s, *steady, values)) {
+      CarryLeftOut(*s, left_out);
+      s->armed = false;
+      return false;
+    }
+  } else {
+    if (!alone) return false;
+    // XLA writes an execution's analysis before it counts the lookup: the text is there.
+    char buffer[kReadChunk];
+    ssize_t got = read(s->fd, buffer, sizeof buffer);
+    if (got <= 0) return false;
+    for (const SteadyText& text : s->texts) {
+      if (text.text.size() == static_cast<size_t>(got) && memcmp(text.text.data(), buffer, got) == 0) {
+        steady = &text;
+        break;
+      }
+    }
+    if (steady == nullptr || !SameCause(*s, *steady) || !CountersMovedAs(*s, *steady, values)) {
+      s->carry.assign(buffer, got);  // Python's poll parses it
+      s->armed = false;
+      return false;
+    }
   }
   for (size_t i = 0; i < values.size(); ++i) s->watched[i].value = values[i];
   double end = SteadySeconds() + s->clock_offset_s;
@@ -215,6 +306,10 @@ void xla_start(py::object counts, double started, double now, py::object sync, p
                py::object fallback_ops, py::object counter_value, py::object poll) {
   delete g_xla;
   g_xla = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_analysis_mu);
+    g_left_out = g_analysed = Analysis();
+  }
   if (counts.is_none()) return;
   if (g_cause_name == nullptr) {
     g_cause_name = PyUnicode_InternFromString("cause");
@@ -238,10 +333,12 @@ void xla_start(py::object counts, double started, double now, py::object sync, p
 }
 
 // A report text Python handed on as a repeated row of `kind`, under (cause, detail), with
-// `moved` (name -> delta) moving; in place of what the same text was before.
-void xla_add_text(py::bytes text, py::object cause, py::object detail, int64_t kind, py::dict moved) {
+// `moved` (name -> delta) moving, written from `stack` (0: not known) for graph `hash`;
+// in place of what the same text was before.
+void xla_add_text(py::bytes text, py::object cause, py::object detail, int64_t kind, py::dict moved, uint64_t stack,
+                  std::string hash) {
   if (g_xla == nullptr) return;
-  SteadyText steady{std::string(text), std::move(cause), std::move(detail), kind, {}};
+  SteadyText steady{std::string(text), std::move(cause), std::move(detail), kind, {}, stack, std::move(hash)};
   for (auto [name, by] : moved) steady.moved.emplace_back(py::reinterpret_borrow<py::object>(name), by.cast<int64_t>());
   auto& texts = g_xla->texts;
   auto same = std::find_if(texts.begin(), texts.end(), [&](const SteadyText& known) { return known.text == steady.text; });
@@ -253,7 +350,11 @@ void xla_add_text(py::bytes text, py::object cause, py::object detail, int64_t k
 }
 
 void xla_clear_texts() {
-  if (g_xla != nullptr) g_xla->texts.clear();
+  XlaSteady* s = g_xla;
+  if (s == nullptr) return;
+  Analysis left_out = TakeLeftOut();  // its text is needed before they go
+  if (left_out.pending) CarryLeftOut(*s, left_out);
+  s->texts.clear();
 }
 
 // What Python's poll has handed on, for the polls after it: the analysis file's
@@ -302,6 +403,8 @@ py::object xla_settle() {
   XlaSteady* s = g_xla;
   if (s == nullptr) return py::none();
   s->armed = false;
+  Analysis left_out = TakeLeftOut();
+  if (left_out.pending) CarryLeftOut(*s, left_out);
   if (s->handled == 0 && s->carry.empty()) return py::none();
   py::dict values;
   if (s->handled > 0) {

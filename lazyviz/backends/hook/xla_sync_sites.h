@@ -135,7 +135,10 @@ PyObject* XlaSyncSiteCall(PyObject* callable, PyObject* const* args, size_t narg
     return PyObject_Vectorcall(site->slow, args, nargsf, kwnames);
   }
   int64_t executions_before = s->counts[0];
+  bool outer_site = t_in_site;
+  t_in_site = true;  // XLA's analysis of this call may be left out (xla_quiet.h)
   PyObject* result = PyObject_Vectorcall(site->original, args, nargsf, kwnames);
+  t_in_site = outer_site;
   s = g_xla;
   bool live = Live(s, site);
   if (result != nullptr && live) {
