@@ -335,6 +335,25 @@ def test_the_users_own_xla_debug_output_is_kept(tmp_path: Path) -> None:
         assert any("XLA_SAVE_TENSORS_FILE" in note for note in trace.run.notes)
 
 
+def test_a_users_execution_analyses_on_stderr_are_each_written_in_a_steady_loop(tmp_path: Path) -> None:
+    # A steady sync is handed on without Python's poll, and its analysis may be left out
+    # (hook/xla_quiet.h), only where the analyses are lazyviz's own: with a user's
+    # PT_XLA_DEBUG_LEVEL=2 on stderr, every execution's analysis is there, as untraced.
+    script = tmp_path / "steady.py"
+    script.write_text("import torch, torch_xla\n"
+                      "x = torch.zeros(8, device=torch_xla.device())\n"
+                      "for step in range(40):\n"
+                      "    x = x * 2 if step % 3 == 0 else x + 1  # two graphs from one line\n"
+                      "    torch_xla.sync()\n")
+    on_stderr = {**os.environ, "PT_XLA_DEBUG_LEVEL": "2"}
+    untraced = python(script, env=on_stderr)
+    traced = cli("run", "--no-tui", "--capture", "light", "-o", tmp_path / "s.trace", script, env=on_stderr)
+    assert traced.status == 0, traced.stderr
+    assert untraced.stderr.count("Execution Analysis: Execution Cause") == 40
+    assert _analyses(traced.stderr) == _analyses(untraced.stderr)
+    assert len(report(tmp_path / "s.trace")["executions"]) == 40
+
+
 def test_a_sync_inside_a_full_graph_compiled_function_is_explained(tmp_path: Path) -> None:
     """XLA refuses a sync inside torch_xla.compile(full_graph=True): its Unexpected
     Execution Analysis reaches stderr as untraced, the refused sync is a failed
