@@ -63,8 +63,11 @@ from lazyviz.hlo_text import hlo_as_ir
 
 # The settings lazyviz makes for XLA's reports (_set_up_reports): taken back for the
 # processes a launcher starts (children_untraced).
-OUR_SETTINGS = ("PT_XLA_DEBUG_FILE", "PT_XLA_DEBUG_LEVEL", "XLA_IR_DEBUG", "XLA_SAVE_TENSORS_FILE",
-                "XLA_SAVE_TENSORS_FMT", "XLA_FLAGS")
+OUR_SETTINGS = ("PT_XLA_DEBUG_FILE", "PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_MAX_FRAME", "XLA_IR_DEBUG",
+                "XLA_SAVE_TENSORS_FILE", "XLA_SAVE_TENSORS_FMT", "XLA_FLAGS")
+# The frames an analysis of lazyviz's own names: XLA's 8 end inside the library where a
+# library syncs (transformers' mask code, 10-20 frames below the user's `model(ids)`).
+_ANALYSIS_FRAMES = "256"
 
 
 def launchers() -> list[tuple[object, str, str]]:
@@ -515,6 +518,8 @@ class XlaBackend(LazyBackend):
             env["PT_XLA_DEBUG_FILE"] = str(self._folder / "analysis.txt")
             # What XLA would have printed on stderr at the user's level, lazyviz prints there.
             self._echo = user_level
+            if user_level < 1:  # none printed: the analyses can name the user's line below a library's
+                env.setdefault("PT_XLA_DEBUG_MAX_FRAME", _ANALYSIS_FRAMES)
             if user_level >= 1:
                 self._notes.append("XLA's analyses on stderr (PT_XLA_DEBUG_LEVEL) pass through lazyviz, printed at "
                                    "the next sync site; their computation hashes differ where lazyviz records node "
