@@ -520,7 +520,7 @@ class XlaBackend(LazyBackend):
             self._echo = user_level
             if user_level < 1:  # none printed: the analyses can name the user's line below a library's
                 env.setdefault("PT_XLA_DEBUG_MAX_FRAME", _ANALYSIS_FRAMES)
-            if user_level >= 1:
+            else:
                 self._notes.append("XLA's analyses on stderr (PT_XLA_DEBUG_LEVEL) pass through lazyviz, printed at "
                                    "the next sync site; their computation hashes differ where lazyviz records node "
                                    "lines (in the HLO XLA hashes), and with a thread per device a cause line may "
