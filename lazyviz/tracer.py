@@ -28,6 +28,7 @@ from lazyviz.backends import (
     device_flag,
 )
 from lazyviz.errors import LazyvizError
+from lazyviz.trace.model import frame_owner
 from lazyviz.trace.schema import ExecutionRecord, GraphRecord, StackRecord, split_row
 from lazyviz.trace.writer import TraceWriter
 from lazyviz.trace.writer import stored as _stored
@@ -625,8 +626,10 @@ class Tracer:
         return max(0.0, (start - last_end) * 1000)
 
     def _stack_record(self, stack: list[Frame]) -> tuple[int | None, StackRecord | None]:
-        """With capture full, the stack's id, and its record when it is new."""
-        if self.capture != "full":
+        """With capture full, the stack's id, and its record when it is new. Light capture
+        keeps only a stack that synced in a library's code (transformers' mask): the
+        advice names the library's line, since the user's line has nothing to change."""
+        if self.capture != "full" and not _in_library(stack):
             return None, None
         stack_key = tuple(stack)
         stack_id = self._stack_ids.get(stack_key)
@@ -740,6 +743,16 @@ class Tracer:
     def user_files(self) -> list[str]:
         """The user's files whose code ran while recording (real files, not "<string>")."""
         return [file for file, is_user in self._user_file.items() if is_user and os.path.isabs(file)]
+
+
+def _in_library(stack: list[Frame]) -> bool:
+    """Did an installed package's code sync (the innermost frame that is not torch's,
+    torch_xla's or lazyviz's), not the user's? The stack is innermost first."""
+    for file, _, _ in stack:
+        owner = frame_owner(file)
+        if owner != "":
+            return owner is not None
+    return False
 
 
 def _test_running() -> str | None:

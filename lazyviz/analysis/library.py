@@ -5,17 +5,9 @@ user's (`if tensor:` in their loop) or a library's (transformers checking a mask
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import NamedTuple
 
-from lazyviz.trace.model import Frame
-
-_PACKAGE_DIRS = ("/site-packages/", "/dist-packages/")
-# Frames that are torch's or the backend's own plumbing (module calls, tensor methods,
-# torch_xla's sync) or lazyviz's: the sync happened below them, in whatever called them.
-_PLUMBING = (*(f"{where}{package}/" for where in _PACKAGE_DIRS for package in ("torch", "torch_xla")),
-             f"{Path(__file__).resolve().parents[1]}/")
-
+from lazyviz.trace.model import Frame, frame_owner
 
 # An execution's recorded Python stack by its stack id, outermost frame first (the trace's).
 Stacks = Callable[[int | None], list[Frame]]
@@ -41,12 +33,9 @@ def library_line(stack: list[Frame]) -> LibraryLine | None:
     """The innermost line of the stack outside torch and lazyviz, when it is in an
     installed package (not the user's own file); None when the user's code synced."""
     for frame in reversed(stack):
-        if any(part in frame.file for part in _PLUMBING):
-            continue
-        for where in _PACKAGE_DIRS:
-            if where in frame.file:
-                return LibraryLine(frame, frame.file.rpartition(where)[2])
-        return None
+        owner = frame_owner(frame.file)
+        if owner != "":
+            return LibraryLine(frame, owner) if owner else None
     return None
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import NamedTuple
 
 from lazyviz.trace.lines import StoredLines
@@ -11,6 +12,25 @@ from lazyviz.trace.lines import StoredLines
 CAUSES = ("mark_step", "item", "print", "cpu", "tolist", "bool", "fallback", "other")
 # What traces from before backends named themselves get: torch's TorchScript backend.
 TS_NAMES = {"mark_step": "torch._lazy.mark_step()", "step_closure": "torch._lazy.add_step_closure"}
+
+
+_PACKAGE_DIRS = ("/site-packages/", "/dist-packages/")
+# Frames that are torch's or the backend's own plumbing (module calls, tensor methods,
+# torch_xla's sync) or lazyviz's: a sync happened below them, in whatever called them.
+_PLUMBING = (*(f"{where}{package}/" for where in _PACKAGE_DIRS for package in ("torch", "torch_xla")),
+             f"{Path(__file__).resolve().parents[1]}/")
+
+
+def frame_owner(file: str) -> str | None:
+    """Whose code a frame's file is: "" for torch's, torch_xla's or lazyviz's plumbing; the
+    file under its package folder for another installed package ("transformers/
+    masking_utils.py"); None for the user's own."""
+    if any(part in file for part in _PLUMBING):
+        return ""
+    for where in _PACKAGE_DIRS:
+        if where in file:
+            return file.rpartition(where)[2]
+    return None
 
 
 @dataclass(frozen=True)

@@ -368,6 +368,10 @@ def test_a_sync_deep_in_a_library_is_at_the_users_line(tmp_path: Path) -> None:
         == {(script.name, line_of(script, "logits = model(ids).logits"))}
     (finding,) = [f for f in data["findings"] if f["kind"] == "extra_sync"]
     assert finding["site"]["line"] == line_of(script, "logits = model(ids).logits")
+    # The read is transformers', not in the user's line: light capture keeps that stack,
+    # and the advice is what the user can change from their file, not an `if` to rewrite.
+    assert finding["details"]["library_line"].startswith("transformers/masking_utils.py:")
+    assert "4D additive mask" in finding["fix"] and "if tensor" not in finding["fix"]
 
 
 def test_a_sync_inside_a_full_graph_compiled_function_is_explained(tmp_path: Path) -> None:
