@@ -24,6 +24,13 @@
 #include <torch/csrc/lazy/core/tensor.h>
 #include <frameobject.h>
 #include <structmember.h>
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+// CPython 3.11's frames, read in place (as memray and py-spy do): see source_lines.h.
+#define Py_BUILD_CORE
+#include <internal/pycore_frame.h>
+#undef Py_BUILD_CORE
+#define LAZYVIZ_INTERPRETER_FRAMES 1
+#endif
 
 #include <algorithm>
 #include <atomic>
