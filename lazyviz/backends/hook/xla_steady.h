@@ -27,6 +27,11 @@ struct SteadyText {
   std::vector<std::pair<py::object, int64_t>> moved;  // counter name -> by how much
   uint64_t stack;    // the stack XLA wrote it from (StackSignature); 0: not known
   std::string hash;  // its graph's hash, as XLA writes it
+  // `moved` in the order of the counters watched, as listed when `expected_for` was the
+  // list's number: a sync compares each counter once, not each with every name (full
+  // capture watches some 60, and a model's step moves most of them).
+  mutable std::vector<int64_t> expected;
+  mutable uint64_t expected_for = 0;
 };
 
 // A counter lazyviz watches: torch's lazy counters are read in place (an arena never
@@ -59,6 +64,7 @@ struct XlaSteady {
   int64_t compiled = 0;
   Py_ssize_t fallback_count = 0;
   std::vector<WatchedCounter> watched;
+  uint64_t watched_list = 1;  // the list's number: one more at each new list of names
   double last_end_s = NAN;
   double transfers_due_s = INFINITY;  // full capture reads the copies' metrics then (Python)
   double times_read_s = 0;            // XLA's execute times, last read (Python)
@@ -157,8 +163,18 @@ bool CountersMovedAs(XlaSteady& s, const SteadyText& steady, std::vector<int64_t
   Py_ssize_t listed = PySequence_Size(ops);
   Py_DECREF(ops);
   if (listed != s.fallback_count) return false;
+  if (steady.expected_for != s.watched_list) {
+    steady.expected.assign(s.watched.size(), 0);
+    for (size_t i = 0; i < s.watched.size(); ++i) {
+      for (const auto& [name, by] : steady.moved) {
+        if (Equal(name, s.watched[i].name.ptr())) steady.expected[i] = by;
+      }
+    }
+    steady.expected_for = s.watched_list;
+  }
   now.clear();
-  for (const WatchedCounter& counter : s.watched) {
+  for (size_t i = 0; i < s.watched.size(); ++i) {
+    const WatchedCounter& counter = s.watched[i];
     int64_t value;
     if (counter.data != nullptr) {
       value = counter.data->Value();
@@ -175,11 +191,7 @@ bool CountersMovedAs(XlaSteady& s, const SteadyText& steady, std::vector<int64_t
         return false;
       }
     }
-    int64_t expected = 0;
-    for (const auto& [name, by] : steady.moved) {
-      if (Equal(name, counter.name.ptr())) expected = by;
-    }
-    if (value - counter.value != expected) return false;
+    if (value - counter.value != steady.expected[i]) return false;
     now.push_back(value);
   }
   return true;
@@ -387,6 +399,7 @@ void xla_arm(int fd, int64_t executed, int64_t compiled, py::dict counters, Py_s
   }
   if (!same) {  // a new list of names: which of them torch's arena holds
     s->watched.clear();
+    ++s->watched_list;
     for (auto [name, value] : counters) {
       s->watched.push_back({py::reinterpret_borrow<py::object>(name), LazyCounter(name.cast<std::string>()), 0});
     }
