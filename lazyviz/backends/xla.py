@@ -607,7 +607,7 @@ class XlaBackend(LazyBackend):
             return
         self._lines_hook = hook
         # It turns XLA_IR_DEBUG on (the flag XLA reads at each node), and off at the end.
-        self._lines_hook.set_source_lines(classify)
+        self._lines_hook.set_source_lines(classify, reads_ltc_dump=False)
 
     def _load_hook(self) -> ModuleType | BackendError:
         """lazyviz's C++ hook (built once per torch), loaded once; or why it cannot be."""

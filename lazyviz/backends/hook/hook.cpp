@@ -104,15 +104,16 @@ void keep_users_dump() {
 }
 
 // classify(filename, name) -> (kind, file label), once per code object; None turns
-// source lines off and gives torch its own frame getter back.
-void set_source_lines(py::object classify) {
+// source lines off and gives torch its own frame getter back. reads_ltc_dump: the
+// backend's executor is torch's, which reads LTC_SAVE_TENSORS_FILE (PyTorch/XLA's reads
+// its own XLA_SAVE_TENSORS_FILE: its nodes need not look for LTC's at every node).
+void set_source_lines(py::object classify, bool reads_ltc_dump) {
+  if (!reads_ltc_dump) g_dump_decided.store(true);
   if (g_codes == nullptr) {
     g_codes = new std::unordered_map<PyObject*, CodeEntry>();
     g_lines = new std::unordered_map<std::pair<PyObject*, int>, int, CodeLineHash>();
   }
-  g_lines->clear();
-  for (auto& [code, entry] : *g_codes) Py_DECREF(code);  // a new trace may classify anew
-  g_codes->clear();
+  ForgetCodes();  // a new trace may classify anew
   if (g_torch_frames == nullptr) {
     g_torch_frames = new std::function<std::vector<SourceLocation>()>(GetPythonFramesFunction());
   }
@@ -186,7 +187,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("install", &install, "Wrap the registered lazy backend and report each execution.");
   m.def("set_enabled", &set_enabled, "Turn reporting on or off.");
   m.def("set_capture_ir", &set_capture_ir, "Record the IR text of each new graph, or not.");
-  m.def("set_source_lines", &set_source_lines, "Record the user's line for each IR node (None: stop).");
+  m.def("set_source_lines", &set_source_lines, "Record the user's line for each IR node (None: stop).",
+        py::arg("classify"), py::arg("reads_ltc_dump") = true);
   m.def("note_upload", &note_upload, "Note the calling line for a lazy tensor made from CPU data.");
   m.def("is_lazy", [](const at::Tensor& tensor) { return TryGetLtcTensor(tensor) != nullptr; },
         "Is this tensor a lazy tensor (not a CPU tensor that says device lazy, as a fallback's pieces)?");

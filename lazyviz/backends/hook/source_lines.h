@@ -37,9 +37,32 @@ struct CodeLineHash {
 std::unordered_map<std::pair<PyObject*, int>, int, CodeLineHash>* g_lines = nullptr;
 std::atomic<bool> g_source_lines{false};
 
+// In front of g_codes, by the code object's address: a walk asks for a dozen code
+// objects a node, the same few thousand all run long. Entries point into g_codes (its
+// elements never move) and are cleared with it.
+struct RecentCode {
+  PyObject* code = nullptr;
+  const CodeEntry* entry = nullptr;
+};
+constexpr size_t kRecentCodes = 1024;
+RecentCode g_recent_codes[kRecentCodes];
+
+void ForgetCodes() {
+  g_lines->clear();
+  for (auto& [code, entry] : *g_codes) Py_DECREF(code);
+  g_codes->clear();
+  for (RecentCode& recent : g_recent_codes) recent = RecentCode();
+}
+
 const CodeEntry& ClassifyCode(PyCodeObject* code) {
-  auto found = g_codes->find(reinterpret_cast<PyObject*>(code));
-  if (found != g_codes->end()) return found->second;
+  PyObject* key = reinterpret_cast<PyObject*>(code);
+  RecentCode& recent = g_recent_codes[(reinterpret_cast<uintptr_t>(code) >> 4) % kRecentCodes];
+  if (recent.code == key) return *recent.entry;
+  auto found = g_codes->find(key);
+  if (found != g_codes->end()) {
+    recent = RecentCode{key, &found->second};
+    return found->second;
+  }
   static const CodeEntry unknown{kOtherFrame, "", ""};
   CodeEntry entry{kOtherFrame, "", ""};
   PyObject *type, *value, *traceback;
@@ -66,7 +89,9 @@ const CodeEntry& ClassifyCode(PyCodeObject* code) {
   PyErr_Restore(type, value, traceback);
   if (!classified) return unknown;  // asked again next time
   Py_INCREF(code);
-  return g_codes->emplace(reinterpret_cast<PyObject*>(code), std::move(entry)).first->second;
+  const CodeEntry& kept = g_codes->emplace(key, std::move(entry)).first->second;
+  recent = RecentCode{key, &kept};
+  return kept;
 }
 
 // One torch op builds several nodes from the same Python instruction: the last walk's
@@ -76,7 +101,7 @@ const CodeEntry& ClassifyCode(PyCodeObject* code) {
 // every execution (the frame's locals are not kept alive for long).
 // g_users_dump: the user's LTC_SAVE_TENSORS_FILE dump is on, and lazyviz gave up its
 // per-node lines for it; g_dump_decided: LTC has read that variable (its first sync
-// with IR), so setting it later changes nothing.
+// with IR), or never will (PyTorch/XLA), so setting it later changes nothing.
 std::atomic<bool> g_users_dump{false};
 std::atomic<bool> g_dump_decided{false};
 PyObject* g_last_frame = nullptr;
