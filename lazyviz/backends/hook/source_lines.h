@@ -37,8 +37,9 @@ struct CodeLineHash {
 std::unordered_map<std::pair<PyObject*, int>, int, CodeLineHash>* g_lines = nullptr;
 std::atomic<bool> g_source_lines{false};
 
-// In front of g_codes, by the code object's address: a walk asks for a dozen code
-// objects a node, the same few thousand all run long. Entries point into g_codes (its
+// In front of g_codes, by the code object's address: a walk asks for some twenty code
+// objects a node (a model's op is that far below the user's line), the same few
+// thousand all run long. Entries point into g_codes (its
 // elements never move) and are cleared with it.
 struct RecentCode {
   PyObject* code = nullptr;
@@ -94,10 +95,10 @@ const CodeEntry& ClassifyCode(PyCodeObject* code) {
   return kept;
 }
 
-// One torch op builds several nodes from the same Python instruction: the last walk's
-// answer is kept with a reference to its innermost frame (so the address cannot be
-// reused) and that frame's instruction. A live frame's callers cannot change under it,
-// except a generator's, which is never cached. Released when the trace stops and at
+// Without 3.11's frames (the public API's walk): one torch op builds several nodes from
+// the same Python instruction, so the last walk's answer is kept with a reference to
+// its innermost frame (so the address cannot be reused) and that frame's instruction. A
+// live frame's callers cannot change under it, except a generator's, never cached. Released when the trace stops and at
 // every execution (the frame's locals are not kept alive for long).
 // g_users_dump: the user's LTC_SAVE_TENSORS_FILE dump is on, and lazyviz gave up its
 // per-node lines for it; g_dump_decided: LTC has read that variable (its first sync
