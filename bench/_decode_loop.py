@@ -1,11 +1,16 @@
 """Greedy decoding with a tiny Hugging Face GPT-2 (random config, no download) on
 PyTorch/XLA, as a generation loop streams tokens: each token runs the model on a
-fixed-size buffer and reads the token back to the host. Two cached executions a token: the
-step's at torch_xla.sync(), and one at a `bool(tensor)` inside transformers' causal mask
-(masking_utils' _preprocess_mask_arguments), as in a user's own loop with this model.
-Prints LAZYVIZ-BENCH and the milliseconds of each timed token as JSON.
+fixed-size ring buffer and reads the token back to the host. Two cached executions a
+token: the step's at torch_xla.sync(), and one at a `bool(tensor)` inside transformers'
+causal mask (masking_utils' _preprocess_mask_arguments), as in a user's own loop with
+this model. Prints LAZYVIZ-BENCH and the milliseconds of each timed token as JSON.
 
-    PJRT_DEVICE=CPU .venv-xla/bin/python bench/_decode_loop.py WARMUP TOKENS
+With `relay` in place of TOKENS, it decodes in the turns bench/decode_loop.py hands out:
+after the warm-up it says it is ready, then for each number N on stdin decodes N tokens
+and prints their milliseconds and the CPU milliseconds this thread spent on them, until
+"end" (or the end of stdin).
+
+    PJRT_DEVICE=CPU .venv-xla/bin/python bench/_decode_loop.py WARMUP TOKENS|relay
 """
 import json
 import sys
@@ -15,27 +20,50 @@ import torch
 import torch_xla
 from transformers import GPT2Config, GPT2LMHeadModel
 
-warmup, tokens = int(sys.argv[1]), int(sys.argv[2])
+warmup = int(sys.argv[1])
+relay = sys.argv[2] == "relay"
 device = torch_xla.device()
 torch.manual_seed(0)
-length = warmup + tokens + 1
+length = 256  # the ring's positions: a token costs the same however many are decoded
 config = GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=1000, n_positions=length, use_cache=False,
                     attn_implementation="eager", bos_token_id=0, eos_token_id=0)
 model = GPT2LMHeadModel(config).to(device).eval()
 # The whole buffer every token: the same shapes, so the same graph. Causal attention keeps
-# what follows the position out of its logits.
+# what follows the position out of its logits (until the ring wraps: a random model's
+# tokens mean nothing either way).
 ids = torch.zeros(1, length, dtype=torch.long, device=device)
 position = torch.zeros(1, dtype=torch.long, device=device)
-generated, times = [], []
+generated: list[int] = []
+
+
+def decode() -> float:
+    """One token; its milliseconds."""
+    global ids, position
+    started = time.perf_counter()
+    logits = model(ids).logits
+    token = logits.index_select(1, position).argmax(-1).view(1, 1)
+    position = (position + 1) % length
+    ids = ids.index_copy(1, position, token)
+    torch_xla.sync()  # the token's one execution: the buffer and position stay device data
+    generated.append(token.item())  # streamed to the host: a copy, nothing to run
+    return (time.perf_counter() - started) * 1000
+
+
+def say(value: object) -> None:
+    print("LAZYVIZ-BENCH " + json.dumps(value), flush=True)
+
+
 with torch.no_grad():
-    for _ in range(warmup + tokens):
-        started = time.perf_counter()
-        logits = model(ids).logits
-        token = logits.index_select(1, position).argmax(-1).view(1, 1)
-        position = position + 1
-        ids = ids.index_copy(1, position, token)
-        torch_xla.sync()  # the token's one execution: the buffer and position stay device data
-        generated.append(token.item())  # streamed to the host: a copy, nothing to run
-        times.append((time.perf_counter() - started) * 1000)
-print("LAZYVIZ-BENCH " + json.dumps(times[warmup:]))
+    for _ in range(warmup):
+        decode()
+    if not relay:
+        say([decode() for _ in range(int(sys.argv[2]))])
+    else:
+        say("ready")
+        for line in sys.stdin:
+            if line.strip() == "end":
+                break
+            cpu = time.thread_time()
+            turn = [decode() for _ in range(int(line))]
+            say({"ms": turn, "cpu_ms": (time.thread_time() - cpu) * 1000})
 print("tokens", generated[-8:], file=sys.stderr)
