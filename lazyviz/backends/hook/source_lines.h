@@ -145,8 +145,7 @@ std::vector<SourceLocation> WalkInterpreterFrames(PyThreadState* thread) {
   }
   return frames;
 }
-#endif
-
+#else
 std::vector<SourceLocation> WalkToUserFrame(PyFrameObject* frame) {
   std::vector<SourceLocation> frames;
   Py_XINCREF(frame);
@@ -163,6 +162,7 @@ std::vector<SourceLocation> WalkToUserFrame(PyFrameObject* frame) {
   Py_XDECREF(frame);
   return frames;
 }
+#endif
 
 // The innermost user frame of the calling Python thread, or nothing (a thread that
 // never ran Python, such as autograd's device threads, has no frames to give).
