@@ -699,7 +699,8 @@ class XlaBackend(LazyBackend):
         transfers_due = self._transfers_read_at + _TRANSFERS_READ_S if self.capture_ir else math.inf
         counters = {name: value for name, value in self._counters.items() if name not in _READ_EACH_SECOND}
         self._fast.xla_arm(descriptor, self._executed, self._compiled, counters, len(self._fallback_ops),
-                           self._last_end, transfers_due, self._execute_read_at, len(self._awaiting_execute))
+                           self._last_end, transfers_due, self._execute_read_at + _EXECUTE_READ_S,
+                           len(self._awaiting_execute))
 
     def _poll(self, final: bool) -> None:
         if final:

@@ -67,7 +67,7 @@ struct XlaSteady {
   uint64_t watched_list = 1;  // the list's number: one more at each new list of names
   double last_end_s = NAN;
   double transfers_due_s = INFINITY;  // full capture reads the copies' metrics then (Python)
-  double times_read_s = 0;            // XLA's execute times, last read (Python)
+  double times_due_s = 0;             // XLA's execute times are read then (Python)
   int64_t awaiting = 0;               // executions without an execute time
   int64_t handled = 0;                // since armed
   int64_t first = -1;
@@ -91,8 +91,7 @@ std::mutex g_analysis_mu;
 Analysis g_left_out;  // pending: its text is the hook's to hand on, or to give Python (carry)
 Analysis g_analysed;
 thread_local int t_awaiting_hash = 0;  // 1: g_left_out's, 2: g_analysed's
-constexpr double kExecuteReadS = 0.05;    // xla.py: _EXECUTE_READ_S
-constexpr int64_t kAwaitingMost = 256;    // and its _execute_times_due()
+constexpr int64_t kAwaitingMost = 256;    // xla.py: _AWAITING_MOST (_execute_times_due())
 constexpr size_t kReadChunk = 1 << 16;    // xla.py: _Tail._CHUNK
 
 CounterData* LazyCounter(const std::string& wanted) {
@@ -105,7 +104,7 @@ CounterData* LazyCounter(const std::string& wanted) {
 
 // XLA's execute times wait to be read: Python's poll reads them.
 bool TimesDue(const XlaSteady& s, double now) {
-  return s.awaiting > 0 && (s.awaiting >= kAwaitingMost || now - s.times_read_s >= kExecuteReadS);
+  return s.awaiting > 0 && (s.awaiting >= kAwaitingMost || now >= s.times_due_s);
 }
 
 bool Equal(const py::object& a, PyObject* b) {
@@ -375,7 +374,7 @@ void xla_clear_texts() {
 // end, when the copies' metrics and the execute times are due, and how many executions
 // await their time.
 void xla_arm(int fd, int64_t executed, int64_t compiled, py::dict counters, Py_ssize_t fallback_count,
-             py::object last_end, double transfers_due, double times_read, int64_t awaiting) {
+             py::object last_end, double transfers_due, double times_due, int64_t awaiting) {
   XlaSteady* s = g_xla;
   if (s == nullptr || s->texts.empty()) return;
   // XLA makes its counters at their first count: both are there once a graph was compiled and run.
@@ -389,7 +388,7 @@ void xla_arm(int fd, int64_t executed, int64_t compiled, py::dict counters, Py_s
   s->fallback_count = fallback_count;
   s->last_end_s = last_end.is_none() ? NAN : last_end.cast<double>();
   s->transfers_due_s = transfers_due;
-  s->times_read_s = times_read;
+  s->times_due_s = times_due;
   s->awaiting = awaiting;
   bool same = s->watched.size() == counters.size();
   size_t i = 0;
