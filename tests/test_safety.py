@@ -335,6 +335,23 @@ def test_threads_keep_their_own_cause(tmp_path: Path) -> None:
     assert causes == {(cpu_line, "cpu"), (item_line, "item")}
 
 
+def test_threads_building_at_once_keep_their_own_node_lines(tmp_path: Path) -> None:
+    # A node's line is read without the GIL once its code objects are known: from the
+    # building thread's own frames, never the other thread's.
+    assert cli("run", "--no-tui", "-o", tmp_path / "t.trace", SCRIPTS / "threads_build.py").status == 0
+    script = SCRIPTS / "threads_build.py"
+    want = {"aten::add": f"adds@threads_build.py:{line_of(script, 'x = x + 1')}",
+            "aten::mul": f"muls@threads_build.py:{line_of(script, 'y = y * 1.5')}"}
+    seen: dict[str, set[str]] = {op: set() for op in want}
+    with lazyviz.open(tmp_path / "t.trace") as trace:
+        graphs = trace.graphs()
+    for graph in graphs:
+        for op, location in re.findall(r"\] (aten::add|aten::mul)\(.*?location=([^,\s]+)", graph.ir_text):
+            seen[op].add(location)
+    assert len(graphs) >= 40  # most rounds a new graph (LTC shares some: 56-60 of 80)
+    assert seen == {op: {location} for op, location in want.items()}
+
+
 # -- 13: the script's own view ---------------------------------------------------------------
 def test_no_lazy_graph_keeps_the_scripts_exit_status(tmp_path: Path) -> None:
     result = cli("run", "--no-tui", "-o", tmp_path / "n.trace", SCRIPTS / "no_lazy.py")

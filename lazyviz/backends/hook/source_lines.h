@@ -14,7 +14,9 @@ namespace {
 // On CPython 3.11 those hops are over the interpreter's own frames. Its public API makes
 // a frame object for each frame it is asked about, and a held one has its locals copied
 // out when its function returns: a tiny GPT-2's decode token on XLA (some 300 nodes)
-// cost the script's thread 7-11% more with lines that way, 3-8% this way.
+// cost the script's thread 7-11% more with lines that way, 3-8% this way. Once the
+// code objects and lines a node's walk meets are known, it runs without the GIL
+// (WalkKnownFrames): 1,540 -> about 1,200 instructions a node.
 enum FrameKind { kUserFrame = 0, kOtherFrame = 1, kStopFrame = 2 };
 
 struct CodeEntry {
@@ -23,8 +25,9 @@ struct CodeEntry {
   std::string function;
 };
 
-// Touched only with the GIL held. Code objects are kept alive by the cache (one
-// reference each) so an address is never reused for another code object.
+// Changed only with the GIL held, read under g_codes_mu (on 3.11 a node whose code
+// objects and lines are all known is walked without the GIL). Code objects are kept
+// alive by the cache (one reference each) so an address is never reused for another.
 py::object* g_classify = nullptr;
 std::unordered_map<PyObject*, CodeEntry>* g_codes = nullptr;
 std::function<std::vector<SourceLocation>()>* g_torch_frames = nullptr;  // restored when off
@@ -47,22 +50,37 @@ struct RecentCode {
 };
 constexpr size_t kRecentCodes = 1024;
 RecentCode g_recent_codes[kRecentCodes];
+// Never held while waiting for the GIL or calling Python.
+std::mutex g_codes_mu;
 
 void ForgetCodes() {
-  g_lines->clear();
-  for (auto& [code, entry] : *g_codes) Py_DECREF(code);
-  g_codes->clear();
-  for (RecentCode& recent : g_recent_codes) recent = RecentCode();
+  std::unordered_map<PyObject*, CodeEntry> forgotten;
+  {
+    std::lock_guard<std::mutex> lock(g_codes_mu);
+    g_lines->clear();
+    forgotten.swap(*g_codes);
+    for (RecentCode& recent : g_recent_codes) recent = RecentCode();
+  }
+  for (auto& [code, entry] : forgotten) Py_DECREF(code);  // may free one: no lock held
 }
 
-const CodeEntry& ClassifyCode(PyCodeObject* code) {
+// g_codes_mu held. nullptr: not classified yet.
+const CodeEntry* KnownCode(PyCodeObject* code) {
   PyObject* key = reinterpret_cast<PyObject*>(code);
   RecentCode& recent = g_recent_codes[(reinterpret_cast<uintptr_t>(code) >> 4) % kRecentCodes];
-  if (recent.code == key) return *recent.entry;
+  if (recent.code == key) return recent.entry;
   auto found = g_codes->find(key);
-  if (found != g_codes->end()) {
-    recent = RecentCode{key, &found->second};
-    return found->second;
+  if (found == g_codes->end()) return nullptr;
+  recent = RecentCode{key, &found->second};
+  return &found->second;
+}
+
+// The GIL held: a new code object is classified by Python (without the lock, which a
+// walk on another thread may be waiting for while Python switches threads).
+const CodeEntry& ClassifyCode(PyCodeObject* code) {
+  {
+    std::lock_guard<std::mutex> lock(g_codes_mu);
+    if (const CodeEntry* known = KnownCode(code)) return *known;
   }
   static const CodeEntry unknown{kOtherFrame, "", ""};
   CodeEntry entry{kOtherFrame, "", ""};
@@ -89,10 +107,12 @@ const CodeEntry& ClassifyCode(PyCodeObject* code) {
   }
   PyErr_Restore(type, value, traceback);
   if (!classified) return unknown;  // asked again next time
-  Py_INCREF(code);
-  const CodeEntry& kept = g_codes->emplace(key, std::move(entry)).first->second;
-  recent = RecentCode{key, &kept};
-  return kept;
+  std::lock_guard<std::mutex> lock(g_codes_mu);
+  PyObject* key = reinterpret_cast<PyObject*>(code);
+  auto [kept, added] = g_codes->emplace(key, std::move(entry));  // another thread may have added it meanwhile
+  if (added) Py_INCREF(code);
+  g_recent_codes[(reinterpret_cast<uintptr_t>(code) >> 4) % kRecentCodes] = RecentCode{key, &kept->second};
+  return kept->second;
 }
 
 // Without 3.11's frames (the public API's walk): one torch op builds several nodes from
@@ -117,6 +137,7 @@ void ForgetLastFrame() {
 SourceLocation UserLocation(const CodeEntry& entry, PyCodeObject* code, int lasti, PyFrameObject* frame) {
   // The line table is scanned from its start on every lookup: cache per instruction.
   auto key = std::make_pair(reinterpret_cast<PyObject*>(code), lasti);
+  std::lock_guard<std::mutex> lock(g_codes_mu);
   auto line = g_lines->find(key);
   if (line == g_lines->end()) {
 #ifdef LAZYVIZ_INTERPRETER_FRAMES
@@ -131,8 +152,8 @@ SourceLocation UserLocation(const CodeEntry& entry, PyCodeObject* code, int last
 
 #ifdef LAZYVIZ_INTERPRETER_FRAMES
 // The calling thread's frames, innermost first, skipping those not started yet (as
-// PyEval_GetFrame and PyFrame_GetBack do). Needs the GIL: a new code object is
-// classified by Python. The frames below ours cannot change while we run.
+// PyEval_GetFrame and PyFrame_GetBack do). The frames below ours cannot change while we
+// run. With the GIL: a new code object is classified by Python.
 std::vector<SourceLocation> WalkInterpreterFrames(PyThreadState* thread) {
   std::vector<SourceLocation> frames;
   for (_PyInterpreterFrame* frame = thread->cframe->current_frame; frame != nullptr; frame = frame->previous) {
@@ -144,6 +165,28 @@ std::vector<SourceLocation> WalkInterpreterFrames(PyThreadState* thread) {
     if (entry.kind != kOtherFrame) break;
   }
   return frames;
+}
+
+// The same walk without the GIL, where every code object and line it meets is known
+// (a loop's nodes, after its first round): false where one is not. Reads only this
+// thread's frames (no other thread changes them), immutable fields of their code
+// objects, and the caches under their lock. torch's bindings release the GIL around
+// an op: taking it back was a third of a node's cost, and it waits while another
+// thread (lazyviz's writer) runs Python.
+bool WalkKnownFrames(PyThreadState* thread, std::vector<SourceLocation>& frames) {
+  std::lock_guard<std::mutex> lock(g_codes_mu);
+  for (_PyInterpreterFrame* frame = thread->cframe->current_frame; frame != nullptr; frame = frame->previous) {
+    if (_PyFrame_IsIncomplete(frame)) continue;
+    const CodeEntry* entry = KnownCode(frame->f_code);
+    if (entry == nullptr) return false;
+    if (entry->kind == kUserFrame) {
+      auto line = g_lines->find(std::make_pair(reinterpret_cast<PyObject*>(frame->f_code), _PyInterpreterFrame_LASTI(frame)));
+      if (line == g_lines->end()) return false;
+      frames.push_back(SourceLocation{entry->file, entry->function, line->second});
+    }
+    if (entry->kind != kOtherFrame) break;
+  }
+  return true;
 }
 #else
 std::vector<SourceLocation> WalkToUserFrame(PyFrameObject* frame) {
@@ -190,9 +233,8 @@ std::vector<SourceLocation> TorchFramesWithoutRunner() {
 
 std::vector<SourceLocation> UserFrame() {
   if (g_users_dump.load()) return TorchFramesWithoutRunner();  // the dump's stack, as untraced
-  if (!g_source_lines.load() || !Py_IsInitialized() || PyGILState_GetThisThreadState() == nullptr) {
-    return {};
-  }
+  PyThreadState* thread = g_source_lines.load() && Py_IsInitialized() ? PyGILState_GetThisThreadState() : nullptr;
+  if (thread == nullptr) return {};
   if (!g_dump_decided.load() && std::getenv("LTC_SAVE_TENSORS_FILE") != nullptr) {
     // The user asked LTC for its dump (maybe at run time, as torch's test_debug_util
     // does). LTC reads the variable once, at the first sync with IR, and prints each
@@ -204,10 +246,15 @@ std::vector<SourceLocation> UserFrame() {
     g_users_dump.store(true);
     return {};
   }
-  PyGILState_STATE gil = PyGILState_Ensure();  // torch's bindings release it around ops
   std::vector<SourceLocation> frames;
 #ifdef LAZYVIZ_INTERPRETER_FRAMES
-  if (g_source_lines.load()) frames = WalkInterpreterFrames(PyThreadState_Get());
+  frames.reserve(1);  // a user's line, or none
+  if (WalkKnownFrames(thread, frames)) return frames;
+  frames.clear();
+#endif
+  PyGILState_STATE gil = PyGILState_Ensure();  // torch's bindings release it around ops
+#ifdef LAZYVIZ_INTERPRETER_FRAMES
+  if (g_source_lines.load()) frames = WalkInterpreterFrames(thread);
 #else
   if (g_source_lines.load()) {
     PyFrameObject* frame = PyEval_GetFrame();
