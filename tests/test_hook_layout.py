@@ -61,10 +61,11 @@ def test_the_hook_writes_text_without_cpp_streams() -> None:
 
 
 def test_the_hooks_xla_polls_read_as_pythons_do() -> None:
-    # hook/xla_steady.h times XLA's execute-time reads and reads the analysis file as
-    # lazyviz/backends/xla.py does: the same period, the same most awaiting, the same chunk.
+    # hook/xla_steady.h reads the analysis file as lazyviz/backends/xla.py does and waits
+    # for as many execute times: the same chunk, the same most awaiting. The period is
+    # Python's alone (xla_arm is handed the time the times are next due).
     constants = dict(re.findall(r"constexpr \w+ (k\w+) = ([^;]+);", hook_source()))
-    assert float(constants["kExecuteReadS"]) == xla._EXECUTE_READ_S
+    assert not any("Read" in name and name.endswith("S") for name in constants), constants
     assert int(constants["kAwaitingMost"]) == xla._AWAITING_MOST
     value, shift = (int(part) for part in constants["kReadChunk"].split("<<"))  # "1 << 16"
     assert value << shift == xla._Tail._CHUNK
