@@ -18,10 +18,13 @@ is where they run (XLA writes its analyses at the sync).
 
 Each mode runs in its own process (`lazyviz.trace` around the loop); the figure is the
 least CPU time per step over 5 chunks of the loop, so a chunk that a neighbour slowed
-does not count. The trace writer's thread runs beside the script and competes for the
-same cores: its own CPU per step over the whole timed loop is printed beside it
-("writer"). What this leaves out: time spent waiting for the GIL; bench/overhead.py
-measures wall time.
+does not count. The chunks start after 0.3 s of the loop: the writer's first window
+(0.1 s) sets off the process's first full garbage collection since torch's import, 80-90
+ms once, which put the writer at 30-38 us a step over a TorchScript loop of 3,000 steps.
+The trace writer's thread runs beside the script and competes for the same cores: its
+own CPU per step for the whole timed loop is printed beside it ("writer": from a window
+after the warm-up to one after the loop, so every row of the loop's is in it). What this
+leaves out: time spent waiting for the GIL; bench/overhead.py measures wall time.
 """
 from __future__ import annotations
 
@@ -40,14 +43,19 @@ def writer_cpu():
     return time.clock_gettime(time.pthread_getcpuclockid(writer.ident)) if writer else 0.0
 
 def least_cpu_us():
-    loop(50)
+    # Past the writer's first windows and the full collection the first sets off (see above).
+    warm = time.perf_counter()
+    while time.perf_counter() - warm < 0.3:
+        loop(50)
     chunk = steps // 5
     best = []
+    time.sleep(0.15)  # the writer takes its rows once a window (0.1 s): the warm-up's first
     writer_started = writer_cpu()
     for _ in range(5):
         started = time.thread_time()
         loop(chunk)
         best.append((time.thread_time() - started) / chunk * 1e6)
+    time.sleep(0.15)  # then all of the timed loop's
     # Printed first: "writer <us per step>", then the traced thread's figure.
     print("writer", (writer_cpu() - writer_started) / (chunk * 5) * 1e6)
     return min(best)
@@ -145,8 +153,8 @@ def main() -> None:
             for mode in modes:
                 us, writer = least[mode]
                 baseline = us if baseline is None else baseline
-                cells.append(f"{us:8.1f} us" + ("" if mode == "untraced" else f" (+{us - baseline:.1f})"
-                                                 if mode == "reports" else f" (+{us - baseline:.1f}, writer {writer:.1f})"))
+                cells.append(f"{us:8.1f} us" + ("" if mode == "untraced" else f" ({us - baseline:+.1f})"
+                                                 if mode == "reports" else f" ({us - baseline:+.1f}, writer {writer:.1f})"))
             print(f"{kind:<10}" + "".join(f"{cell:>32}" for cell in cells))
 
 
