@@ -137,6 +137,21 @@ async def test_a_killed_run_shows_how_long_it_ran_not_how_long_ago_it_started(tm
         assert "killed by SIGTERM" in header and " 4.5s " in header  # the last execution's end
 
 
+async def test_a_long_sync_shows_whole_in_a_unit_that_fits(tmp_path: Path) -> None:
+    """A 10.9 s sync at 100 columns reads "10.9 s", not "10874.…" cut to the column."""
+    from lazyviz.trace.synthetic import execution, write_trace
+
+    write_trace(tmp_path / "slow.trace", [execution(0, sync_ms=10874.12, cache="miss"), execution(1, sync_ms=953.5),
+                                          execution(2, sync_ms=2250.0)])
+    app = build_app(tmp_path / "slow.trace")
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(ExecutionList)
+        await wait_for(pilot, lambda: len(table.rows) == 3)
+        lines = [table.render_line(row).text for row in range(3)]
+        assert "10.9 s" in lines[0] and "…" not in lines[0].split("miss")[1], lines[0]
+        assert "953.50" in lines[1] and "2250.0" in lines[2]
+
+
 async def test_the_column_heading_follows_a_resize(sample_trace) -> None:
     # Wider, the rows gain the graph and trace ms columns: the heading must gain them too.
     app = build_app(sample_trace("batch_size_change"))

@@ -39,6 +39,17 @@ class Column:
     narrow: bool = True  # shown below WIDE columns too
 
 
+def _ms(value: float) -> str:
+    """A time in the column's 7 characters: ms to two decimals while they fit, whole
+    seconds' tenths from 10 s ("10.9 s"), never cut."""
+    if value < 1000:
+        return f"{value:.2f}"
+    if value < 10_000:
+        return f"{value:.1f}"
+    seconds = value / 1000
+    return f"{seconds:.1f} s" if seconds < 1000 else f"{seconds:.0f} s"
+
+
 WIDE = 100  # below this width the graph id and trace ms make room for site and why
 COLUMNS = [
     Column("#", 1, ">", lambda e: str(e.index)),
@@ -48,8 +59,8 @@ COLUMNS = [
     Column("graph", 8, "<", lambda e: e.graph[:8], narrow=False),
     Column("nodes", 5, ">", lambda e: str(e.nodes)),
     Column("cache", 5, "<", lambda e: e.cache),
-    Column("sync ms", 7, ">", lambda e: f"{e.sync_ms:.2f}"),
-    Column("trace ms", 8, ">", lambda e: f"{e.trace_ms:.2f}", narrow=False),
+    Column("sync ms", 7, ">", lambda e: _ms(e.sync_ms)),
+    Column("trace ms", 8, ">", lambda e: _ms(e.trace_ms), narrow=False),
     Column("why", 0, "<", lambda e: ""),
 ]
 SITE_MAX = 40  # at 200 columns the site stops here and `why` gets the rest
