@@ -17,3 +17,11 @@ def test_ci_runs_the_readme_test_commands() -> None:
     xla = readme_command("## PyTorch/XLA tests")
     assert xla in ci_lines and "scripts/xla-venv" in xla
     assert ci_lines.index(xla) > ci_lines.index(readme_command("## Run the tests (fresh machine)"))
+
+
+def test_ci_runs_the_unit_tests_without_torch() -> None:
+    """README says the unit tests run without torch: CI runs them in a venv that has none."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    readme = (ROOT / "README.md").read_text()
+    command = 'scripts/notorch-venv && .venv-notorch/bin/python -m pytest -q -m "not torch"'
+    assert command in readme and command in ci.splitlines()
