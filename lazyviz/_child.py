@@ -97,6 +97,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--module", action="store_true")
     parser.add_argument("--no-source-lines", dest="source_lines", action="store_false")
     parser.add_argument("--steps", type=int)
+    parser.add_argument("--iterations", type=int)
     parser.add_argument("target")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     options = parser.parse_args(argv)
@@ -105,7 +106,8 @@ def main(argv: list[str]) -> int:
     # The same recorder the API hands out; the path was claimed by `lazyviz run`.
     recorder = Recorder.for_runner(options.trace, capture=options.capture, backend=options.backend,
                                    source_lines=options.source_lines, argv=[options.target, *options.args],
-                                   module=options.module, started=started, step_limit=options.steps)
+                                   module=options.module, started=started, step_limit=options.steps,
+                                   iteration_limit=options.iterations)
     try:
         # Importing torch here may warn (e.g. "Failed to initialize NumPy"). Untraced,
         # the script sees that only if it imports torch itself: hold the warnings back

@@ -105,6 +105,7 @@ class Recorder:
         self._run: Run | None = None
         self._calls = 0  # as a decorator: calls traced so far
         self.step_limit: int | None = None  # end the script after this many steps (lazyviz run --steps)
+        self.iteration_limit: int | None = None  # ... after this many optimizer steps (lazyviz run --iterations)
         self._script: list[str] = []  # the script lazyviz run started, as an absolute path
         self.rank: dict[str, str] | None = None  # a launched process's place among its launcher's (else torchrun's)
         self.after_launch = False  # recording in a process torch_xla.launch started (Launched)
@@ -112,12 +113,14 @@ class Recorder:
 
     @classmethod
     def for_runner(cls, path: str, *, capture: str, backend: str, source_lines: bool, argv: list[str],
-                   module: bool, started: float, step_limit: int | None = None) -> Recorder:
+                   module: bool, started: float, step_limit: int | None = None,
+                   iteration_limit: int | None = None) -> Recorder:
         """The recorder of `lazyviz run`'s child: the path is claimed by the parent, which
         holds it for the run; the clock starts when the process did."""
         recorder = cls(path, capture=capture, backend=backend, source="script", source_lines=source_lines)
         recorder.argv, recorder.module, recorder._claims, recorder._started = argv, module, False, started
         recorder.step_limit = step_limit
+        recorder.iteration_limit = iteration_limit
         # Absolute now: the script may change directory.
         recorder._script = [] if module or not argv else [os.path.abspath(argv[0])]
         return recorder
@@ -154,7 +157,7 @@ class Recorder:
         # keep_graphs: a later trace in this process finds the graphs the backend has cached.
         tracer = Tracer(backend, writer, self.capture, started=started, outer_files=outer_files,
                         file_label=file_label, keep_graphs=self._claims, source_lines=self.source_lines,
-                        step_limit=self.step_limit, launched=self._launched)
+                        step_limit=self.step_limit, launched=self._launched, iteration_limit=self.iteration_limit)
         try:
             tracer.install()
         except BaseException as error:
@@ -231,6 +234,7 @@ class Recorder:
                 exit_status=exit_status, error=error, traceback=traceback_text, complete=True, steps=tracer.steps(),
                 elapsed_s=round(time.perf_counter() - (self._started or 0.0), 3), tracer_errors=tracer.errors,
                 notes=tracer.notes, error_frames=error_frames or [], stopped_after_steps=tracer.stopped_at_step,
+                stopped_after_iterations=tracer.stopped_at_iteration,
                 sources=source_hashes([*self._script, *tracer.user_files()]),
             )
             writer.close()

@@ -28,6 +28,7 @@ from lazyviz.backends import (
     device_flag,
 )
 from lazyviz.errors import LazyvizError
+from lazyviz.iterations import IterationCounter
 from lazyviz.trace.model import frame_owner
 from lazyviz.trace.schema import ExecutionRecord, GraphRecord, StackRecord, split_row
 from lazyviz.trace.writer import TraceWriter
@@ -97,7 +98,7 @@ class Tracer:
                  started: float | None = None, outer_files: frozenset[str] = frozenset(),
                  file_label: Callable[[str], str] | None = None, keep_graphs: bool = False,
                  source_lines: bool = True, step_limit: int | None = None,
-                 launched: Callable[[Callable], Callable] | None = None) -> None:
+                 launched: Callable[[Callable], Callable] | None = None, iteration_limit: int | None = None) -> None:
         """outer_files: files whose frames are below the traced code (a runner, a
         notebook's shell): stack walks stop there. file_label: how to name a code
         object's file in the trace (a notebook cell as "In [3]"). keep_graphs: keep every
@@ -106,7 +107,9 @@ class Tracer:
         built it (about 0.5-1 us per node). step_limit: end the script (SystemExit 0)
         when this many steps have ended (`lazyviz run --steps N`). launched: what the
         function a launcher runs in the processes it starts becomes, so that each of them
-        records a trace of its own."""
+        records a trace of its own. iteration_limit: end the script (SystemExit 0) when
+        this many optimizer steps have run (`lazyviz run --iterations N`: a loop without
+        steps)."""
         self.source_lines = source_lines
         self._launched = launched
         self.step_limit = step_limit
@@ -147,6 +150,8 @@ class Tracer:
         # thread has ended; the run's steps are the fewest.
         self._replica_steps: dict[int, int] | None = None
         self.stopped_at_step: int | None = None  # the step after which step_limit ended the script
+        self.stopped_at_iteration: int | None = None  # the optimizer step after which iteration_limit ended it
+        self.iterations = IterationCounter(self._counts, iteration_limit, self._iteration_limit_reached)
 
     @property
     def execution_count(self) -> int:
@@ -176,6 +181,7 @@ class Tracer:
             wrapper = self._wrap_piece_call(original, attribute)
             setattr(owner, attribute, wrapper)
             self._wrapped.append((owner, attribute, original, wrapper))
+        self.iterations.install()
         if not _Process.fork_handler:  # register_at_fork cannot be undone: once per process
             os.register_at_fork(after_in_child=_Process.after_fork_in_child)
             _Process.fork_handler = True
@@ -333,6 +339,14 @@ class Tracer:
 
         return step_limit
 
+    def _iteration_limit_reached(self, iterations: int) -> None:
+        """`lazyviz run --iterations N`: out of the optimizer's step, after its update, as
+        --steps ends a script out of mark_step()."""
+        if _Process.current is self:
+            if self.stopped_at_iteration is None:
+                self.stopped_at_iteration = iterations
+            raise StepLimitReached()
+
     def _wrap_launcher(self, original: Callable, label: str) -> Callable:
         """A call that starts processes to run a function (its first argument, or `fn`):
         they inherit the environment as untraced, and the function they get is the one
@@ -448,7 +462,10 @@ class Tracer:
                 self.writer.set_run(counters_after_last_execution=others)
             if moved and not self._counts[0]:  # no graph ran, yet the lazy core was used
                 self.writer.set_run(device_used=True)
+            if self.iterations.count:
+                self.writer.set_run(**self.iterations.run_fields())
         finally:
+            self.iterations.remove()
             self.backend.set_hook_enabled(False)
             if self._take_repeated is not None:  # the last window's repeated rows
                 self.writer.add_rows(self._take_repeated())

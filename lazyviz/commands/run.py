@@ -40,7 +40,7 @@ class RunCommand:
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.usage = ("%(prog)s [-h] [-o TRACE] [-f] [--no-tui] [--backend {ts,xla}] [--capture {full,light}]\n"
-                        "       [--no-source-lines] [--steps N] [-m] SCRIPT | MODULE [ARGS ...]")
+                        "       [--no-source-lines] [--steps N] [--iterations N] [-m] SCRIPT | MODULE [ARGS ...]")
         parser.add_argument("-o", "--output", metavar="TRACE",
                             help="trace file to write (default: lazyviz-<script>.<pid>.trace; "
                                  "under torchrun a folder of rank<R>.trace)")
@@ -61,6 +61,9 @@ class RunCommand:
         parser.add_argument("--steps", type=step_count, metavar="N",
                             help="end the script cleanly (exit status 0) once N steps have ended: trace the "
                                  "first N steps of a long job")
+        parser.add_argument("--iterations", type=step_count, metavar="N",
+                            help="end the script cleanly (exit status 0) once its optimizers have stepped N times: "
+                                 "the bound for a loop without mark_step()")
         parser.add_argument("-m", dest="module", action="store_true", help="run a module, as python -m does")
         parser.add_argument("target", metavar="SCRIPT | MODULE", nargs="?",
                             help="the script (or, with -m, the module) to run")
@@ -87,6 +90,8 @@ class RunCommand:
                 command.append("--no-source-lines")
             if options.steps is not None:
                 command += ["--steps", str(options.steps)]
+            if options.iterations is not None:
+                command += ["--iterations", str(options.iterations)]
             command += ["--", options.target, *options.args]
             started = True
             if under_torchrun() and os.environ["RANK"] != "0":

@@ -193,6 +193,11 @@ class RunInfo:
     lost_pieces: list[tuple[str, Frame]] = field(default_factory=list)
     device_used: bool = False  # the lazy core's counters moved though no graph ran
     stopped_after_steps: int | None = None  # `lazyviz run --steps N` ended the script after this step
+    stopped_after_iterations: int | None = None  # `lazyviz run --iterations N`: after this optimizer step
+    # torch.optim steps the script took (its loop's iterations, where it has no steps), and
+    # the executions recorded when each of the first few thousand returned.
+    optimizer_steps: int = 0
+    optimizer_marks: list[int] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)  # the user's files when the run ended: path -> sha256
     # `lazyviz fix --try`'s measurement of the proposed edits on this run's script
     # (lazyviz.fix.trial.trial_record): the edits, the bound, before and after.
@@ -223,6 +228,8 @@ class RunInfo:
             ending = self.ended_by
         elif self.stopped_after_steps is not None:
             ending = f"stopped after {self.stopped_after_steps} steps, as asked (--steps)"
+        elif self.stopped_after_iterations is not None:
+            ending = f"stopped after {self.stopped_after_iterations} optimizer steps, as asked (--iterations)"
         elif self.error:
             ending = f"raised {self.error}"
         elif self.source != "script":

@@ -269,7 +269,8 @@ _RUN_FIELDS: dict[str, tuple[type | tuple[type, ...], object]] = {
     "fallbacks_after_last_execution": (dict, {}), "counters_after_last_execution": (dict, {}),
     "device_used": (bool, False),
     "stopped_after_steps": ((int, type(None)), None), "sources": (dict, {}), "fix_trial": (dict, {}),
-    "lost_pieces": (list, []),
+    "lost_pieces": (list, []), "stopped_after_iterations": ((int, type(None)), None), "optimizer_steps": (int, 0),
+    "optimizer_marks": (list, []),
 }
 
 
@@ -477,6 +478,8 @@ class Trace:
             error_frames=[Frame(f[0], f[1], f[2]) for f in get("error_frames") if isinstance(f, list) and len(f) == 3
                           and isinstance(f[0], str) and type(f[1]) is int and isinstance(f[2], str)],
             device_used=get("device_used"), stopped_after_steps=get("stopped_after_steps"),
+            stopped_after_iterations=get("stopped_after_iterations"), optimizer_steps=get("optimizer_steps"),
+            optimizer_marks=[n for n in get("optimizer_marks") if type(n) is int],
             sources={str(k): str(v) for k, v in get("sources").items()}, fix_trial=get("fix_trial"),
             fallbacks_after_last_execution={str(op): n for op, n in get("fallbacks_after_last_execution").items()
                                             if type(n) is int and n > 0},

@@ -1,0 +1,52 @@
+"""A training loop's iterations where it has no steps: torch.optim's global post-step hook
+counts optimizer steps and notes how many executions had run by each. A loop without
+mark_step() is then still a loop: `lazyviz run --iterations N` can end it, `fix --try`
+can bound both sides of a trial by it, and the analysis can see optimizer steps that no
+sync separated (a graph that grows across iterations)."""
+from __future__ import annotations
+
+import threading
+from array import array
+from collections.abc import Callable
+from typing import Any
+
+MAX_MARKS = 4096  # executions before each of the first optimizer steps: enough to bound a trial
+
+
+class IterationCounter:
+    """Counts optimizer.step() calls of any torch optimizer while installed."""
+
+    def __init__(self, executions: array, limit: int | None, on_limit: Callable[[int], None]) -> None:
+        """executions: the tracer's [executions, steps] counts, read at each optimizer step.
+        limit: end the script (on_limit(iterations) raises) once this many have run."""
+        self._executions = executions
+        self.limit = limit
+        self._on_limit = on_limit
+        self.count = 0
+        self.marks = array("q")  # executions recorded when each optimizer step returned
+        self._handle: Any = None
+
+    def install(self) -> None:
+        try:
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+        except ImportError:  # a torch without global optimizer hooks: no iterations known
+            return
+        self._handle = register_optimizer_step_post_hook(self._stepped)
+
+    def remove(self) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+    def _stepped(self, optimizer: object, args: object, kwargs: object) -> None:
+        self.count += 1
+        if len(self.marks) < MAX_MARKS:
+            self.marks.append(self._executions[0])
+        if self.limit is not None and self.count >= self.limit and threading.current_thread() is threading.main_thread():
+            self._on_limit(self.count)
+
+    def run_fields(self) -> dict[str, object]:
+        """What the trace keeps: the total and the first steps' marks."""
+        if not self.count:
+            return {}
+        return {"optimizer_steps": self.count, "optimizer_marks": list(self.marks)}
