@@ -191,6 +191,7 @@ def crash(run: RunInfo, table: ExecutionTable,
     what = f"{script} raised {run.error.splitlines()[0].rstrip('.')}{where}{called}"
     details: dict = {"error": run.error.splitlines()[0], "raised_at": raised_at.site if raised_at else None}
     if _NO_STORAGE.search(run.error):  # torch.save or numpy() on a lazy tensor
+        details["no_storage"] = True
         return (f"{what}: a lazy tensor has no storage on the host to read"), (
             "move it to the CPU first: torch.save({name: value.cpu() for name, value in model.state_dict().items()}, "
             "path), tensor.cpu().numpy()"), details, user or raised_at

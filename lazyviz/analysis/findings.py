@@ -11,6 +11,7 @@ from lazyviz.analysis.failures import crash, explain, headline
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.ir import IRGraph
 from lazyviz.analysis.library import LibraryLine, Stacks, library_fix, library_line, no_stacks
+from lazyviz.analysis.loops import unsynced_iterations
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
 from lazyviz.trace.model import TS_NAMES, Execution, Failure, Frame, RunInfo
 from lazyviz.trace.table import ExecutionTable
@@ -121,7 +122,8 @@ FINDERS: tuple[Callable[[RunFacts], list[Finding]], ...] = (
     lambda facts: extra_sync_findings(facts.executions, facts.steps, facts.names, facts.stacks),
     lambda facts: fallback_findings(facts.executions, facts.steps,
                                     facts.run.fallbacks_after_last_execution if facts.run else {}, facts.stacks),
-    lambda facts: missing_mark_step_findings(facts.executions, facts.graphs, facts.names, facts.quick),
+    lambda facts: missing_mark_step_findings(facts.executions, facts.graphs, facts.names, facts.quick,
+                                             facts.run.optimizer_marks if facts.run and not facts.steps else ()),
 )
 
 
@@ -167,12 +169,15 @@ def crash_findings(run: RunInfo, executions: Sequence[Execution], ir_texts: Mapp
 
 
 def missing_mark_step_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str],
-                               names: Mapping[str, str] = TS_NAMES, quick: bool = False) -> list[Finding]:
-    """Both forms of a loop without mark_step(): a graph that grows at every sync of one
-    site, and a loop unrolled into one graph (report and check ask the same question).
-    quick: the first form only (the second searches every graph's ops)."""
+                               names: Mapping[str, str] = TS_NAMES, quick: bool = False,
+                               optimizer_marks: Sequence[int] = ()) -> list[Finding]:
+    """The forms of a loop without mark_step(): optimizer steps that no sync separated, a
+    graph that grows at every sync of one site, and a loop unrolled into one graph (report
+    and check ask the same question). quick: not the last (it searches every graph's ops).
+    optimizer_marks: of a run without steps (RunInfo.optimizer_marks)."""
     graphs = IRGraphs.of(ir_texts)
-    growing = growing_site_findings(executions, names, graphs)
+    growing = unsynced_iteration_findings(executions, optimizer_marks, names) + \
+        growing_site_findings(executions, names, graphs)
     if quick:
         return _one_per_loop(growing)
     return _one_per_loop(growing + growth_findings(executions, graphs, names, skip=growing_graphs(executions)))
@@ -785,6 +790,32 @@ def _lines_that_built(graphs: IRGraphs, graph_id: str, limit: int = 3) -> str:
         return ""
     shown = [f"{line} ({count} node{'s' if count != 1 else ''})" for line, count in lines.most_common(limit)]
     return ", built at " + ", ".join(shown)
+
+
+def unsynced_iteration_findings(executions: Sequence[Execution], marks: Sequence[int],
+                                names: Mapping[str, str] = TS_NAMES) -> list[Finding]:
+    """The optimizer stepped more than once with no sync between: a loop without
+    mark_step() piles its iterations into one graph, however few syncs show it (a loss
+    printed every 10 iterations runs 10 iterations as one graph). Fallbacks that sync
+    every iteration hide the growth from the size of graphs; the optimizer's count does not."""
+    unsynced = unsynced_iterations(marks)
+    if not unsynced:
+        return []
+    table = ExecutionTable.of(executions)
+    # The execution that ran each piled-up iteration's work: the first after it.
+    positions = sorted({p for k in unsynced if (p := table.position_of(marks[k])) is not None})
+    frame = table.kind_at(positions[0]).frame if positions else None
+    largest = max((table.kind_at(p).nodes for p in positions), default=0)
+    where = f"; the graphs that ran them hold up to {largest} nodes" if positions else ""
+    return [Finding(
+        "missing_mark_step", "warning",
+        f"the optimizer stepped {len(marks)} times and {len(unsynced)} of those iterations ended with no sync "
+        f"at all: a loop runs without {names['mark_step']}, so one graph holds the work of several iterations"
+        f"{where}, compiled again whenever their count changes",
+        frame, table.indices(positions),
+        f"call {names['mark_step']} at the end of each iteration (after the optimizer step)",
+        {"unsynced_iterations": len(unsynced), "optimizer_steps": len(marks)},
+    )]
 
 
 def growing_site_findings(executions: Sequence[Execution], names: Mapping[str, str] = TS_NAMES,

@@ -15,7 +15,18 @@ from lazyviz.analysis.run import Run
 from lazyviz.commands.base import CliError, open_trace, regular_file, say, step_count
 from lazyviz.fix.patch import PatchError, edited_copy, is_diff, patched_texts
 from lazyviz.fix.proposals import Change, Proposal, apply_changes, file_hash, propose, unified_diff
-from lazyviz.fix.trial import DEFAULT_STEPS, Measures, RoundEdits, copy_root, trial_record, try_patch, until_clean
+from lazyviz.fix.trial import (
+    DEFAULT_STEPS,
+    Bound,
+    Measures,
+    RoundEdits,
+    copy_root,
+    crash_verdict,
+    trial_bound,
+    trial_record,
+    try_patch,
+    until_clean,
+)
 from lazyviz.present import KIND_LABELS
 from lazyviz.trace.files import add_run_fields
 from lazyviz.trace.model import RunInfo
@@ -73,15 +84,13 @@ class FixCommand:
             return self._until_clean(options, run, proposals, texts)
         print(unified_diff(texts, changes, info.cwd), end="", flush=True)
         if options.trial:
-            if options.steps is None:
-                options.steps = self._bound(run, proposals)
-            say(f"lazyviz: trying the edits on a copy, {options.steps} steps each side (the original, then the "
-                "patched copy)...")
+            bound = self._bound(run, proposals, options.steps)
+            say(f"lazyviz: trying the edits on a copy, {bound} each side (the original, then the patched copy)...")
             expected = [p.alters_results for p in proposals if p.alters_results]
-            text, before, after = try_patch(info, apply_changes(texts, changes), options.steps, options.timeout,
+            text, before, after = try_patch(info, apply_changes(texts, changes), bound, options.timeout,
                                             options.keep, expected)
             say(text)
-            self._keep(options.trace, info, trial_record(before, after, options.steps,
+            self._keep(options.trace, info, trial_record(before, after, bound,
                                                          [p.summary for p in proposals if p.changes]))
             if not self._ended_alike(before, after):
                 return 1
@@ -96,7 +105,7 @@ class FixCommand:
         if not options.trial:
             raise CliError("--until-clean runs the edits round after round: add --try")
         info = run.info
-        steps = options.steps if options.steps is not None else self._bound(run, proposals)
+        bound = self._bound(run, proposals, options.steps)
 
         def edits_of(proposed: list[Proposal]) -> RoundEdits | None:
             changes = [c for p in proposed for c in p.changes]
@@ -111,8 +120,8 @@ class FixCommand:
 
         first = edits_of(proposals)
         assert first is not None
-        say(f"lazyviz: round after round on copies (at most {options.rounds}), {steps} steps each run...")
-        table, before, rounds, final = until_clean(info, texts, first, steps, options.timeout, options.rounds,
+        say(f"lazyviz: round after round on copies (at most {options.rounds}), {bound} each run...")
+        table, before, rounds, final = until_clean(info, texts, first, bound, options.timeout, options.rounds,
                                                     options.keep, next_round)
         say(table)
         originals = {file: Path(file).read_bytes().decode("utf-8") for file in final}
@@ -124,7 +133,7 @@ class FixCommand:
                       end="", flush=True)
         kept = [r for r in rounds if r.kept]
         if kept:
-            self._keep(options.trace, info, trial_record(before, kept[-1].measures, steps,
+            self._keep(options.trace, info, trial_record(before, kept[-1].measures, bound,
                                                          [e for r in kept for e in r.edits]))
         if options.write and kept:
             self._write_texts({f: t for f, t in final.items() if t != originals[f]}, info.sources)
@@ -161,12 +170,11 @@ class FixCommand:
             print("".join(difflib.unified_diff(originals[file].splitlines(keepends=True),
                                                patched[file].splitlines(keepends=True),
                                                f"a/{shown}", f"b/{shown}")), end="", flush=True)
-        steps = options.steps if options.steps is not None else max(
-            [DEFAULT_STEPS, *(run.execution(e).step + 2 for p in proposals for e in p.finding.executions[-1:])])
-        say(f"lazyviz: trying your patch on a copy, {steps} steps each side (the original, then the patched copy)...")
-        result, before, after = try_patch(info, patched, steps, options.timeout, options.keep)
+        bound = trial_bound(run, [e for p in proposals for e in p.finding.executions[-1:]], options.steps)
+        say(f"lazyviz: trying your patch on a copy, {bound} each side (the original, then the patched copy)...")
+        result, before, after = try_patch(info, patched, bound, options.timeout, options.keep)
         say(result)
-        self._keep(options.trace, info, trial_record(before, after, steps, [f"your patch ({source.name})"]))
+        self._keep(options.trace, info, trial_record(before, after, bound, [f"your patch ({source.name})"]))
         return 0 if self._ended_alike(before, after) else 1
 
     @staticmethod
@@ -179,16 +187,13 @@ class FixCommand:
 
     @staticmethod
     def _ended_alike(before: Measures, after: Measures) -> bool:
-        if after.exit_status != before.exit_status:
-            say(f"lazyviz: the patched copy did not end as the original did: {after.state}, not {before.state}")
-            return False
-        return True
+        """Did the copy end as the original did, or run on where it crashed? (said in the table)"""
+        return crash_verdict(before, after)[0]
 
     @staticmethod
-    def _bound(run: Run, proposals: list[Proposal]) -> int:
-        """Enough steps to see each fixed finding again (a last short batch is late)."""
-        seen = [run.execution(e).step for p in proposals if p.mechanical for e in p.finding.executions[-1:]]
-        return max([DEFAULT_STEPS, *(step + 2 for step in seen)])
+    def _bound(run: Run, proposals: list[Proposal], steps: int | None) -> Bound:
+        """Enough to see each fixed finding again (a last short batch is late)."""
+        return trial_bound(run, [e for p in proposals if p.mechanical for e in p.finding.executions[-1:]], steps)
 
     @staticmethod
     def _describe(proposals: list[Proposal]) -> None:

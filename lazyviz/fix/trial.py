@@ -1,6 +1,7 @@
 """Proving a fix: the script's folder copied (never the user's files), the patch applied
 to the copy, and both the copy as it was and the patched copy run traced under the
-same bound (`lazyviz run --steps N`), so both sides are measured on this machine, now.
+same bound (`lazyviz run --steps N`, or `--iterations N` for a loop without steps), so both
+sides are measured on this machine, now.
 What is compared: executions per step, recompiles after warm-up, graph size per sync,
 step time, the findings, and the script's output (numbers to a tolerance)."""
 from __future__ import annotations
@@ -19,13 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.loops import iteration_of
 from lazyviz.analysis.recompiles import WARMUP_STEPS, recompiles_after_warmup
 from lazyviz.analysis.run import Run
 from lazyviz.errors import LazyvizError
 from lazyviz.trace import TraceError
 from lazyviz.trace import open as open_trace
 from lazyviz.trace.files import launch_folder, rank_trace
-from lazyviz.trace.model import RunInfo
+from lazyviz.trace.model import RunInfo, frame_owner
 
 DEFAULT_STEPS = WARMUP_STEPS + 3  # a few steps past warm-up: recompiles after it show
 MAX_COPY_BYTES = 1 << 30  # a folder bigger than this is not copied: say so instead
@@ -55,10 +57,60 @@ class Measures:
     random_ops: list[str]  # random ops on the device (dropout): their draws depend on the graphs
     findings: list[Finding] = field(default_factory=list)
     output: str = ""
+    crash: str | None = None  # where and what the script raised: "model.py:56 (RuntimeError)"
+    iterations: int = 0  # optimizer steps: a loop's iterations where it has no steps
+    other_syncs: int = 0  # executions that did not end a step (reads, fallbacks)
 
     @property
     def per_step(self) -> float | None:
         return self.in_steps / self.steps if self.steps else None
+
+    @property
+    def per_iteration(self) -> float | None:
+        return self.executions / self.iterations if self.iterations else None
+
+
+def by_iteration(before: Measures, after: Measures) -> bool:
+    """Are two runs compared per iteration? Where the original has no steps and a loop
+    with an optimizer (a mark_step() edit gives the copy steps the original has not)."""
+    return not before.steps and bool(before.iterations or after.iterations)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """How far each side of a trial runs, the same on both: N steps, or for a loop
+    without steps N iterations (optimizer steps: a mark_step() edit gives the copy steps
+    the original has not, so steps cannot be the bound)."""
+
+    count: int
+    unit: str = "steps"  # or "iterations"
+
+    @property
+    def flags(self) -> list[str]:
+        return ["--steps" if self.unit == "steps" else "--iterations", str(self.count)]
+
+    def __str__(self) -> str:
+        return f"{self.count} steps" if self.unit == "steps" else f"{self.count} iterations (optimizer steps)"
+
+
+def trial_bound(run: Run, executions: Sequence[int], steps: int | None = None) -> Bound:
+    """Enough for each fixed finding to show again: two steps past the last step one was
+    seen in, and a few past warm-up; in a loop without steps, the same counted in
+    iterations; an explicit --steps wins."""
+    if steps is not None:
+        return Bound(steps)
+    # A script that raised: far enough for the original to raise again (a crash at the
+    # checkpoint after the loop is the finding to fix).
+    crashed = bool(run.info.error) and not run.info.error.startswith("KeyboardInterrupt")
+    if run.steps:
+        return Bound(max([DEFAULT_STEPS, *(run.execution(e).step + 2 for e in executions),
+                          *([run.steps + 1] if crashed else [])]))
+    # No steps (also a script that crashed before its first): a loop that has an optimizer
+    # ends after the iterations; one without runs to its end, on both sides alike.
+    marks = run.info.optimizer_marks
+    seen = [iteration_of(marks, e) for e in executions]
+    last = max([DEFAULT_STEPS - 2, *(run.info.optimizer_steps if i is None else i for i in seen)])
+    return Bound(max(last + 2, run.info.optimizer_steps + 1 if crashed else 0), "iterations")
 
 
 def measure(run: Run, output: str) -> Measures:
@@ -75,8 +127,18 @@ def measure(run: Run, output: str) -> Measures:
         recompiles=recompiles_after_warmup(run.recompiles),
         max_nodes=max((table.kind_at(p).nodes for p in range(len(table))), default=0),
         sync_ms=sum(table.sync_ms), step_ms=statistics.median(gaps) if gaps else None,
-        findings=list(run.findings), output=output,
+        findings=list(run.findings), output=output, crash=_crash(run.info), iterations=run.info.optimizer_steps,
+        other_syncs=sum(1 for p in range(len(table)) if table.kind_at(p).cause != "mark_step"),
     )
+
+
+def _crash(info: RunInfo) -> str | None:
+    """The script's own line that raised, and the error's type; None when nothing raised."""
+    if not info.error:
+        return None
+    user = [f for f in info.error_frames if frame_owner(f.file) is None] or info.error_frames
+    where = f"{Path(user[-1].file).name}:{user[-1].line}" if user else "?"
+    return f"{where} ({info.error.split(':')[0]})"
 
 
 def finding_key(finding: Finding) -> tuple[str, str, str]:
@@ -132,7 +194,7 @@ class Side:
     trace: Path
 
 
-def run_side(side: Side, info: RunInfo, root: Path, steps: int | None, timeout: float | None) -> Measures:
+def run_side(side: Side, info: RunInfo, root: Path, bound: Bound | None, timeout: float | None) -> Measures:
     """Run the copy traced as the original ran: the same argv, from the same folder of
     the copy (or from the original folder when it is outside the copy, with the script
     taken from the copy)."""
@@ -141,8 +203,8 @@ def run_side(side: Side, info: RunInfo, root: Path, steps: int | None, timeout: 
     run_in = _in_copy(cwd, root, side.folder) if inside else cwd
     command = [sys.executable, "-m", "lazyviz", "run", "--no-tui", "--backend", info.backend,
                "--capture", info.capture if info.capture in ("full", "light") else "full", "-o", str(side.trace)]
-    if steps is not None:
-        command += ["--steps", str(steps)]
+    if bound is not None:
+        command += bound.flags
     command += ["-m", info.argv[0]] if info.module else [str(_in_copy(Path(cwd, info.script).resolve(), root,
                                                                        side.folder))]
     command += info.argv[1:]
@@ -150,7 +212,8 @@ def run_side(side: Side, info: RunInfo, root: Path, steps: int | None, timeout: 
         done = subprocess.run(command, cwd=run_in, capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL, check=False)
     except subprocess.TimeoutExpired:
-        raise LazyvizError(f"the {side.name} run took longer than {timeout:.0f} s: lower --steps") from None
+        raise LazyvizError(f"the {side.name} run took longer than {timeout:.0f} s: lower --steps "
+                           f"(it ran {bound or 'to its end'})") from None
     # Where torch_xla.launch ran the steps in processes of their own, the first one's trace.
     launched = rank_trace(launch_folder(side.trace), 0)
     try:
@@ -163,6 +226,19 @@ def run_side(side: Side, info: RunInfo, root: Path, steps: int | None, timeout: 
 
 # -- comparing -----------------------------------------------------------------------------
 _NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|nan|inf")
+# A clock time or a date ("20:08:23", "2026-11-27") in a log line: when it was printed.
+_CLOCK = re.compile(r"\b\d{1,4}(?::\d{2}){1,2}(?:[.,]\d+)?\b|\b\d{4}-\d{2}-\d{2}\b")
+# A unit right after a number that makes it a time or a rate ("72.35ms", "1.2 s", "3.1it/s",
+# "900 tok/s"), not a result.
+_MEASURE_UNIT = re.compile(r"\s?(?:ms|us|µs|ns|s|sec|secs|seconds?|mins?|minutes?|hrs?|hours?|s/it|[A-Za-z_]*/s(?:ec)?)"
+                           r"(?![A-Za-z0-9])")
+# Words of a label that make the number after it a time, a rate or a utilisation: what
+# training scripts print beside the step's results (`time 1378.08ms`, `iter_dt 72.35`,
+# `mfu 12.3%`, `train_runtime`, `samples_per_second`, `ms/batch`).
+_MEASURE_WORDS = frozenset({
+    "time", "times", "timing", "dt", "elapsed", "runtime", "duration", "latency", "took", "wall", "walltime",
+    "throughput", "speed", "fps", "tps", "mfu", "util", "utilization", "utilisation", "eta", "ms", "us", "ns",
+    "s", "sec", "secs", "second", "seconds", "per", "rate", "flops", "tflops", "gflops", "it"})
 
 
 def _label(text: str) -> str:
@@ -171,36 +247,108 @@ def _label(text: str) -> str:
     return words[-1] if words else "#"
 
 
-def compare_output(before: str, after: str, tolerance: float = RELATIVE_TOLERANCE) -> str:
+def _measures(line: str, number: re.Match) -> bool:
+    """Is this printed number a measurement (a time, a rate) rather than a result? Told by
+    its unit or by its label: a loss, an accuracy or a token stays a result."""
+    if _MEASURE_UNIT.match(line, number.end()):
+        return True
+    if line[number.end():number.end() + 1] == "%" and "mfu" in line[:number.start()].lower():
+        return True
+    label = _label(line[:number.start()]).lower()
+    return any(word in _MEASURE_WORDS for word in re.split(r"[_/\-%]+", label) if word)
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """The patched copy's output against the original's."""
+
+    verdict: str  # one phrase for the user
+    same: bool  # the results agree (measurements left out; a crashed original: up to where it stopped)
+    left_out: int = 0  # numbers that measure time or rate, not compared
+
+
+def check_output(before: str, after: str, tolerance: float = RELATIVE_TOLERANCE,
+                 original_crashed: bool = False) -> OutputCheck:
     """Does the patched run print what the original did? Line by line, the words equal and
-    the numbers within the tolerance; one phrase for the user, naming what the numbers
-    that differ are printed as (a timing is expected to differ, a loss is not)."""
+    the result numbers within the tolerance. Numbers that measure time or rate (by their
+    unit or label, and clock times) are left out and counted: they differ between any two
+    runs. Where the original crashed, only what it printed before is compared."""
     old, new = before.splitlines(), after.splitlines()
+    if original_crashed:
+        new = new[:len(old)]
+        if not old:
+            return OutputCheck("the original printed nothing before its crash", True)
     if not old and not new:
-        return "neither printed anything"
-    total, differing, first = 0, [], ""
+        return OutputCheck("neither printed anything", True)
+    total, left_out, differing, first, labels_left = 0, 0, [], "", []
     for number, (a, b) in enumerate(zip(old, new), 1):
-        if _NUMBER.sub("#", a) != _NUMBER.sub("#", b):
-            return f"differs at line {number}: {a.strip()[:60]!r} -> {b.strip()[:60]!r}"
-        for x, y in zip(_NUMBER.finditer(a), _NUMBER.finditer(b)):
+        a_masked, b_masked = _CLOCK.sub("@", a), _CLOCK.sub("@", b)
+        left_out += len(_CLOCK.findall(a))
+        if _NUMBER.sub("#", a_masked) != _NUMBER.sub("#", b_masked):
+            return OutputCheck(f"differs at line {number}: {a.strip()[:60]!r} -> {b.strip()[:60]!r}", False)
+        for x, y in zip(_NUMBER.finditer(a_masked), _NUMBER.finditer(b_masked)):
+            if _measures(a_masked, x) or _measures(b_masked, y):
+                left_out += 1
+                labels_left.append(_label(a_masked[:x.start()]))
+                continue
             total += 1
             try:
                 same = math.isclose(float(x.group()), float(y.group()), rel_tol=tolerance, abs_tol=1e-6)
             except ValueError:
                 same = x.group() == y.group()
             if not same and x.group() != y.group():
-                label = _label(a[:x.start()])
+                label = _label(a_masked[:x.start()])
                 differing.append(label)
                 first = first or f"line {number}: {label} {x.group()} -> {y.group()}"
     common = min(len(old), len(new))
+    aside = ""
+    if left_out:
+        shown = ", ".join(dict.fromkeys(label for label in labels_left if label != "#")) or "clock times"
+        aside = f"; {left_out} {'number measures' if left_out == 1 else 'numbers measure'} time or rate ({shown[:60]}): left out"
     if len(old) != len(new):
         longer = "the original" if len(old) > len(new) else "the patched copy"
-        return f"the first {common} lines match; {longer} printed {abs(len(old) - len(new))} more"
+        return OutputCheck(f"the first {common} lines match; {longer} printed {abs(len(old) - len(new))} more",
+                           False, left_out)
     if differing:
         labels = ", ".join(dict.fromkeys(differing))
-        return (f"differs: the words are the same on all {common} lines, {len(differing)} of {total} numbers are "
-                f"not within {tolerance:g} ({labels}); first at {first}")
-    return f"the same ({common} lines, numbers within {tolerance:g})"
+        return OutputCheck(f"differs: the words are the same on all {common} lines, {len(differing)} of {total} "
+                           f"result numbers are not within {tolerance:g} ({labels}); first at {first}{aside}",
+                           False, left_out)
+    upto = " the original printed before its crash" if original_crashed else ""
+    return OutputCheck(f"the same ({common} lines{upto}, numbers within {tolerance:g}{aside})", True, left_out)
+
+
+def compare_output(before: str, after: str, tolerance: float = RELATIVE_TOLERANCE,
+                   original_crashed: bool = False) -> str:
+    """check_output's phrase alone."""
+    return check_output(before, after, tolerance, original_crashed).verdict
+
+
+def ran_further(before: Measures, after: Measures) -> bool:
+    """Did the copy get further than the original before it raised: more optimizer steps,
+    steps or executions? (A crash in the first forward fixed, the next one at the save.)"""
+    return (after.iterations, after.steps, after.executions) > (before.iterations, before.steps, before.executions)
+
+
+def _progress(m: Measures) -> str:
+    if m.iterations:
+        return f"{m.iterations} optimizer steps"
+    return f"{m.steps} steps" if m.steps else f"{m.executions} executions"
+
+
+def crash_verdict(before: Measures, after: Measures) -> tuple[bool, str]:
+    """Did the patched copy end as the original did, or better? (ok, a sentence saying
+    how, "" when both ended alike). A crash that is gone is the proof: the copy running on
+    where the original raised is the point of the edit."""
+    if before.crash and not after.crash and after.exit_status == 0:
+        ran = "ran on to the bound" if after.state.startswith("stopped after") else "ran to its end"
+        return True, f"the crash at {before.crash} is gone; the copy {ran}"
+    if before.crash and after.crash and after.crash != before.crash:
+        further = f" further on ({_progress(after)})" if ran_further(before, after) else ""
+        return False, f"the crash at {before.crash} is gone, but the copy crashed{further} at {after.crash}"
+    if after.exit_status != before.exit_status:
+        return False, f"the patched copy did not end as the original did: {after.state}, not {before.state}"
+    return True, ""
 
 
 def _by_key(findings: list[Finding]) -> dict[tuple[str, str, str], list[Finding]]:
@@ -228,6 +376,10 @@ def _shown(value: float | int | None, unit: str = "", digits: int = 0) -> str:
     return f"{value:,.{digits}f}{unit}"
 
 
+def _per(total: float, count: int) -> float | None:
+    return total / count if count else None
+
+
 def comparison(before: Measures, after: Measures, expected: Sequence[str] = ()) -> str:
     """Before and after side by side; expected: how the edits change the script's results."""
     rows = [
@@ -242,6 +394,12 @@ def comparison(before: Measures, after: Measures, expected: Sequence[str] = ()) 
         ("sync time", _shown(before.sync_ms, " ms", 1), _shown(after.sync_ms, " ms", 1)),
         ("step time (median)", _shown(before.step_ms, " ms", 1), _shown(after.step_ms, " ms", 1)),
     ]
+    if by_iteration(before, after):  # a loop without steps: like with like, per iteration
+        rows[2:2] = [("iterations (optimizer steps)", _shown(before.iterations), _shown(after.iterations))]
+        rows[4:4] = [("executions per iteration", _shown(before.per_iteration, digits=1),
+                      _shown(after.per_iteration, digits=1)),
+                     ("sync time per iteration", _shown(_per(before.sync_ms, before.iterations), " ms", 1),
+                      _shown(_per(after.sync_ms, after.iterations), " ms", 1))]
     width = max(len(r[0]) for r in rows)
     left = max(len(r[1]) for r in rows + [("", "before", "")])
     lines = [f"  {'':{width}}  {'before':>{left}}  after"]
@@ -254,7 +412,10 @@ def comparison(before: Measures, after: Measures, expected: Sequence[str] = ()) 
         if groups:
             lines.append(f"  {title}:")
             lines += [_finding_line(group) for group in groups]
-    output = compare_output(before.output, after.output)
+    ok, ending = crash_verdict(before, after)
+    if ending:
+        lines.insert(0, f"  {ending}")
+    output = compare_output(before.output, after.output, original_crashed=bool(before.crash and ok))
     lines.append(f"  output: {output}")
     random = sorted({*before.random_ops, *after.random_ops})
     if output.startswith("differs") and expected:
@@ -262,25 +423,29 @@ def comparison(before: Measures, after: Measures, expected: Sequence[str] = ()) 
     elif output.startswith("differs") and random:
         lines.append(f"    the script draws random numbers on the device ({', '.join(random[:3])}): cut into other "
                      "graphs they draw other numbers; compare with them off (dropout=0) to check the arithmetic")
-    if before.steps == 0:
-        lines.append("  (the original has no steps for --steps to count: both ran to their end)")
+    if by_iteration(before, after):
+        lines.append("  (the original has no steps: both sides ran the same optimizer steps, compared per iteration)")
+    elif before.steps == 0:
+        lines.append("  (the original has no steps and no optimizer steps to count: both ran to their end)")
     return "\n".join(lines)
 
 
-def trial_record(before: Measures, after: Measures, steps: int, edits: Sequence[str]) -> dict:
+def trial_record(before: Measures, after: Measures, bound: Bound, edits: Sequence[str]) -> dict:
     """What `--try` measured, as the trace keeps it (run field fix_trial) for the HTML
     report, the notebook summary and the API."""
     def side(m: Measures) -> dict:
         return {"state": m.state, "steps": m.steps, "executions": m.executions, "per_step": m.per_step,
                 "misses": m.misses, "recompiles": m.recompiles if m.steps else None, "max_nodes": m.max_nodes,
+                "iterations": m.iterations, "per_iteration": m.per_iteration,
                 "sync_ms": round(m.sync_ms, 3), "step_ms": None if m.step_ms is None else round(m.step_ms, 3)}
 
     old, new = _by_key(before.findings), _by_key(after.findings)
     return {
-        "steps": steps, "edits": list(edits), "before": side(before), "after": side(after),
+        "steps": bound.count, "bound": str(bound), "edits": list(edits), "before": side(before), "after": side(after),
         "gone": [group[0].short or group[0].message for key, group in old.items() if key not in new],
         "appeared": [group[0].short or group[0].message for key, group in new.items() if key not in old],
-        "output": compare_output(before.output, after.output),
+        "output": compare_output(before.output, after.output, original_crashed=bool(before.crash)),
+        "ending": crash_verdict(before, after)[1],
     }
 
 
@@ -302,7 +467,7 @@ def measured_text(trial: Mapping) -> str:
     return ", ".join(parts) or "no change measured"
 
 
-def try_patch(info: RunInfo, patched: Mapping[str, str], steps: int, timeout: float | None,
+def try_patch(info: RunInfo, patched: Mapping[str, str], bound: Bound, timeout: float | None,
               keep: bool = False, expected: Sequence[str] = ()) -> tuple[str, Measures, Measures]:
     """Copy, patch the copy, run both sides; (the comparison, before, after)."""
     root = copy_root(info, list(patched))
@@ -315,10 +480,8 @@ def try_patch(info: RunInfo, patched: Mapping[str, str], steps: int, timeout: fl
         for file, text in patched.items():
             target = _in_copy(Path(file), root, sides[1].folder)
             target.write_bytes(text.encode("utf-8"))
-        before = run_side(sides[0], info, root, steps, timeout)
-        # An original without steps ran to its end: so does the patched copy, for a fair
-        # comparison (the patch gives it steps, which the bound would cut short).
-        after = run_side(sides[1], info, root, steps if before.steps else None, timeout)
+        before = run_side(sides[0], info, root, bound, timeout)
+        after = run_side(sides[1], info, root, _after_bound(before, bound), timeout)
         text = comparison(before, after, expected)
         if keep:
             text += f"\n  the copies and their traces: {work}"
@@ -326,6 +489,13 @@ def try_patch(info: RunInfo, patched: Mapping[str, str], steps: int, timeout: fl
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _after_bound(before: Measures, bound: Bound) -> Bound | None:
+    """The patched side's bound: the original's. An original bounded by steps that had
+    none ran to its end, and so does the copy (an edit that gives it steps would cut it
+    short); iterations are counted the same with or without steps."""
+    return bound if bound.unit == "iterations" or before.steps else None
 
 
 # -- round after round ----------------------------------------------------------------------
@@ -337,15 +507,26 @@ class Round:
     measures: Measures
     kept: bool
     why_not: str = ""  # why the round was not kept (worse, output changed, did not end as before)
-    output: str = ""  # the output against the original's, where it differs and the round was kept: why
+    output: str = ""  # what the round showed beyond the counts: a crash gone, the output and why it may differ
 
 
 def _worse(new: Measures, old: Measures) -> str:
     """Why a round made things worse than the last kept one, or ""."""
-    if new.exit_status != old.exit_status:
-        return f"it ended {_ending(new.state)}, not {_ending(old.state)}"
+    ok, ending = crash_verdict(old, new)
+    if not ok and old.crash and new.crash and ran_further(old, new):
+        return ""  # one crash traded for a later one: the next round's edit is for that one
+    if not ok:
+        return ending if old.crash else f"it ended {_ending(new.state)}, not {_ending(old.state)}"
+    if ending:  # the crash is gone: whatever the counts, the copy now runs
+        return ""
     if new.per_step is not None and old.per_step is not None and new.per_step > old.per_step + 1e-9:
         return f"executions per step {old.per_step:.1f} -> {new.per_step:.1f}"
+    if by_iteration(old, new) and new.iterations and old.iterations and \
+            new.other_syncs / new.iterations > old.other_syncs / old.iterations + 1e-9:
+        # A step-ending call adds one execution an iteration by design: the syncs it
+        # should not add are the others (reads, fallbacks).
+        return (f"syncs other than the step's per iteration {old.other_syncs / old.iterations:.1f} -> "
+                f"{new.other_syncs / new.iterations:.1f}")
     if new.steps and old.steps and new.recompiles > old.recompiles:
         return f"recompiles after warm-up {old.recompiles} -> {new.recompiles}"
     return ""
@@ -360,7 +541,7 @@ class RoundEdits:
     alters: list[str]  # how the edits change the script's results, where they do
 
 
-def until_clean(info: RunInfo, texts: Mapping[str, str], first: RoundEdits, steps: int, timeout: float | None,
+def until_clean(info: RunInfo, texts: Mapping[str, str], first: RoundEdits, bound: Bound, timeout: float | None,
                 rounds: int, keep: bool = False, propose_next: Callable[[Run], RoundEdits | None] | None = None,
                 ) -> tuple[str, Measures, list[Round], dict[str, str]]:
     """--until-clean: the first round's edits, then, round after round, the edits lazyviz
@@ -376,9 +557,9 @@ def until_clean(info: RunInfo, texts: Mapping[str, str], first: RoundEdits, step
     work = Path(tempfile.mkdtemp(prefix="lazyviz-fix-"))
     try:
         original = Side("before", make_copy(root, work / "before"), work / "before.trace")
-        before = run_side(original, info, root, steps, timeout)
+        before = run_side(original, info, root, bound, timeout)
         kept_texts = dict(texts)
-        last = before
+        last = reference = before
         done: list[Round] = []
         pending: RoundEdits | None = first
         stopped = f"after {rounds} round{'s' * (rounds != 1)} (--rounds)"
@@ -390,21 +571,28 @@ def until_clean(info: RunInfo, texts: Mapping[str, str], first: RoundEdits, step
             side = Side(f"round {number}", make_copy(root, work / f"round{number}"), work / f"round{number}.trace")
             for file, text in candidate.items():
                 _in_copy(Path(file), root, side.folder).write_bytes(text.encode("utf-8"))
-            measures = run_side(side, info, root, steps if before.steps else None, timeout)
-            output = compare_output(before.output, measures.output)
-            differs = output.startswith(("differs", "the first"))
+            measures = run_side(side, info, root, _after_bound(before, bound), timeout)
+            checked = check_output(reference.output, measures.output, original_crashed=bool(reference.crash))
+            output, differs = checked.verdict, not checked.same
             alters = pending.alters
             random = sorted({*before.random_ops, *measures.random_ops})
             excuse = (f"expected: {alters[0]}" if alters else
                       f"the script draws random numbers on the device ({', '.join(random[:2])}): not comparable"
                       if random else "")
             why = _worse(measures, last) or (f"the output {output}" if differs and not excuse else "")
-            done.append(Round(pending.summaries, measures, kept=not why, why_not=why,
-                              output=f"output {output}; {excuse}" if differs and excuse else ""))
+            ending = crash_verdict(last, measures)[1]
+            said = [ending] if ending and not why else []
+            if differs and excuse:
+                said.append(f"output {output}; {excuse}")
+            elif not differs and checked.left_out:
+                said.append(f"output {output}")
+            done.append(Round(pending.summaries, measures, kept=not why, why_not=why, output="; ".join(said)))
             if why:
                 stopped = f"round {number} was not kept: the last kept round is the result"
                 break
             kept_texts, last = candidate, measures
+            if reference.crash and not measures.crash:  # the first copy that runs: what later rounds print against
+                reference = measures
             pending = None
             if propose_next is not None:
                 with open_trace(side.trace) as trace:
@@ -439,12 +627,19 @@ def rounds_table(before: Measures, rounds: Sequence[Round]) -> str:
         lines.append(f"  round {number} ({state}):")
         lines += [f"    edit: {summary[:150]}" for summary in done.edits]
         m = done.measures
-        lines.append(f"    executions per step {_shown(previous.per_step, digits=1)} -> {_shown(m.per_step, digits=1)}, "
-                     f"recompiles after warm-up {_shown(previous.recompiles)} -> {_shown(m.recompiles)}, "
-                     f"sync {_shown(previous.sync_ms, ' ms', 1)} -> {_shown(m.sync_ms, ' ms', 1)}, "
-                     f"step {_shown(previous.step_ms, ' ms', 1)} -> {_shown(m.step_ms, ' ms', 1)}")
+        if by_iteration(before, m):  # a loop without steps: per iteration
+            lines.append(f"    executions per iteration {_shown(previous.per_iteration, digits=1)} -> "
+                         f"{_shown(m.per_iteration, digits=1)}, sync per iteration "
+                         f"{_shown(_per(previous.sync_ms, previous.iterations), ' ms', 1)} -> "
+                         f"{_shown(_per(m.sync_ms, m.iterations), ' ms', 1)}, largest graph "
+                         f"{_shown(previous.max_nodes)} -> {_shown(m.max_nodes)} nodes")
+        else:
+            lines.append(f"    executions per step {_shown(previous.per_step, digits=1)} -> {_shown(m.per_step, digits=1)}, "
+                         f"recompiles after warm-up {_shown(previous.recompiles)} -> {_shown(m.recompiles)}, "
+                         f"sync {_shown(previous.sync_ms, ' ms', 1)} -> {_shown(m.sync_ms, ' ms', 1)}, "
+                         f"step {_shown(previous.step_ms, ' ms', 1)} -> {_shown(m.step_ms, ' ms', 1)}")
         if done.output:
-            lines.append(f"    {done.output[:200]}")
+            lines.append(f"    {done.output[:300]}")
         if done.kept:
             previous = m
     last = kept[-1].measures if kept else before
