@@ -23,7 +23,7 @@ from lazyviz.fix.device_branch import _choice, on_the_device
 from lazyviz.fix.lowered_clip import LOWERED_CLIP, _clip_call
 from lazyviz.fix.padding import _padding_calls, padded_lengths, padding_multiple
 from lazyviz.fix.source import Source
-from lazyviz.fix.trial import Measures, compare_output, comparison
+from lazyviz.fix.trial import Measures, check_output, compare_output, comparison, crash_verdict
 from lazyviz.trace.model import Frame
 
 PROGRAMS = ROOT / "tests" / "programs"
@@ -227,11 +227,55 @@ def test_run_steps_ends_the_script_cleanly_after_n_steps(tmp_path: Path) -> None
 
 def test_output_comparison_takes_numbers_to_a_tolerance() -> None:
     assert compare_output("loss 1.00001\n", "loss 1.00002\n").startswith("the same (1 lines")
-    assert compare_output("step 1 loss 1.0 ms 30\nstep 2 loss 2.0 ms 31\n", "step 1 loss 1.0 ms 9\nstep 2 loss 2.0 ms 9\n") \
-        == ("differs: the words are the same on all 2 lines, 2 of 6 numbers are not within 0.001 (ms); "
-            "first at line 1: ms 30 -> 9")
+    assert compare_output("step 1 loss 1.0 acc 30\nstep 2 loss 2.0 acc 31\n", "step 1 loss 1.0 acc 9\nstep 2 loss 2.0 acc 9\n") \
+        == ("differs: the words are the same on all 2 lines, 2 of 6 result numbers are not within 0.001 (acc); "
+            "first at line 1: acc 30 -> 9")
     assert compare_output("a 1\nb 2\n", "a 1\n") == "the first 1 lines match; the original printed 1 more"
     assert compare_output("step 1\n", "epoch 1\n").startswith("differs at line 1: 'step 1' -> 'epoch 1'")
+
+
+@pytest.mark.parametrize("before, after", [
+    ("iter 10: loss 2.3456, time 1378.08ms, mfu 12.30%", "iter 10: loss 2.3456, time 913.84ms, mfu 18.51%"),
+    ("step 10 | loss 2.3456 | iter_dt 72.35 | 3100 tok/s", "step 10 | loss 2.3456 | iter_dt 31.02 | 7210 tok/s"),
+    ("| epoch 1 | 200/ 2983 batches | ms/batch 30.12 | loss 6.12", "| epoch 1 | 200/ 2983 batches | ms/batch 9.80 | loss 6.12"),
+    ("{'train_runtime': 12.31, 'train_samples_per_second': 5.2, 'train_loss': 2.25}",
+     "{'train_runtime': 4.02, 'train_samples_per_second': 15.9, 'train_loss': 2.25}"),
+    ("2026-11-27 20:08:23,114 INFO loss 0.5 took 1.2s", "2026-11-27 20:09:01,902 INFO loss 0.5 took 0.4s"),
+])
+def test_numbers_that_measure_time_or_rate_are_left_out(before: str, after: str) -> None:
+    """What training scripts print beside their results: a step time, a throughput, an MFU,
+    a log line's clock. None of it is a result; the loss beside it still is."""
+    checked = check_output(before + "\n", after + "\n")
+    assert checked.same and checked.left_out >= 1, checked.verdict
+    assert "time or rate" in checked.verdict and "left out" in checked.verdict
+    # The loss beside them is compared as strictly as ever.
+    worse = check_output(before + "\n", after.replace("2.3456", "2.9").replace("loss 0.5", "loss 0.7")
+                         .replace("6.12", "6.5").replace("2.25", "2.5") + "\n")
+    assert not worse.same and "loss" in worse.verdict, worse.verdict
+
+
+def test_a_crashed_originals_output_is_compared_up_to_its_crash() -> None:
+    checked = check_output("step 0 loss 1.0\n", "step 0 loss 1.0\nstep 1 loss 0.9\nsaved\n", original_crashed=True)
+    assert checked.same and "before its crash" in checked.verdict
+    assert not check_output("step 0 loss 1.0\n", "step 0 loss 2.0\nstep 1 loss 0.9\n", original_crashed=True).same
+
+
+def _ended(state: str, status: int, crash: str | None) -> Measures:
+    return Measures(exit_status=status, state=state, steps=0, executions=3, misses=3, recompiles=0, max_nodes=10,
+                    sync_ms=1.0, step_ms=None, in_steps=0, random_ops=[], crash=crash)
+
+
+def test_a_crash_that_is_gone_is_the_proof() -> None:
+    crashed = _ended("raised RuntimeError: Attempted to access the data pointer", 1, "model.py:56 (RuntimeError)")
+    ran = _ended("exited 0", 0, None)
+    assert crash_verdict(crashed, ran) == (True, "the crash at model.py:56 (RuntimeError) is gone; the copy ran to its end")
+    other = _ended("raised ValueError: shapes", 1, "train.py:80 (ValueError)")
+    ok, said = crash_verdict(crashed, other)
+    assert not ok and "model.py:56 (RuntimeError) is gone, but the copy crashed at train.py:80 (ValueError)" in said
+    assert crash_verdict(crashed, crashed) == (True, "")
+    assert not crash_verdict(ran, crashed)[0]
+    table = comparison(crashed, ran)
+    assert table.splitlines()[0] == "  the crash at model.py:56 (RuntimeError) is gone; the copy ran to its end"
 
 
 @pytest.mark.torch
@@ -462,6 +506,7 @@ def test_per_batch_padding_lengths_and_the_multiple_that_covers_them() -> None:
     assert [call.lineno for call in _padding_calls(source)] == [1, 2, 3]
 
 
+@pytest.mark.torch
 def test_the_lowered_clip_grad_norm_clips_as_torchs_does() -> None:
     import torch  # here: the module's other unit tests run without torch
 
@@ -535,3 +580,113 @@ def test_if_tensor_keeping_the_best_loss_is_chosen_on_the_device_proved_against_
     # One execution a step; the print after the last step reads data already on the host side.
     assert ltc["MarkStep"] == 8 and ltc["UncachedCompile"] + ltc["CachedCompile"] == 8 \
         == int(row(result.stderr, "executions ")[1])
+
+
+def gpt_project(tmp_path: Path) -> Path:
+    """nanoGPT's shape: train.py beside model.py, whose qkv split crashes on TS."""
+    return project(tmp_path, PROGRAMS / "gpt_char" / "train.py", PROGRAMS / "gpt_char" / "model.py")
+
+
+@pytest.mark.torch
+def test_a_gpt_goes_from_its_qkv_split_crash_to_a_clean_run_round_after_round(tmp_path: Path) -> None:
+    folder = gpt_project(tmp_path)
+    trace = traced(folder, "train.py", "4")
+    with lazyviz.open(trace) as opened:
+        assert opened.run.error and "not a lazy tensor" in opened.run.error
+        assert opened.run.optimizer_steps == 0  # it crashed in the first forward
+    before = hashes(folder)
+    result = cli("fix", trace, "--try", "--until-clean", cwd=folder)
+    assert result.status == 0, result.stderr
+    applies(result.stdout, folder)
+    assert hashes(folder) == before  # the user's files untouched
+    # The split in model.py, by narrow; the checkpoint saved from the CPU; the loop's
+    # missing mark_step(); then the read moved into a step closure.
+    assert "+        q, k, v = split_lowered(self.c_attn(x), self.n_embd, dim=2)" in result.stdout
+    assert "+torch.save(state_on_cpu(checkpoint), \"ckpt.pt\")" in result.stdout
+    assert "+    torch._lazy.mark_step()" in result.stdout
+    assert "torch._lazy.add_step_closure" in result.stdout
+    rounds = result.stderr.split("the whole way")[0]
+    # The first crash fixed, the run gets to the checkpoint and raises there: kept, and said.
+    assert ("the crash at model.py:33 (RuntimeError) is gone, but the copy crashed further on (4 optimizer steps) "
+            "at train.py:48 (RuntimeError)") in rounds
+    assert "the crash at train.py:48 (RuntimeError) is gone; the copy ran to its end" in rounds
+    assert "not kept" not in rounds
+    # No steps in the original: both sides bounded by optimizer steps and compared per iteration.
+    assert "5 iterations (optimizer steps) each run" in result.stderr
+    assert "compared per iteration" in result.stderr
+    # The printed step time is not a result: set aside, and said.
+    assert "measure time or rate (time): left out" in rounds
+    # What the copy now does: exits 0, steps of one execution each, no recompiles after warm-up.
+    assert row(result.stderr, "exit") == ["raised", "RuntimeError", "exited", "0"]
+    assert row(result.stderr, "executions per step") == ["-", "1.0"]
+    assert row(result.stderr, "recompiles after warm-up") == ["-", "0"]
+
+
+@pytest.mark.torch
+def test_a_hand_written_narrow_that_fixes_the_crash_is_proved(tmp_path: Path) -> None:
+    folder = gpt_project(tmp_path)
+    train = folder / "train.py"  # a run that saves no checkpoint: the split is its one crash
+    train.write_text(train.read_text().split("\ncheckpoint = ")[0] + "\n")
+    trace = traced(folder, "train.py", "4")
+    model = (folder / "model.py").read_text()
+    fixed = model.replace("q, k, v = self.c_attn(x).split(self.n_embd, dim=2)",
+                          "qkv = self.c_attn(x)\n        q, k, v = (qkv.narrow(2, i * self.n_embd, self.n_embd) "
+                          "for i in range(3))")
+    edited = tmp_path / "model.py"
+    edited.write_text(fixed)
+    result = cli("fix", trace, "--try", "--patch", edited, cwd=folder)
+    assert result.status == 0, result.stderr
+    assert "the crash at model.py:33 (RuntimeError) is gone" in result.stderr
+    assert "raised RuntimeError" in result.stderr.split("  exit")[1].splitlines()[0]
+    # A patch that trades the crash for another says both, and fails.
+    broken = tmp_path / "broken" / "model.py"
+    broken.parent.mkdir()
+    broken.write_text(fixed.replace("x = self.wte(idx) + self.wpe(pos)", "x = self.wte(idx) + self.wpe(pos)[None, :, :1, 0]"))
+    result = cli("fix", trace, "--try", "--patch", broken, cwd=folder)
+    assert result.status == 1
+    assert "the crash at model.py:33 (RuntimeError) is gone, but the copy crashed at model.py:" in result.stderr
+
+
+@pytest.mark.torch
+def test_iterations_bound_a_loop_without_steps(tmp_path: Path) -> None:
+    script = ROOT / "tests" / "scripts" / "no_mark_step_loop.py"
+    trace = tmp_path / "loop.trace"
+    result = cli("run", "--no-tui", "--iterations", "3", "-o", trace, script, "20", cwd=tmp_path)
+    assert result.status == 0, result.stderr
+    assert result.stdout.count("loss") == 2  # ended out of the third optimizer.step(), before its print
+    assert "stopped after 3 optimizer steps, as asked (--iterations)" in result.stderr
+    with lazyviz.open(trace) as opened:
+        assert opened.run.optimizer_steps == 3 and opened.run.optimizer_marks == [0, 1, 2]
+        # Each iteration synced (its loss.item()): no optimizer step without a sync.
+        assert not [f for f in opened.findings if "optimizer stepped" in f.message]
+
+
+@pytest.mark.torch
+def test_the_state_moved_to_the_cpu_saves_and_loads_the_same_values(tmp_path: Path) -> None:
+    """The function the torch.save edit puts in the user's file, on a checkpoint of a model
+    and its optimizer's state on the lazy device: torch.save writes it, torch.load reads
+    the same values, the dict types and a state_dict's _metadata kept."""
+    from lazyviz.fix.cpu_state import STATE_ON_CPU
+
+    script = tmp_path / "save.py"
+    script.write_text(
+        "import collections, torch, torch._lazy, torch._lazy.ts_backend\n"
+        f"{STATE_ON_CPU.format(step='torch._lazy.mark_step', torch='torch')}\n"
+        "torch._lazy.ts_backend.init()\ntorch.manual_seed(0)\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2)).to('lazy')\n"
+        "optimizer = torch.optim.AdamW(model.parameters())\n"
+        "model(torch.randn(3, 4).to('lazy')).sum().backward()\noptimizer.step()\n"
+        "state = {'model': model.state_dict(), 'optimizer': optimizer.state_dict(), 'pair': (1, [2.0])}\n"
+        "try:\n    torch.save(state, 'raw.pt')\nexcept RuntimeError as error:\n    print('raw:', error)\n"
+        "torch.save(state_on_cpu(state), 'ckpt.pt')\n"
+        "loaded = torch.load('ckpt.pt')\n"
+        "for name, value in model.state_dict().items():\n"
+        "    assert torch.equal(loaded['model'][name], value.cpu()), name\n"
+        "moments = optimizer.state_dict()['state'][0]['exp_avg'].cpu()\n"
+        "assert torch.equal(loaded['optimizer']['state'][0]['exp_avg'], moments)\n"
+        "assert isinstance(loaded['model'], collections.OrderedDict) and hasattr(loaded['model'], '_metadata')\n"
+        "assert loaded['pair'] == (1, [2.0])\nprint('loaded the same values')\n")
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "raw: Attempted to access the data pointer on an invalid python storage" in done.stdout
+    assert "loaded the same values" in done.stdout

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from lazyviz.analysis.findings import Finding
-from lazyviz.fix.source import Change, Context, Proposal, call_name
+from lazyviz.fix.source import Change, Context, Proposal, call_name, define_once
 
 LOWERED_CLIP = """\
 
@@ -62,14 +62,10 @@ def propose(finding: Finding, context: Context) -> Proposal:
     text = source.line(line)
     changes = [Change(source.path, line, line + 1,
                       (text[:call.func.col_offset] + LOWERED_CLIP_NAME + text[call.func.end_col_offset or 0:],))]
-    defined = any(isinstance(node, ast.FunctionDef) and node.name == LOWERED_CLIP_NAME for node in source.tree.body)
-    if not defined:
-        torch, imports = call_name(source, "torch.stack", "torch")
-        prefix = torch.rpartition(".")[0]
-        body = LOWERED_CLIP.format(torch=prefix).replace("\n", source.newline())
-        top = [node for node in source.tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
-        after = (top[-1].end_lineno or top[-1].lineno) if top else 0
-        changes += [*imports, Change(source.path, after + 1, after + 1, tuple(body.splitlines(keepends=True)))]
+    torch, imports = call_name(source, "torch.stack", "torch")
+    defined = define_once(source, LOWERED_CLIP_NAME, LOWERED_CLIP.format(torch=torch.rpartition(".")[0]))
+    if defined:
+        changes += [*imports, *defined]
     return Proposal(finding, f"clip_grad_norm_ at {source.name}:{line} as {LOWERED_CLIP_NAME}, the same clipping "
                              "(the 2-norm of all gradients, scaled by max_norm / (norm + 1e-6) up to 1) from ops "
                              "that lower, defined once in the file: no fallback, no sync per parameter",

@@ -12,7 +12,9 @@ the changes applied and shown as a unified diff.
 - eager_attention.py: transformers' scaled_dot_product_attention fallback, attn_implementation="eager";
 - padding.py: per-batch padding given pad_to_multiple_of;
 - drop_last.py: a last short batch, drop_last=True on the DataLoader;
-- baked_values.py: a Python slice bound or index made data (index_select).
+- baked_values.py: a Python slice bound or index made data (index_select);
+- split_pieces.py: a split/chunk/unbind whose fallback handed back host pieces, by narrow/select;
+- cpu_state.py: torch.save of lazy tensors, the state moved to the CPU after one sync.
 """
 from __future__ import annotations
 
@@ -22,12 +24,14 @@ from lazyviz.analysis.findings import Finding
 from lazyviz.analysis.run import Run
 from lazyviz.fix import (
     baked_values,
+    cpu_state,
     device_branch,
     drop_last,
     eager_attention,
     lowered_clip,
     mark_step,
     padding,
+    split_pieces,
     step_closure,
 )
 from lazyviz.fix.source import (
@@ -56,6 +60,8 @@ EDITS: list[tuple[Callable[[Finding, Context], bool], Callable[[Finding, Context
     (padding.answers, padding.propose),
     (drop_last.answers, drop_last.propose),
     (baked_values.answers, baked_values.propose),
+    (split_pieces.answers, split_pieces.propose),
+    (cpu_state.answers, cpu_state.propose),
 ]
 
 

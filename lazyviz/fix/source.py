@@ -203,6 +203,17 @@ def call_name(source: Source, dotted: str, module: str) -> tuple[str, tuple[Chan
     return dotted, (import_change(source, f"import {module}"),)
 
 
+def define_once(source: Source, name: str, text: str) -> tuple[Change, ...]:
+    """A function `name` (its text, blank lines first) put once in the file, after its
+    top-level imports; nothing when the file defines it already (a later round's edit)."""
+    if any(isinstance(node, ast.FunctionDef) and node.name == name for node in source.tree.body):
+        return ()
+    top = [node for node in source.tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    after = (top[-1].end_lineno or top[-1].lineno) if top else 0
+    body = text.replace("\n", source.newline())
+    return (Change(source.path, after + 1, after + 1, tuple(body.splitlines(keepends=True))),)
+
+
 # The backends' names (RunInfo.names) -> (dotted call, its module).
 STEP_CALLS = {"torch._lazy.mark_step()": ("torch._lazy.mark_step", "torch._lazy"),
               "torch_xla.sync()": ("torch_xla.sync", "torch_xla")}
