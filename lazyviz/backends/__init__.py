@@ -6,6 +6,8 @@ this package touch torch's private lazy APIs.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import os
 import sys
 import threading
 from abc import ABC, abstractmethod
@@ -293,15 +295,24 @@ def prepare_backend(name: str) -> None:
         _load(entry.prepare)()  # type: ignore[operator]
 
 
-def detect_backend(imported: set[str] | None) -> str:
-    """The backend a script's imported modules name; the default when none does."""
+def detect_backend(imported: set[str] | None, environ: Mapping[str, str] | None = None,
+                   installed: Callable[[str], bool] | None = None) -> str:
+    """The backend a script's imported modules name; else PyTorch/XLA where torch_xla is
+    installed and PJRT_DEVICE is set (a library imports it for the script: transformers'
+    Trainer trains on XLA then); else the default."""
     found = [name for name, entry in BACKENDS.items()
              if imported and any(module == prefix or module.startswith(prefix + ".")
                                  for module in imported for prefix in entry.detects)]
     if len(found) > 1:
         named = " and ".join(f"{BACKENDS[n].detects[0]} ({n})" for n in found)
         raise BackendError(f"the script imports {named}: pass --backend {' or --backend '.join(found)}")
-    return found[0] if found else DEFAULT_BACKEND
+    if found:
+        return found[0]
+    environ = os.environ if environ is None else environ
+    installed = installed or (lambda module: importlib.util.find_spec(module) is not None)
+    if environ.get("PJRT_DEVICE") and installed("torch_xla"):
+        return "xla"
+    return DEFAULT_BACKEND
 
 
 def framework_packages() -> set[str]:

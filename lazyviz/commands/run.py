@@ -49,7 +49,8 @@ class RunCommand:
         parser.add_argument(
             "--backend", choices=tuple(BACKENDS),
             help="lazy backend: ts (torch's TorchScript backend) or xla (PyTorch/XLA); "
-                 "default: picked from the script's imports (torch._lazy: ts, torch_xla: xla), else ts",
+                 "default: picked from the script's imports (torch._lazy: ts, torch_xla: xla), else xla where "
+                 "PJRT_DEVICE is set and torch_xla is installed (a library imports it), else ts",
         )
         parser.add_argument(
             "--capture", choices=("full", "light"), default="full",
