@@ -321,3 +321,17 @@ def test_time_sequence_lstm_cell_cannot_run_here_and_the_workaround_trains(tmp_p
     assert report["run"]["exit_status"] == 0 and "crash" not in {f["kind"] for f in report["findings"]}
     # What is left falls back in LBFGS's own code (its dot products), not in the cells.
     assert {name for name in counters if name.startswith("aten::")} <= {"aten::_local_scalar_dense", "aten::dot"}
+
+
+def test_adamws_per_parameter_syncs_are_not_a_batch_change(tmp_path: Path) -> None:
+    """AdamW's lerp_ falls back once per parameter on TS: optimizer.step() syncs once per
+    parameter, each of another shape. Every batch has 16 rows: no shape finding, no
+    drop_last; the loop without mark_step() and the fallback are what is there."""
+    trace, counters, report = traced(tmp_path, "adamw_no_step.py")
+    assert_counts_match_ltc(trace, counters)
+    assert counters["aten::lerp.Scalar"] == 4 * 6  # four parameters, six iterations: the truth
+    assert "dynamic_shape" not in kinds(report)
+    assert not [f for f in report["findings"] if "drop_last" in f["fix"] or "shape" in f["message"].split(":")[0]]
+    lerp = next(f for f in report["findings"] if f["kind"] == "fallback" and f["details"]["op"] == "aten::lerp.Scalar")
+    assert "24 calls" in lerp["message"]
+    assert kinds(report)[0] == "missing_mark_step"

@@ -86,7 +86,8 @@ def check_budget(run: RunInfo, executions: Sequence[Execution], recompiles: list
         breaches.append(f"failed execution{where}: {finding.message}")
     breaches += [f"the script raised: {finding.message}" for finding in crash_findings(run, executions, ir_texts or {})]
     # The report's missing-mark_step warnings (both forms) fail the check too: the two must agree.
-    for finding in missing_mark_step_findings(executions, ir_texts or {}, run.names):
+    for finding in missing_mark_step_findings(executions, ir_texts or {}, run.names,
+                                              optimizer_marks=() if run.steps else run.optimizer_marks):
         where = f" at {finding.frame.site}" if finding.frame else ""
         breaches.append(f"missing mark_step(){where}: {finding.message}")
     table = ExecutionTable.of(executions)

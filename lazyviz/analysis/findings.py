@@ -176,11 +176,11 @@ def missing_mark_step_findings(executions: Sequence[Execution], ir_texts: Mappin
     and check ask the same question). quick: not the last (it searches every graph's ops).
     optimizer_marks: of a run without steps (RunInfo.optimizer_marks)."""
     graphs = IRGraphs.of(ir_texts)
-    growing = unsynced_iteration_findings(executions, optimizer_marks, names) + \
-        growing_site_findings(executions, names, graphs)
-    if quick:
-        return _one_per_loop(growing)
-    return _one_per_loop(growing + growth_findings(executions, graphs, names, skip=growing_graphs(executions)))
+    growing = growing_site_findings(executions, names, graphs)
+    if not quick:
+        growing += growth_findings(executions, graphs, names, skip=growing_graphs(executions))
+    # Last: where the graphs show the loop, they say it; the optimizer's count joins them.
+    return _one_per_loop(growing + unsynced_iteration_findings(executions, optimizer_marks, names))
 
 
 def _one_per_loop(findings: list[Finding]) -> list[Finding]:
@@ -330,6 +330,8 @@ def recompile_findings(recompiles: list[Recompile | PendingRecompile], steps: in
             short=_in_test(first.context) + short,
         ))
     for _site, group in shape_only.items():
+        if _loop_inside_the_call(group, steps):
+            continue
         history = [{"step": r.step, "execution": r.execution,
                     "changes": [f"{c.node} {c.before} -> {c.after}" for c in r.diff.origins if c.kind in _SIZES]}
                    for r in group]
@@ -358,6 +360,24 @@ def recompile_findings(recompiles: list[Recompile | PendingRecompile], steps: in
             short=_in_test(group[0].context) + short,
         ))
     return _one_per_cause(findings, [*alike.values(), *shape_only.values()])
+
+
+def _loop_inside_the_call(group: list[Recompile], steps: int) -> bool:
+    """Do these shape changes come from a loop inside the call that syncs, not from
+    batches? An optimizer's per-parameter fallback (Adam's lerp_ on TS) syncs once per
+    parameter at the user's optimizer.step(), each parameter another shape: the changing
+    tensor was built by the syncing line itself, or one step's syncs there changed other
+    shapes each. A batch is made elsewhere, changes between steps, and alike at each sync
+    of a step."""
+    if steps:
+        by_step: dict[int, set[frozenset]] = defaultdict(set)
+        for r in group:  # a batch's change shows alike at each of a step's syncs; parameters differ
+            by_step[r.step].add(frozenset((c.before, c.after) for c in r.diff.origins if c.kind in _SIZES))
+        if any(len(changes) > 1 for changes in by_step.values()):
+            return True
+    sites = {f"{r.frame.file.rpartition('/')[2]}:{r.frame.line}" for r in group if r.frame}
+    built = {c.source_line for r in group for c in (r.diff.origins if r.diff else ()) if c.kind in _SIZES and c.location}
+    return bool(built) and built <= sites
 
 
 def _steps_text(steps: int, of: int, recompiles: int) -> str:
