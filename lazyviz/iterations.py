@@ -16,12 +16,16 @@ MAX_MARKS = 4096  # executions before each of the first optimizer steps: enough 
 class IterationCounter:
     """Counts optimizer.step() calls of any torch optimizer while installed."""
 
-    def __init__(self, executions: array, limit: int | None, on_limit: Callable[[int], None]) -> None:
+    def __init__(self, executions: array, limit: int | None, on_limit: Callable[[int], None],
+                 save: Callable[[dict[str, object]], None]) -> None:
         """executions: the tracer's [executions, steps] counts, read at each optimizer step.
-        limit: end the script (on_limit(iterations) raises) once this many have run."""
+        limit: end the script (on_limit(iterations) raises) once this many have run.
+        save: hands the run fields to the trace, at the 1st, 2nd, 4th, 8th... optimizer
+        step (a killed run keeps what it had) and at the end."""
         self._executions = executions
         self.limit = limit
         self._on_limit = on_limit
+        self._save = save
         self.count = 0
         self.marks = array("q")  # executions recorded when each optimizer step returned
         self._handle: Any = None
@@ -42,6 +46,8 @@ class IterationCounter:
         self.count += 1
         if len(self.marks) < MAX_MARKS:
             self.marks.append(self._executions[0])
+        if self.count & (self.count - 1) == 0:  # a power of two: log2(steps) saves in all
+            self._save(self.run_fields())
         if self.limit is not None and self.count >= self.limit and threading.current_thread() is threading.main_thread():
             self._on_limit(self.count)
 

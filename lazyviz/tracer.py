@@ -151,7 +151,8 @@ class Tracer:
         self._replica_steps: dict[int, int] | None = None
         self.stopped_at_step: int | None = None  # the step after which step_limit ended the script
         self.stopped_at_iteration: int | None = None  # the optimizer step after which iteration_limit ended it
-        self.iterations = IterationCounter(self._counts, iteration_limit, self._iteration_limit_reached)
+        self.iterations = IterationCounter(self._counts, iteration_limit, self._iteration_limit_reached,
+                                           lambda fields: writer.set_run(**fields))
 
     @property
     def execution_count(self) -> int:

@@ -180,7 +180,7 @@ def missing_mark_step_findings(executions: Sequence[Execution], ir_texts: Mappin
     if not quick:
         growing += growth_findings(executions, graphs, names, skip=growing_graphs(executions))
     # Last: where the graphs show the loop, they say it; the optimizer's count joins them.
-    return _one_per_loop(growing + unsynced_iteration_findings(executions, optimizer_marks, names))
+    return _one_per_loop(growing + stepless_loop_findings(executions, optimizer_marks, names))
 
 
 def _one_per_loop(findings: list[Finding]) -> list[Finding]:
@@ -812,29 +812,46 @@ def _lines_that_built(graphs: IRGraphs, graph_id: str, limit: int = 3) -> str:
     return ", built at " + ", ".join(shown)
 
 
-def unsynced_iteration_findings(executions: Sequence[Execution], marks: Sequence[int],
-                                names: Mapping[str, str] = TS_NAMES) -> list[Finding]:
-    """The optimizer stepped more than once with no sync between: a loop without
-    mark_step() piles its iterations into one graph, however few syncs show it (a loss
-    printed every 10 iterations runs 10 iterations as one graph). Fallbacks that sync
-    every iteration hide the growth from the size of graphs; the optimizer's count does not."""
-    unsynced = unsynced_iterations(marks)
-    if not unsynced:
-        return []
+def stepless_loop_findings(executions: Sequence[Execution], marks: Sequence[int],
+                           names: Mapping[str, str] = TS_NAMES) -> list[Finding]:
+    """A training loop without mark_step(), told by the optimizer's steps (marks: the
+    executions recorded when each returned) however its syncs hide it: iterations that
+    ended with no sync at all (a loss printed every 10 iterations runs 10 as one graph),
+    or a largest graph that grows iteration after iteration (fallbacks that sync every
+    iteration, AdamW's lerp_ once per parameter, never cut the parameters' updates)."""
     table = ExecutionTable.of(executions)
-    # The execution that ran each piled-up iteration's work: the first after it.
-    positions = sorted({p for k in unsynced if (p := table.position_of(marks[k])) is not None})
+    unsynced = unsynced_iterations(marks)
+    bounds = list(zip([0, *marks[:-1]], marks))
+    largest = [max((table.kind_at(p).nodes for p in range(start, min(stop, len(table)))), default=0)
+               for start, stop in bounds if start < len(table)]
+    growing = len(largest) >= 3 and all(a < b for a, b in itertools.pairwise(largest[-3:])) \
+        and largest[-1] >= 1.5 * largest[-3]
+    if unsynced:
+        # The execution that ran each piled-up iteration's work: the first after it.
+        positions = sorted({p for k in unsynced if (p := table.position_of(marks[k])) is not None})
+        held = max((table.kind_at(p).nodes for p in positions), default=0)
+        what = (f"{len(unsynced)} of those iterations ended with no sync at all: a loop runs without "
+                f"{names['mark_step']}, so one graph holds the work of several iterations"
+                + (f"; the graphs that ran them hold up to {held} nodes" if positions else "")
+                + ", compiled again whenever their count changes")
+        details = {"unsynced_iterations": len(unsynced)}
+    elif growing:
+        start, stop = bounds[len(largest) - 1]
+        last = range(start, min(stop, len(table)))
+        positions = [max(last, key=lambda p: table.kind_at(p).nodes)]
+        shown = " -> ".join(map(str, largest[:3])) + (f" -> ... -> {largest[-1]}" if len(largest) > 3 else "")
+        what = (f"the largest graph of each iteration grows ({shown} nodes): a loop runs without "
+                f"{names['mark_step']}, so the parameters' updates are never cut from the graph and each "
+                "iteration's syncs run all of them again")
+        details = {"largest_per_iteration": largest[:50]}
+    else:
+        return []
     frame = table.kind_at(positions[0]).frame if positions else None
-    largest = max((table.kind_at(p).nodes for p in positions), default=0)
-    where = f"; the graphs that ran them hold up to {largest} nodes" if positions else ""
     return [Finding(
-        "missing_mark_step", "warning",
-        f"the optimizer stepped {len(marks)} times and {len(unsynced)} of those iterations ended with no sync "
-        f"at all: a loop runs without {names['mark_step']}, so one graph holds the work of several iterations"
-        f"{where}, compiled again whenever their count changes",
+        "missing_mark_step", "warning", f"the optimizer stepped {len(marks)} times and {what}",
         frame, table.indices(positions),
         f"call {names['mark_step']} at the end of each iteration (after the optimizer step)",
-        {"unsynced_iterations": len(unsynced), "optimizer_steps": len(marks)},
+        {**details, "optimizer_steps": len(marks)},
     )]
 
 

@@ -301,8 +301,9 @@ def _largest_memory(recorded: Run) -> str:
     if recorded.info.backend != "xla":
         return ""
     memories = [(graph_memory(graph.backend_text), graph.id) for graph in recorded.graphs]
+    # By size alone: two graphs of one size would compare their dicts.
     total, memory, graph_id = max(((sum(m.values()) - m.get("aliased_inputs", 0), m, g) for m, g in memories if m),
-                                  default=(0, {}, ""))
+                                  key=lambda entry: entry[0], default=(0, {}, ""))
     return f"graph {graph_id[:8]}: {memory_text(memory)}" if total else ""
 
 

@@ -1,17 +1,21 @@
 """A character-level GPT trained from scratch, as nanoGPT's and the tutorials' loops are
 written: random batches from one text, SGD with momentum, the loss and the step time
 printed every few iterations, a checkpoint with the optimizer's state at the end, and no
-mark_step() anywhere (the loop was written for eager CUDA)."""
+mark_step() anywhere (the loop was written for eager CUDA). `train.py N` runs N
+iterations; xla_train.py runs it on PyTorch/XLA."""
+import os
 import sys
 import time
 
 import torch
-import torch._lazy
-import torch._lazy.ts_backend
 from model import GPT, GPTConfig
 
-torch._lazy.ts_backend.init()
-device = "lazy"
+device = os.environ.get("GPT_DEVICE", "lazy")  # xla_train.py names PyTorch/XLA's
+if device == "lazy":
+    import torch._lazy
+    import torch._lazy.ts_backend
+
+    torch._lazy.ts_backend.init()
 torch.manual_seed(1337)
 
 text = "the quick brown fox jumps over the lazy dog. " * 40
