@@ -122,6 +122,7 @@ FINDERS: tuple[Callable[[RunFacts], list[Finding]], ...] = (
     lambda facts: extra_sync_findings(facts.executions, facts.steps, facts.names, facts.stacks),
     lambda facts: fallback_findings(facts.executions, facts.steps,
                                     facts.run.fallbacks_after_last_execution if facts.run else {}, facts.stacks),
+    lambda facts: one_by_one_read_findings(facts.executions, facts.names),
     lambda facts: missing_mark_step_findings(facts.executions, facts.graphs, facts.names, facts.quick,
                                              facts.run.optimizer_marks if facts.run and not facts.steps else ()),
 )
@@ -810,6 +811,57 @@ def _lines_that_built(graphs: IRGraphs, graph_id: str, limit: int = 3) -> str:
         return ""
     shown = [f"{line} ({count} node{'s' if count != 1 else ''})" for line, count in lines.most_common(limit)]
     return ", built at " + ", ".join(shown)
+
+
+_HOST_READS = frozenset({"cpu", "to", "tolist", "item"})
+MIN_READS_IN_A_ROW = 4  # reads of one line, back to back, that make "one at a time"
+COSTLIEST_SITES = 3  # only among the run's costliest sites: a few cheap reads are nobody's problem
+
+
+def one_by_one_read_findings(executions: Sequence[Execution], names: Mapping[str, str] = TS_NAMES) -> list[Finding]:
+    """One line reads many tensors to the host one at a time, each read its own graph (on
+    PyTorch/XLA `torch.save(model.state_dict(), path)` ran 41 graphs, 58% of a run's sync
+    time, at one line): among the run's costliest sync sites, a run of reads at one line
+    with nothing else between. Moved together after one sync they copy without a graph each."""
+    table = ExecutionTable.of(executions)
+    by_site = table.group_by(lambda kind: kind.site if kind.cause in _HOST_READS and kind.frame else None)
+    costs = table.group_by(lambda kind: kind.site if kind.frame else None)
+    costliest = sorted(costs, key=lambda site: -table.sum(table.sync_ms, costs[site]))[:COSTLIEST_SITES]
+    growing = _growing_sites(table)  # a loop's read at each iteration, its graph growing: not one by one
+    findings = []
+    for site in costliest:
+        if site in growing:
+            continue
+        positions = by_site.get(site, [])
+        longest = max((len(run) for run in _runs(positions)), default=0)
+        if longest < MIN_READS_IN_A_ROW:
+            continue
+        first = table.kind_at(positions[0])
+        graphs = len({table.kind_at(p).graph for p in positions})
+        ms = table.sum(table.sync_ms, positions)
+        findings.append(Finding(
+            "one_by_one_reads", "warning",
+            f"{len(positions)} reads to the host at this line ({first.detail or first.cause}), up to {longest} in a "
+            f"row with nothing between, each an execution of its own ({graphs} graph{'s' * (graphs != 1)}, "
+            f"{ms:,.0f} ms): a state or a list of tensors moved one tensor at a time (torch.save of a state_dict "
+            "does this)",
+            first.frame, table.indices(positions),
+            f"call {names['mark_step']} first, then move them: after the sync they are device data and copy "
+            "without a graph each (for torch.save: save the state moved to the CPU)",
+            {"cause": first.cause, "count": len(positions), "in_a_row": longest, "graphs": graphs},
+        ))
+    return findings
+
+
+def _runs(positions: Sequence[int]) -> list[list[int]]:
+    """Positions split where another execution came between."""
+    runs: list[list[int]] = []
+    for position in positions:
+        if runs and runs[-1][-1] == position - 1:
+            runs[-1].append(position)
+        else:
+            runs.append([position])
+    return runs
 
 
 def stepless_loop_findings(executions: Sequence[Execution], marks: Sequence[int],

@@ -1,5 +1,6 @@
 """torch.save of a state holding lazy tensors (a state_dict, a checkpoint dict with the
-optimizer's state): on TS it raises (a lazy tensor has no storage on the host). The state
+optimizer's state): on TS it raises (a lazy tensor has no storage on the host); on
+PyTorch/XLA it reads the state one tensor at a time, a graph each. The state
 handed to torch.save is made on the CPU first by a function put once in the user's file:
 the pending work run in one sync (the backend's step call), then each tensor moved, the
 dicts, lists and tuples kept as they were. On torch 2.13's TS backend each of a
@@ -49,7 +50,10 @@ def _save_calls(tree: ast.AST, line: int) -> list[ast.Call]:
 
 
 def answers(finding: Finding, context: Context) -> bool:
-    return finding.kind == "crash" and bool(finding.details.get("no_storage")) and finding.frame is not None
+    """TS: torch.save raised (no storage on the host); PyTorch/XLA: it read the state one
+    tensor at a time, a graph each."""
+    crashed = finding.kind == "crash" and bool(finding.details.get("no_storage"))
+    return (crashed or finding.kind == "one_by_one_reads") and finding.frame is not None
 
 
 def propose(finding: Finding, context: Context) -> Proposal:
