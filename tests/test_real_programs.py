@@ -335,3 +335,15 @@ def test_adamws_per_parameter_syncs_are_not_a_batch_change(tmp_path: Path) -> No
     lerp = next(f for f in report["findings"] if f["kind"] == "fallback" and f["details"]["op"] == "aten::lerp.Scalar")
     assert "24 calls" in lerp["message"]
     assert kinds(report)[0] == "missing_mark_step"
+
+
+def test_predictions_grown_by_concatenation_are_an_accumulator_not_batches(tmp_path: Path) -> None:
+    """Every batch has 8 rows; the predictions kept on the device grow by 8 at every step
+    (torch.cat), so each step's graph is new: LTC compiles it, and lazyviz says why."""
+    trace, counters, report = traced(tmp_path, "eval_accumulate.py")
+    assert_counts_match_ltc(trace, counters)
+    assert counters["UncachedCompile"] == 9  # a new shape each step (and the final read): the truth
+    grown = next(f for f in report["findings"] if f["kind"] == "dynamic_shape")
+    assert "an input grows by 8 at each of" in grown["message"]
+    assert "Float[8,4] -> Float[16,4] -> Float[24,4]" in grown["message"] and "eval_accumulate.py:15" in grown["message"]
+    assert "drop_last" not in grown["fix"] and "eval_accumulation_steps" in grown["fix"]

@@ -351,16 +351,49 @@ def recompile_findings(recompiles: list[Recompile | PendingRecompile], steps: in
             where = f"{len({r.step for r in group})} of {steps} steps" if steps else f"{len(group)} syncs"
             message = f"{what}s change at {where} (first {first.before} -> {first.after}{built})"
             short = f"{what}s change at {where} (first {group[0].brief()})"
+        growth = _accumulated(group)
+        if growth is not None and not once:
+            sizes = " -> ".join(growth[1][:4]) + (f" -> ... -> {growth[1][-1]}" if len(growth[1]) > 4 else "")
+            message = (f"an input grows by {growth[0]} at each of {len(group)} {'steps' if steps else 'syncs'} "
+                       f"({what} {sizes}{built}), each a recompile: a tensor accumulated by concatenation "
+                       "(each batch's results joined to the last ones with torch.cat), not batches that change")
+            short = f"an input grows by {growth[0]} at each of {len(group)} {'steps' if steps else 'syncs'}"
         message = _in_test(group[0].context) + message
         findings.append(Finding(
             "recompile" if once else "dynamic_shape", "warning", message, group[0].frame,
             tuple(r.execution for r in group),
-            fix=_SHAPE_FIX,
+            fix=_ACCUMULATOR_FIX if growth is not None and not once else _SHAPE_FIX,
             details={"history": history, "changes": [first.kind], "recompiles": len(group),
                      "steps": len({r.step for r in group}) if steps else None},
             short=_in_test(group[0].context) + short,
         ))
     return _one_per_cause(findings, [*alike.values(), *shape_only.values()])
+
+
+def _accumulated(group: list[Recompile]) -> tuple[int, list[str]] | None:
+    """(the size it grows by, the shapes) where one input's size grows by the same amount
+    at every recompile (8 -> 16 -> 24 -> 32): results accumulated by concatenation. None
+    for sizes that come and go, as batches' do."""
+    shapes: list[str] = []
+    for r in group:
+        change = next((c for c in r.diff.origins if c.kind in _SIZES), None) if r.diff else None
+        if change is None:
+            return None
+        if shapes and shapes[-1] != change.before:
+            return None
+        shapes += [change.before, change.after] if not shapes else [change.after]
+    sizes = []
+    for before, after in itertools.pairwise(shapes):
+        changed = _changed_sizes(before, after)
+        if len(changed) != 1:
+            return None
+        (x, y), = changed
+        if not (x.isdigit() and y.isdigit()):
+            return None
+        sizes.append(int(y) - int(x))
+    if len(sizes) < 2 or sizes[0] <= 0 or any(size != sizes[0] for size in sizes):
+        return None
+    return sizes[0], shapes
 
 
 def _loop_inside_the_call(group: list[Recompile], steps: int) -> bool:
@@ -475,6 +508,8 @@ _ALIASING_FIX = ("two Python numbers used in the step became equal (or stopped b
                  "as tensors on the device instead of passing Python numbers")
 _DTYPE_FIX = "an input's dtype changed between steps: cast it once, where it is made, so every step sees one dtype"
 _SHAPE_FIX = "pad or bucket batches to a few fixed shapes (or drop_last=True in the DataLoader)"
+_ACCUMULATOR_FIX = ("keep each batch's results apart (append them to a list) or move each to the host as it comes, "
+                    "and join them once at the end; in Hugging Face's Trainer, eval_accumulation_steps=1")
 
 
 _CONSTANT_FIX = ("a value baked into the graph as a constant changed (a Python number used as a slice bound, "
