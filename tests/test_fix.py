@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -692,3 +693,47 @@ def test_the_state_moved_to_the_cpu_saves_and_loads_the_same_values(tmp_path: Pa
     assert done.returncode == 0, done.stderr
     assert "raw: Attempted to access the data pointer on an invalid python storage" in done.stdout
     assert "loaded the same values" in done.stdout
+
+
+@pytest.mark.torch
+def test_the_lowered_attention_computes_what_the_op_does() -> None:
+    """The function the attention edit puts in the user's file, against
+    F.scaled_dot_product_attention on the CPU: causal, a boolean mask, an additive mask,
+    another scale."""
+    import torch
+    import torch.nn.functional as F
+
+    from lazyviz.fix.lowered_attention import LOWERED, LOWERED_NAME
+
+    namespace: dict = {"torch": torch}
+    exec(LOWERED.format(torch="torch"), namespace)
+    lowered = namespace[LOWERED_NAME]
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 8, 16) for _ in range(3))
+    allowed = torch.rand(8, 8) > 0.3
+    allowed[:, 0] = True  # no row masked whole (the op and softmax both give NaN there)
+    for options in ({"is_causal": True}, {"attn_mask": allowed}, {"attn_mask": torch.randn(8, 8)}, {"scale": 0.3},
+                    {"is_causal": True, "scale": 0.2, "dropout_p": 0.0}):
+        assert torch.allclose(lowered(q, k, v, **options), F.scaled_dot_product_attention(q, k, v, **options),
+                              atol=1e-5), options
+
+
+@pytest.mark.torch
+def test_a_bare_attention_call_is_one_finding_and_its_edit_removes_the_fallback(tmp_path: Path) -> None:
+    folder = project(tmp_path, PROGRAMS / "sdpa_attention.py")
+    trace = traced(folder, "sdpa_attention.py")
+    with lazyviz.open(trace) as opened:
+        findings = Run(opened).analysed().findings
+        fallbacks = Counter(op for e in opened.executions() for op, n in e.fallback_ops.items() for _ in range(n))
+    # LTC's truth: the one call falls back through three ops that sync.
+    assert {"aten::isneginf", "aten::all.dim", "aten::where.self"} <= set(fallbacks)
+    at_line = [f for f in findings if f.frame and f.frame.line == 12]
+    assert len(at_line) == 1 and at_line[0].message.startswith("scaled_dot_product_attention() falls back")
+    assert "torch.where" not in at_line[0].fix  # the line has no torch.where to rewrite
+    result = cli("fix", trace, "--try", cwd=folder)
+    assert result.status == 0, result.stderr
+    applies(result.stdout, folder)
+    assert "+    y = scaled_dot_product_attention_lowered(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=True)" \
+        in result.stdout
+    assert row(result.stderr, "executions per step") == ["7.0", "1.0"]
+    assert "output: the same" in result.stderr

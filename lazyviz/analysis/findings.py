@@ -66,6 +66,9 @@ FALLBACK_FIXES = {**OP_EQUIVALENTS, **PATH_FIXES}
 # Ops of one such path: a call of its that forced no execution of its own is the same finding.
 _PATHS = {"aten::isneginf": "sdpa", "aten::all.dim": "sdpa", "aten::where.self_out": "sdpa",
           "aten::mse_loss": "mse", "aten::mse_loss_backward": "mse"}
+# Ops a path also runs that are the user's own elsewhere: they join a path's ops at one line.
+_PATH_COMPANIONS = {"aten::where.self": "sdpa"}
+_PATH_CALLS = {"sdpa": "scaled_dot_product_attention", "mse": "mse_loss"}
 
 # Advice by the user-facing call that issued a fallback op (Tracer._user_call), where the op
 # alone does not say what to change.
@@ -698,6 +701,21 @@ def _one_per_call(findings: list[Finding], table: ExecutionTable, steps: int) ->
     for finding in findings:
         if finding.details["call"] and finding.executions:
             by_call[finding.details["call"]].append(finding)
+    # A call with no Python frame of its own (F.scaled_dot_product_attention is torch's C
+    # function): its path's ops at one line are that call, where.self with them.
+    at_line: dict[tuple, list[Finding]] = defaultdict(list)
+    for finding in findings:
+        if not finding.details["call"] and finding.frame and finding.executions:
+            path = _PATHS.get(finding.details["op"]) or _PATH_COMPANIONS.get(finding.details["op"])
+            if path:
+                at_line[(finding.frame, path)].append(finding)
+    for (_frame, path), group in at_line.items():
+        if any(f.details["op"] in _PATHS for f in group) and len(group) > 1:
+            call = _PATH_CALLS[path]
+            group = [replace(f, details={**f.details, "call": call}) for f in group]
+            findings = [next((g for g in group if g.details["op"] == f.details["op"] and g.frame == f.frame
+                              and g.executions == f.executions), f) for f in findings]
+            by_call[f"{call}@{group[0].frame.site}"] = group
     paths = {_PATHS[f.details["op"]]: call for call, group in by_call.items() for f in group if f.details["op"] in _PATHS}
     for finding in findings:
         path_call = paths.get(_PATHS.get(finding.details["op"], ""))

@@ -14,7 +14,8 @@ the changes applied and shown as a unified diff.
 - drop_last.py: a last short batch, drop_last=True on the DataLoader;
 - baked_values.py: a Python slice bound or index made data (index_select);
 - split_pieces.py: a split/chunk/unbind whose fallback handed back host pieces, by narrow/select;
-- cpu_state.py: torch.save of lazy tensors, the state moved to the CPU after one sync.
+- cpu_state.py: torch.save of lazy tensors, the state moved to the CPU after one sync;
+- lowered_attention.py: the user's own scaled_dot_product_attention falling back, from ops that lower.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from lazyviz.fix import (
     device_branch,
     drop_last,
     eager_attention,
+    lowered_attention,
     lowered_clip,
     mark_step,
     padding,
@@ -62,6 +64,7 @@ EDITS: list[tuple[Callable[[Finding, Context], bool], Callable[[Finding, Context
     (baked_values.answers, baked_values.propose),
     (split_pieces.answers, split_pieces.propose),
     (cpu_state.answers, cpu_state.propose),
+    (lowered_attention.answers, lowered_attention.propose),
 ]
 
 
