@@ -5,10 +5,8 @@ masked_fill, a float mask added, softmax, dropout where dropout_p > 0). Checked 
 the op on the CPU in tests/test_fix.py."""
 from __future__ import annotations
 
-import ast
-
 from lazyviz.analysis.findings import Finding
-from lazyviz.fix.source import Change, Context, Proposal, call_name, define_once
+from lazyviz.fix.source import Context, Proposal, call_name, calls_named, define_once, renamed_call
 
 LOWERED_NAME = "scaled_dot_product_attention_lowered"
 LOWERED = """\
@@ -47,19 +45,12 @@ def propose(finding: Finding, context: Context) -> Proposal:
     source = context.source(frame.file) if frame is not None else None
     if source is None or frame is None:
         return Proposal(finding, finding.fix)
-    calls = [node for node in ast.walk(source.tree) if isinstance(node, ast.Call)
-             and node.lineno <= frame.line <= (node.end_lineno or node.lineno)
-             and isinstance(node.func, (ast.Attribute, ast.Name))
-             and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id)
-             == "scaled_dot_product_attention"]
+    calls = calls_named(source, frame.line, "scaled_dot_product_attention")
     if len(calls) != 1 or calls[0].func.lineno != calls[0].func.end_lineno \
             or len(calls[0].args) > 3 or any(k.arg not in _KEYWORDS for k in calls[0].keywords):
         return Proposal(finding, finding.fix)
-    func = calls[0].func
-    line = func.lineno
-    text = source.line(line)
-    changes = [Change(source.path, line, line + 1,
-                      (text[:func.col_offset] + LOWERED_NAME + text[func.end_col_offset or 0:],))]
+    line = calls[0].func.lineno
+    changes = [renamed_call(source, calls[0], LOWERED_NAME)]
     torch, imports = call_name(source, "torch.softmax", "torch")
     defined = define_once(source, LOWERED_NAME, LOWERED.format(torch=torch.rpartition(".")[0]))
     if defined:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from lazyviz.analysis.findings import Finding
-from lazyviz.fix.source import Change, Context, Proposal, call_name, define_once
+from lazyviz.fix.source import Context, Proposal, call_name, calls_named, define_once, renamed_call
 
 LOWERED_CLIP = """\
 
@@ -51,17 +51,12 @@ def propose(finding: Finding, context: Context) -> Proposal:
     source = context.source(frame.file) if frame is not None else None
     if source is None or frame is None:
         return Proposal(finding, finding.fix)
-    calls = [node for node in ast.walk(source.tree) if isinstance(node, ast.Call)
-             and node.lineno <= frame.line <= (node.end_lineno or node.lineno)
-             and (node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")) == "clip_grad_norm_"]
+    calls = calls_named(source, frame.line, "clip_grad_norm_")
     if len(calls) != 1 or not _clip_call(calls[0]) or calls[0].func.end_lineno != calls[0].func.lineno:
         return Proposal(finding, f"{finding.fix} (the call at {source.name}:{frame.line} is not one the lowered "
                                  "function can stand for: another norm, or error_if_nonfinite)")
-    call = calls[0]
-    line = call.func.lineno
-    text = source.line(line)
-    changes = [Change(source.path, line, line + 1,
-                      (text[:call.func.col_offset] + LOWERED_CLIP_NAME + text[call.func.end_col_offset or 0:],))]
+    line = calls[0].func.lineno
+    changes = [renamed_call(source, calls[0], LOWERED_CLIP_NAME)]
     torch, imports = call_name(source, "torch.stack", "torch")
     defined = define_once(source, LOWERED_CLIP_NAME, LOWERED_CLIP.format(torch=torch.rpartition(".")[0]))
     if defined:

@@ -203,6 +203,21 @@ def call_name(source: Source, dotted: str, module: str) -> tuple[str, tuple[Chan
     return dotted, (import_change(source, f"import {module}"),)
 
 
+def calls_named(source: Source, line: int, name: str) -> list[ast.Call]:
+    """The calls of `name` (a function or a method: `f(...)`, `x.f(...)`, `torch.nn.f(...)`)
+    whose span holds the line."""
+    return [node for node in ast.walk(source.tree) if isinstance(node, ast.Call)
+            and node.lineno <= line <= (node.end_lineno or node.lineno)
+            and (node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")) == name]
+
+
+def renamed_call(source: Source, call: ast.Call, name: str) -> Change:
+    """The call's function (on one line) replaced by `name`, its arguments kept."""
+    line, func = call.func.lineno, call.func
+    text = source.line(line)
+    return Change(source.path, line, line + 1, (text[:func.col_offset] + name + text[func.end_col_offset or 0:],))
+
+
 def define_once(source: Source, name: str, text: str) -> tuple[Change, ...]:
     """A function `name` (its text, blank lines first) put once in the file, after its
     top-level imports; nothing when the file defines it already (a later round's edit)."""
