@@ -8,7 +8,7 @@ torch._lazy.ts_backend.init()
 torch.manual_seed(0)
 model = torch.nn.Linear(16, 4).to("lazy")
 predictions = None
-for batch in range(8):
+for _ in range(8):
     inputs = torch.randn(8, 16).to("lazy")
     with torch.no_grad():
         logits = model(inputs)
