@@ -2,7 +2,6 @@
 records and hands them to the trace writer. Everything here is on the hot path."""
 from __future__ import annotations
 
-import functools
 import os
 import runpy
 import sys
@@ -12,41 +11,29 @@ import time
 from array import array
 from collections.abc import Callable, Hashable
 from pathlib import Path
-from types import FrameType
-from typing import Any
 
 from lazyviz.backends import (
-    OTHER_FRAME,
-    STOP_FRAME,
-    USER_FRAME,
     CompiledGraph,
     Frame,
     LazyBackend,
     Recorded,
     SyncCause,
-    SyncSite,
-    device_flag,
 )
 from lazyviz.errors import LazyvizError
 from lazyviz.iterations import IterationCounter
-from lazyviz.trace.model import frame_owner
-from lazyviz.trace.schema import ExecutionRecord, GraphRecord, StackRecord, split_row
+from lazyviz.stack_walk import LAZYVIZ_DIR, StackWalk
+from lazyviz.sync_wrappers import MAX_ERRORS, SyncWrappers, _Process
+from lazyviz.trace.schema import ExecutionRecord, GraphRecord, split_row
 from lazyviz.trace.writer import TraceWriter
 from lazyviz.trace.writer import stored as _stored
 
 # Counters that name the sync itself rather than an op without a lowering.
 _SYNC_OPS = frozenset({"aten::_local_scalar_dense"})
 
-LAZYVIZ_DIR = str(Path(__file__).parent)
-
-# What a frame is to the stack walk.
-_USER, _FRAMEWORK, _SKIP, _STOP = "user", "framework", "skip", "stop"
 
 
-# Names of decorators' inner functions: never the call a user wrote.
-_WRAPPER_NAMES = frozenset({"wrapper", "wrapped", "inner", "decorate_context", "decorated", "fn", "func"})
 
-MAX_ERRORS = 20  # lazyviz's own errors kept for the end-of-run message; also the backend failures kept
+
 MAX_FAILURE_TEXT = 4000  # of a backend's error message (TorchScript's quote whole graphs)
 
 
@@ -54,31 +41,8 @@ class TracerBusy(LazyvizError):
     """A second trace asked for while one records in this process."""
 
 
-class StepLimitReached(SystemExit):
-    """How `lazyviz run --steps N` ends a script: a clean exit (status 0) after step N.
-    Pickled back from a launched process (torch_xla.launch), it is rebuilt with its args."""
-
-    def __init__(self, *_: object) -> None:
-        super().__init__(0)
 
 
-class _Process:
-    """What is installed once per process and kept: the fork handler, and which tracer
-    records now. Tracers come and go (lazyviz.trace runs several one after another);
-    the backend's hook stays and reports to the current one."""
-
-    current: Tracer | None = None
-    fork_handler = False
-    # Compiled graphs by the backend's key, kept by tracers that ask (lazyviz.trace): a
-    # graph compiled during an earlier trace is a cache hit in a later one, and the later
-    # trace must still hold its IR.
-    graphs: dict[int, CompiledGraph] = {}
-
-    @classmethod
-    def after_fork_in_child(cls) -> None:
-        if cls.current is not None:
-            cls.current._after_fork()
-            cls.current = None  # the child runs on untraced, and may start a trace of its own
 
 
 def tracing() -> bool:
@@ -93,7 +57,7 @@ def refuse_if_busy() -> None:
                          "stop it first (traces do not nest)")
 
 
-class Tracer:
+class Tracer(SyncWrappers, StackWalk):
     def __init__(self, backend: LazyBackend, writer: TraceWriter, capture: str = "full",
                  started: float | None = None, outer_files: frozenset[str] = frozenset(),
                  file_label: Callable[[str], str] | None = None, keep_graphs: bool = False,
@@ -211,237 +175,15 @@ class Tracer:
             self.stop()  # half installed is not installed: unwrap, turn the hook off, free the process
             raise
 
-    def _wrap_piece_call(self, original: Callable, name: str) -> Callable:
-        """A call that may hand back its pieces on the host (a split that fell back): the
-        line that made them is noted, since the op that raises on one is elsewhere."""
-        lost, device = self.backend.lost_piece, self.backend.device
 
-        @functools.wraps(original)
-        def piece_call(tensor: Any, *args: Any, **kwargs: Any) -> Any:
-            pieces = original(tensor, *args, **kwargs)
-            try:
-                if pieces and getattr(tensor, "device", None) is not None and tensor.device.type == device \
-                        and lost(pieces[0]):
-                    self._note_lost_pieces(name)
-            except Exception as failure:  # lazyviz's own: counted, never the script's
-                if len(self.errors) < MAX_ERRORS:
-                    self.errors.append(f"{type(failure).__name__}: {failure}")
-            return pieces
 
-        return piece_call
 
-    def _note_lost_pieces(self, name: str) -> None:
-        frame = sys._getframe(2)
-        while frame is not None and not self._is_user_file(frame.f_code.co_filename):
-            frame = frame.f_back
-        if frame is None:
-            return
-        where = [name, frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name]
-        if where in self._lost_pieces:
-            return
-        self._lost_pieces = [*self._lost_pieces[-15:], where]  # the latest few: a crash names the last
-        self.writer.set_run(lost_pieces=self._lost_pieces)
 
-    def _wrap_sync_site(self, original: Callable, site: SyncSite, ends_step: bool,
-                        is_method: bool = False) -> Callable:
-        """The sync-site wrapper in Python, for backends without their own (wrap_sync_site)."""
-        tracer = self
-        cause, detail, mid_step = site.cause, site.label, site.mid_step
-        poll = self.backend.poll if self.backend.polls else None
-        device = self.backend.device
-        flag = device_flag(site.owner, device) if is_method else None
-        if flag is not None:
-            def on_device(tensor: Any) -> bool:
-                return getattr(tensor, flag, True)
-        else:
-            def on_device(tensor: Any) -> bool:
-                return getattr(getattr(tensor, "device", None), "type", device) == device
 
-        sync = self._sync
-        counts = self._counts  # [executions, steps]: shared with the backend, read as it counts
-        empty_sync_ends_step = self.backend.empty_sync_ends_step
-        replicas = self._replica_steps
-        syncing = self.backend.syncing
 
-        @functools.wraps(original)
-        def sync_site(*args: object, **kwargs: object) -> object:
-            # The outermost cause wins (print calls item); a stopped tracer's wrapper that
-            # someone kept (wrapped again on top of it) only passes the call on.
-            if sync.cause is not None or _Process.current is not tracer:
-                return original(*args, **kwargs)
-            if poll is not None and is_method and not on_device(args[0]):
-                # A CPU tensor's .item() (AdamW's step counts) syncs nothing: skip the polls.
-                return original(*args, **kwargs)
-            if poll is not None:  # executions from before this call are not its own
-                poll()
-            ends = ends_step
-            if sync.in_closure:  # a step closure's read: not the step's sync
-                sync.cause, sync.detail, ends = cause, f"{detail} in a step closure", False
-            elif mid_step and (caller := sys._getframe(1).f_code.co_name) in mid_step:
-                sync.cause, sync.detail, ends = "other", mid_step[caller], False
-            else:
-                sync.cause, sync.detail = cause, detail
-            executions_before = counts[0]
-            if not sync.in_closure:
-                sync.closures_from = None
-            thread = threading.get_ident()
-            # The calling line only where threads run replicas (the backend matches reports to it).
-            caller = sys._getframe(1) if replicas is not None else None
-            syncing[thread] = (sync.cause, sync.detail, caller and (caller.f_code.co_filename, caller.f_lineno))
-            try:
-                result = original(*args, **kwargs)
-                if poll is not None:
-                    poll()
-                # Only the step's own graph ends it, not one its closures ran.
-                ran = (counts[0] if sync.closures_from is None else sync.closures_from) > executions_before
-                if ends and (empty_sync_ends_step or ran):
-                    if replicas is None:
-                        counts[1] += 1
-                    else:
-                        tracer._replica_step_ended(thread)
-                return result
-            except Exception as error:
-                if poll is not None:  # a polling backend learns of a failed graph only here
-                    tracer._sync_raised(error)
-                raise
-            finally:
-                sync.cause = None
-                syncing.pop(thread, None)
 
-        return sync_site
 
-    def _wrap_step_limit(self, wrapper: Callable, limit: int) -> Callable:
-        """End the script once `limit` steps have ended: SystemExit(0) from the outermost
-        step-ending call of the main thread, after its step is recorded, so the script's
-        own `finally` blocks and atexit handlers run as at any exit. In a launched process,
-        from each device thread's own: the launcher hands the exit back to the script."""
-        tracer, counts, calls = self, self._counts, self._step_calls
 
-        @functools.wraps(wrapper)
-        def step_limit(*args: object, **kwargs: object) -> object:
-            depth = getattr(calls, "depth", 0)
-            calls.depth = depth + 1
-            try:
-                result = wrapper(*args, **kwargs)
-            finally:
-                calls.depth = depth
-            if depth or _Process.current is not tracer:
-                return result
-            replicas = tracer._replica_steps
-            if replicas is None:
-                steps = counts[1] if threading.current_thread() is threading.main_thread() else 0
-            else:  # each device thread ends its replica at the same step, so none waits for another
-                steps = replicas.get(threading.get_ident(), 0)
-            if steps >= limit:
-                if tracer.stopped_at_step is None:
-                    tracer.stopped_at_step = steps
-                raise StepLimitReached()
-            return result
-
-        return step_limit
-
-    def _iteration_limit_reached(self, iterations: int) -> None:
-        """`lazyviz run --iterations N`: out of the optimizer's step, after its update, as
-        --steps ends a script out of mark_step()."""
-        if _Process.current is self:
-            if self.stopped_at_iteration is None:
-                self.stopped_at_iteration = iterations
-            raise StepLimitReached()
-
-    def _wrap_launcher(self, original: Callable, label: str) -> Callable:
-        """A call that starts processes to run a function (its first argument, or `fn`):
-        they inherit the environment as untraced, and the function they get is the one
-        `launched` makes of it, which records each process's own trace."""
-        tracer = self
-
-        @functools.wraps(original)
-        def launcher(*args: object, **kwargs: object) -> object:
-            if _Process.current is not tracer:
-                return original(*args, **kwargs)
-            folder = None
-            if tracer._launched is not None:
-                if args:
-                    args = (launched := tracer._launched(args[0]), *args[1:])  # type: ignore[arg-type]
-                    folder = getattr(launched, "folder", None)
-                elif "fn" in kwargs:
-                    kwargs["fn"] = launched = tracer._launched(kwargs["fn"])  # type: ignore[arg-type]
-                    folder = getattr(launched, "folder", None)
-            executed = tracer._counts[0]
-            try:
-                with tracer.backend.children_untraced(label, args, kwargs):
-                    return original(*args, **kwargs)
-            finally:
-                tracer._note_launch(folder, ran_here=tracer._counts[0] > executed)
-
-        return launcher
-
-    def _replica_step_ended(self, thread: int) -> None:
-        """A step has ended when every replica has ended it."""
-        steps = self._replica_steps
-        assert steps is not None
-        steps[thread] = steps.get(thread, 0) + 1
-        if len(steps) >= self.backend.replicas:
-            self._counts[1] = max(self._counts[1], min(steps.values()))
-
-    def _note_launch(self, folder: str | None, ran_here: bool) -> None:
-        """Where the graphs of a launcher's processes are: their own traces, or nowhere
-        (they ran untraced, and said why). debug_single_process=True runs the function
-        in this process, traced here: nothing to say."""
-        if ran_here:
-            return
-        if folder is not None and any(Path(folder).glob("rank*.trace")):
-            note = (f"torch_xla.launch ran the function in processes of its own, each traced in {folder} "
-                    f"(rank<R>.trace): lazyviz report {folder}")
-        else:
-            note = ("torch_xla.launch ran the function in processes of its own, untraced (each said why on "
-                    "stderr): their graphs are not in this trace")
-        if note not in self.notes:
-            self.notes.append(note)
-
-    def _wrap_poll_point(self, original: Callable) -> Callable:
-        """Poll before and after a call that may run graphs without a Python frame: what
-        ran during it is reported while its caller's frame is on the stack."""
-        tracer = self
-        poll = self.backend.poll
-
-        @functools.wraps(original)
-        def poll_point(*args: object, **kwargs: object) -> object:
-            if _Process.current is not tracer or not tracer.backend.polls:
-                return original(*args, **kwargs)
-            poll()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                poll()
-
-        return poll_point
-
-    def _wrap_closure_runner(self, original: Callable, waiting: Callable[[], bool] | None = None) -> Callable:
-        """The step's closures run after its sync, inside the step-ending call: the step's
-        executions are handed on first, then each sync inside a closure is its own.
-        waiting: whether any closure waits; with none, the step's executions are handed
-        on by the step-ending call's own poll, after this."""
-        tracer = self
-        poll = self.backend.poll if self.backend.polls else None
-        sync = self._sync
-
-        @functools.wraps(original)
-        def run_closures(*args: object, **kwargs: object) -> object:
-            if _Process.current is not tracer or sync.in_closure or (waiting is not None and not waiting()):
-                return original(*args, **kwargs)
-            if poll is not None:
-                poll()
-            outer = sync.cause, sync.detail
-            sync.closures_from = tracer._counts[0]
-            sync.cause, sync.detail, sync.in_closure = None, None, True
-            try:
-                return original(*args, **kwargs)
-            finally:
-                if poll is not None:
-                    poll()
-                (sync.cause, sync.detail), sync.in_closure = outer, False
-
-        return run_closures
 
     def stop(self) -> None:
         """Report what is pending, turn the hook off and put the sync sites back."""
@@ -595,15 +337,6 @@ class Tracer:
             self._last_end = previous_end
         return end
 
-    def _calling_stack(self, frame: FrameType | None,
-                       backend_stack: list[Frame] | None) -> tuple[list[Frame], tuple | None]:
-        """The stack that synced (ours from `frame`, or the backend's own), and what
-        identifies its call: the next execution of one fallback comes from the same call."""
-        if backend_stack is None:
-            stack = self._stack(frame, to_user_frame=self.capture != "full")
-            return stack, (id(frame), frame.f_lasti) if frame is not None else None
-        stack = self._clean_stack(backend_stack)
-        return stack, stack[0][:2] if stack else None
 
     def _cause(self, fallback_ops: dict[str, int], follows: int | None, call: tuple | None) -> tuple[str, str | None]:
         """Why it ran: the sync site running, else a fallback op (counted now, or the one
@@ -643,18 +376,6 @@ class Tracer:
             return 0.0
         return max(0.0, (start - last_end) * 1000)
 
-    def _stack_record(self, stack: list[Frame]) -> tuple[int | None, StackRecord | None]:
-        """With capture full, the stack's id, and its record when it is new. Light capture
-        keeps only a stack that synced in a library's code (transformers' mask): the
-        advice names the library's line, since the user's line has nothing to change."""
-        if self.capture != "full" and not _in_library(stack):
-            return None, None
-        stack_key = tuple(stack)
-        stack_id = self._stack_ids.get(stack_key)
-        if stack_id is not None:
-            return stack_id, None
-        stack_id = self._stack_ids[stack_key] = len(self._stack_ids) + 1
-        return stack_id, StackRecord(stack_id, stack[::-1])
 
     def _answer(self, record: ExecutionRecord, repeat: bool, follows: int | None) -> Recorded:
         """What the backend is told: a later hit from this stack, under this cause, after
@@ -671,89 +392,11 @@ class Tracer:
     def _on_execute_time(self, index: int, execute_ms: float) -> None:
         self.writer.set_execute_ms(index, execute_ms)
 
-    def _clean_stack(self, frames: list[Frame]) -> list[Frame]:
-        """A backend's stack without lazyviz's frames and the runner below the script."""
-        stack = []
-        for frame in frames:
-            file = frame[0]
-            if file in self._outer_files:
-                break
-            if not file.startswith(LAZYVIZ_DIR):
-                stack.append(frame)
-        return stack
 
-    def _stack(self, frame: FrameType | None, to_user_frame: bool) -> list[tuple[str, int, str]]:
-        """Innermost first, without lazyviz's wrappers and the runner below the script;
-        with to_user_frame, only as far as the user frame."""
-        stack = []
-        entries = self._frame_entries
-        outer_files, label = self._outer_files, self._file_label
-        while frame is not None:
-            # f_lineno walks the code's line table: cache it per (code, instruction).
-            key = (id(frame.f_code), frame.f_lasti)
-            cached = entries.get(key)
-            if cached is None:
-                code = frame.f_code
-                if code.co_name == "sync_site" and code.co_filename == __file__:
-                    kind = _SKIP
-                elif code.co_filename in outer_files:
-                    kind = _STOP
-                else:
-                    kind = _USER if self._is_user_file(code.co_filename) else _FRAMEWORK
-                file = label(code.co_filename) if label is not None else code.co_filename
-                # The code object rides along so its id cannot be reused while cached.
-                cached = entries[key] = (kind, (file, frame.f_lineno, code.co_name), code)
-            kind = cached[0]
-            if kind is _STOP:
-                break
-            if kind is not _SKIP:
-                stack.append(cached[1])
-                if to_user_frame and kind is _USER:
-                    break
-            frame = frame.f_back
-        return stack
 
-    def _user_call(self, frame: FrameType | None) -> str | None:
-        """The call the user's line made that led here, as a person would name it: the
-        innermost module's forward between the user frame and this execution
-        ("GPT2Attention.forward", "MultiheadAttention.forward"), else the outermost public
-        function ("clip_grad_norm_", "Adam.step"), by its qualified name. Decorators'
-        inner functions (closures: "<locals>" in their name) are never it."""
-        inner = []
-        while frame is not None:
-            code = frame.f_code
-            if code.co_filename in self._outer_files:
-                return None
-            if self._is_user_file(code.co_filename):
-                break
-            inner.append(code)
-            frame = frame.f_back
-        else:
-            return None
-        named = [code for code in reversed(inner)  # outermost first
-                 if not code.co_name.startswith(("_", "<")) and code.co_name not in _WRAPPER_NAMES
-                 and "<locals>" not in code.co_qualname and not code.co_filename.startswith(LAZYVIZ_DIR)]
-        forwards = [code for code in named if code.co_name == "forward"]
-        if forwards:
-            return forwards[-1].co_qualname
-        return named[0].co_qualname if named else None
 
-    def _classify_code(self, filename: str, name: str) -> tuple[int, str]:
-        """For the backend's source-line walk, once per code object: the same rules as
-        the stack walk below."""
-        label = self._file_label(filename) if self._file_label is not None else filename
-        if filename in self._outer_files:
-            return STOP_FRAME, label
-        return (USER_FRAME if self._is_user_file(filename) else OTHER_FRAME), label
 
-    def _is_user_file(self, file: str) -> bool:
-        is_user = self._user_file.get(file)
-        if is_user is None:
-            is_user = self._user_file[file] = not any(file.startswith(prefix) for prefix in self._not_user)
-        return is_user
 
-    def _user_frame(self, stack: list[tuple[str, int, str]]) -> tuple[str, int, str] | None:
-        return next((entry for entry in stack if self._is_user_file(entry[0])), None)
 
     def steps(self) -> int:
         return self._counts[1]
@@ -763,14 +406,6 @@ class Tracer:
         return [file for file, is_user in self._user_file.items() if is_user and os.path.isabs(file)]
 
 
-def _in_library(stack: list[Frame]) -> bool:
-    """Did an installed package's code sync (the innermost frame that is not torch's,
-    torch_xla's or lazyviz's), not the user's? The stack is innermost first."""
-    for file, _, _ in stack:
-        owner = frame_owner(file)
-        if owner != "":
-            return owner is not None
-    return False
 
 
 def _test_running() -> str | None:

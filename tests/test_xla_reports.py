@@ -87,7 +87,7 @@ def test_graph_dump_gives_each_graph_once_with_locations() -> None:
 
 
 def test_what_xla_would_print_on_stderr_at_the_users_level() -> None:
-    from lazyviz.backends.xla import _LAZYVIZ_DIR, echoed
+    from lazyviz.backends.xla_io import _LAZYVIZ_DIR, echoed
 
     text = (FIXTURES / "analysis.txt").read_text()
     wrapper = f"Execution Analysis:   sync_site ({_LAZYVIZ_DIR}/tracer.py:182)\n"

@@ -1,0 +1,281 @@
+"""What the tracer puts in place of the backend's sync sites and launchers: wrappers that
+name each sync's cause, count steps, end a bounded run (--steps, --iterations), note the
+pieces a split left on the host, and hand a launched process its own trace."""
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lazyviz.backends import CompiledGraph, SyncSite, device_flag
+
+if TYPE_CHECKING:  # the tracer imports this module: its name for the type only
+    from lazyviz.tracer import Tracer
+
+MAX_ERRORS = 20  # lazyviz's own errors kept for the end-of-run message; also the backend failures kept
+
+
+class StepLimitReached(SystemExit):
+    """How `lazyviz run --steps N` ends a script: a clean exit (status 0) after step N.
+    Pickled back from a launched process (torch_xla.launch), it is rebuilt with its args."""
+
+    def __init__(self, *_: object) -> None:
+        super().__init__(0)
+
+
+class _Process:
+    """What is installed once per process and kept: the fork handler, and which tracer
+    records now. Tracers come and go (lazyviz.trace runs several one after another);
+    the backend's hook stays and reports to the current one."""
+
+    current: Tracer | None = None
+    fork_handler = False
+    # Compiled graphs by the backend's key, kept by tracers that ask (lazyviz.trace): a
+    # graph compiled during an earlier trace is a cache hit in a later one, and the later
+    # trace must still hold its IR.
+    graphs: dict[int, CompiledGraph] = {}
+
+    @classmethod
+    def after_fork_in_child(cls) -> None:
+        if cls.current is not None:
+            cls.current._after_fork()
+            cls.current = None  # the child runs on untraced, and may start a trace of its own
+
+
+class SyncWrappers:
+    """Part of Tracer (lazyviz/tracer.py): its state is set up there."""
+
+    def _wrap_piece_call(self, original: Callable, name: str) -> Callable:
+        """A call that may hand back its pieces on the host (a split that fell back): the
+        line that made them is noted, since the op that raises on one is elsewhere."""
+        lost, device = self.backend.lost_piece, self.backend.device
+
+        @functools.wraps(original)
+        def piece_call(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            pieces = original(tensor, *args, **kwargs)
+            try:
+                if pieces and getattr(tensor, "device", None) is not None and tensor.device.type == device \
+                        and lost(pieces[0]):
+                    self._note_lost_pieces(name)
+            except Exception as failure:  # lazyviz's own: counted, never the script's
+                if len(self.errors) < MAX_ERRORS:
+                    self.errors.append(f"{type(failure).__name__}: {failure}")
+            return pieces
+
+        return piece_call
+
+    def _note_lost_pieces(self, name: str) -> None:
+        frame = sys._getframe(2)
+        while frame is not None and not self._is_user_file(frame.f_code.co_filename):
+            frame = frame.f_back
+        if frame is None:
+            return
+        where = [name, frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name]
+        if where in self._lost_pieces:
+            return
+        self._lost_pieces = [*self._lost_pieces[-15:], where]  # the latest few: a crash names the last
+        self.writer.set_run(lost_pieces=self._lost_pieces)
+
+    def _wrap_sync_site(self, original: Callable, site: SyncSite, ends_step: bool,
+                        is_method: bool = False) -> Callable:
+        """The sync-site wrapper in Python, for backends without their own (wrap_sync_site)."""
+        tracer = self
+        cause, detail, mid_step = site.cause, site.label, site.mid_step
+        poll = self.backend.poll if self.backend.polls else None
+        device = self.backend.device
+        flag = device_flag(site.owner, device) if is_method else None
+        if flag is not None:
+            def on_device(tensor: Any) -> bool:
+                return getattr(tensor, flag, True)
+        else:
+            def on_device(tensor: Any) -> bool:
+                return getattr(getattr(tensor, "device", None), "type", device) == device
+
+        sync = self._sync
+        counts = self._counts  # [executions, steps]: shared with the backend, read as it counts
+        empty_sync_ends_step = self.backend.empty_sync_ends_step
+        replicas = self._replica_steps
+        syncing = self.backend.syncing
+
+        @functools.wraps(original)
+        def sync_site(*args: object, **kwargs: object) -> object:
+            # The outermost cause wins (print calls item); a stopped tracer's wrapper that
+            # someone kept (wrapped again on top of it) only passes the call on.
+            if sync.cause is not None or _Process.current is not tracer:
+                return original(*args, **kwargs)
+            if poll is not None and is_method and not on_device(args[0]):
+                # A CPU tensor's .item() (AdamW's step counts) syncs nothing: skip the polls.
+                return original(*args, **kwargs)
+            if poll is not None:  # executions from before this call are not its own
+                poll()
+            ends = ends_step
+            if sync.in_closure:  # a step closure's read: not the step's sync
+                sync.cause, sync.detail, ends = cause, f"{detail} in a step closure", False
+            elif mid_step and (caller := sys._getframe(1).f_code.co_name) in mid_step:
+                sync.cause, sync.detail, ends = "other", mid_step[caller], False
+            else:
+                sync.cause, sync.detail = cause, detail
+            executions_before = counts[0]
+            if not sync.in_closure:
+                sync.closures_from = None
+            thread = threading.get_ident()
+            # The calling line only where threads run replicas (the backend matches reports to it).
+            caller = sys._getframe(1) if replicas is not None else None
+            syncing[thread] = (sync.cause, sync.detail, caller and (caller.f_code.co_filename, caller.f_lineno))
+            try:
+                result = original(*args, **kwargs)
+                if poll is not None:
+                    poll()
+                # Only the step's own graph ends it, not one its closures ran.
+                ran = (counts[0] if sync.closures_from is None else sync.closures_from) > executions_before
+                if ends and (empty_sync_ends_step or ran):
+                    if replicas is None:
+                        counts[1] += 1
+                    else:
+                        tracer._replica_step_ended(thread)
+                return result
+            except Exception as error:
+                if poll is not None:  # a polling backend learns of a failed graph only here
+                    tracer._sync_raised(error)
+                raise
+            finally:
+                sync.cause = None
+                syncing.pop(thread, None)
+
+        return sync_site
+
+    def _wrap_step_limit(self, wrapper: Callable, limit: int) -> Callable:
+        """End the script once `limit` steps have ended: SystemExit(0) from the outermost
+        step-ending call of the main thread, after its step is recorded, so the script's
+        own `finally` blocks and atexit handlers run as at any exit. In a launched process,
+        from each device thread's own: the launcher hands the exit back to the script."""
+        tracer, counts, calls = self, self._counts, self._step_calls
+
+        @functools.wraps(wrapper)
+        def step_limit(*args: object, **kwargs: object) -> object:
+            depth = getattr(calls, "depth", 0)
+            calls.depth = depth + 1
+            try:
+                result = wrapper(*args, **kwargs)
+            finally:
+                calls.depth = depth
+            if depth or _Process.current is not tracer:
+                return result
+            replicas = tracer._replica_steps
+            if replicas is None:
+                steps = counts[1] if threading.current_thread() is threading.main_thread() else 0
+            else:  # each device thread ends its replica at the same step, so none waits for another
+                steps = replicas.get(threading.get_ident(), 0)
+            if steps >= limit:
+                if tracer.stopped_at_step is None:
+                    tracer.stopped_at_step = steps
+                raise StepLimitReached()
+            return result
+
+        return step_limit
+
+    def _iteration_limit_reached(self, iterations: int) -> None:
+        """`lazyviz run --iterations N`: out of the optimizer's step, after its update, as
+        --steps ends a script out of mark_step()."""
+        if _Process.current is self:
+            if self.stopped_at_iteration is None:
+                self.stopped_at_iteration = iterations
+            raise StepLimitReached()
+
+    def _wrap_launcher(self, original: Callable, label: str) -> Callable:
+        """A call that starts processes to run a function (its first argument, or `fn`):
+        they inherit the environment as untraced, and the function they get is the one
+        `launched` makes of it, which records each process's own trace."""
+        tracer = self
+
+        @functools.wraps(original)
+        def launcher(*args: object, **kwargs: object) -> object:
+            if _Process.current is not tracer:
+                return original(*args, **kwargs)
+            folder = None
+            if tracer._launched is not None:
+                if args:
+                    args = (launched := tracer._launched(args[0]), *args[1:])  # type: ignore[arg-type]
+                    folder = getattr(launched, "folder", None)
+                elif "fn" in kwargs:
+                    kwargs["fn"] = launched = tracer._launched(kwargs["fn"])  # type: ignore[arg-type]
+                    folder = getattr(launched, "folder", None)
+            executed = tracer._counts[0]
+            try:
+                with tracer.backend.children_untraced(label, args, kwargs):
+                    return original(*args, **kwargs)
+            finally:
+                tracer._note_launch(folder, ran_here=tracer._counts[0] > executed)
+
+        return launcher
+
+    def _replica_step_ended(self, thread: int) -> None:
+        """A step has ended when every replica has ended it."""
+        steps = self._replica_steps
+        assert steps is not None
+        steps[thread] = steps.get(thread, 0) + 1
+        if len(steps) >= self.backend.replicas:
+            self._counts[1] = max(self._counts[1], min(steps.values()))
+
+    def _note_launch(self, folder: str | None, ran_here: bool) -> None:
+        """Where the graphs of a launcher's processes are: their own traces, or nowhere
+        (they ran untraced, and said why). debug_single_process=True runs the function
+        in this process, traced here: nothing to say."""
+        if ran_here:
+            return
+        if folder is not None and any(Path(folder).glob("rank*.trace")):
+            note = (f"torch_xla.launch ran the function in processes of its own, each traced in {folder} "
+                    f"(rank<R>.trace): lazyviz report {folder}")
+        else:
+            note = ("torch_xla.launch ran the function in processes of its own, untraced (each said why on "
+                    "stderr): their graphs are not in this trace")
+        if note not in self.notes:
+            self.notes.append(note)
+
+    def _wrap_poll_point(self, original: Callable) -> Callable:
+        """Poll before and after a call that may run graphs without a Python frame: what
+        ran during it is reported while its caller's frame is on the stack."""
+        tracer = self
+        poll = self.backend.poll
+
+        @functools.wraps(original)
+        def poll_point(*args: object, **kwargs: object) -> object:
+            if _Process.current is not tracer or not tracer.backend.polls:
+                return original(*args, **kwargs)
+            poll()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                poll()
+
+        return poll_point
+
+    def _wrap_closure_runner(self, original: Callable, waiting: Callable[[], bool] | None = None) -> Callable:
+        """The step's closures run after its sync, inside the step-ending call: the step's
+        executions are handed on first, then each sync inside a closure is its own.
+        waiting: whether any closure waits; with none, the step's executions are handed
+        on by the step-ending call's own poll, after this."""
+        tracer = self
+        poll = self.backend.poll if self.backend.polls else None
+        sync = self._sync
+
+        @functools.wraps(original)
+        def run_closures(*args: object, **kwargs: object) -> object:
+            if _Process.current is not tracer or sync.in_closure or (waiting is not None and not waiting()):
+                return original(*args, **kwargs)
+            if poll is not None:
+                poll()
+            outer = sync.cause, sync.detail
+            sync.closures_from = tracer._counts[0]
+            sync.cause, sync.detail, sync.in_closure = None, None, True
+            try:
+                return original(*args, **kwargs)
+            finally:
+                if poll is not None:
+                    poll()
+                (sync.cause, sync.detail), sync.in_closure = outer, False
+
+        return run_closures
