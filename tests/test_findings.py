@@ -519,3 +519,22 @@ def test_one_loop_without_mark_step_is_one_finding_in_every_output() -> None:
     [loop] = findings
     assert set(loop.details["graphs"]) == set(texts) and len(loop.details["sites"]) == 4
     assert loop.executions == (0, 1, 2, 3) and "one cause: 3 more graphs show the same loop" in loop.message
+
+
+def test_a_state_read_to_the_host_one_tensor_at_a_time_is_a_finding() -> None:
+    """torch.save of a state_dict on PyTorch/XLA: after the loop, one line reads 12 tensors,
+    each its own graph, back to back: the run's costliest site, with a finding."""
+    executions = [ex(i, step=i, graph="step", cache="miss" if i == 0 else "hit", sync_ms=5.0) for i in range(4)]
+    executions += [ex(4 + i, step=4, cause="cpu", detail="Tensor.cpu()", graph=f"p{i}", cache="miss", sync_ms=40.0,
+                      line=55) for i in range(12)]
+    irs = {"step": chain_ir(20), **{f"p{i}": chain_ir(5 + i) for i in range(12)}}
+    [finding] = [f for f in analyze(run_info(steps=4), executions, irs).findings if f.kind == "one_by_one_reads"]
+    assert finding.frame.line == 55 and len(finding.executions) == 12
+    assert finding.message.startswith("12 reads to the host at this line (Tensor.cpu()), up to 12 in a row")
+    assert "12 graphs" in finding.message and "mark_step" in finding.fix
+    # The same reads, one an iteration with a step between each: not one at a time.
+    spread = []
+    for i in range(12):
+        spread += [ex(2 * i, step=i, graph="step", sync_ms=5.0), ex(2 * i + 1, step=i, cause="cpu", graph=f"p{i}",
+                                                                   sync_ms=40.0, line=55)]
+    assert not [f for f in analyze(run_info(steps=12), spread, irs).findings if f.kind == "one_by_one_reads"]

@@ -866,7 +866,9 @@ def _lines_that_built(graphs: IRGraphs, graph_id: str, limit: int = 3) -> str:
     return ", built at " + ", ".join(shown)
 
 
-_HOST_READS = frozenset({"cpu", "to", "tolist", "item"})
+# Copies of whole tensors (torch.save's, a state moved by hand): a loop's `.item()` each
+# iteration reads one value at one line again and again, which is not this.
+_HOST_READS = frozenset({"cpu", "to"})
 MIN_READS_IN_A_ROW = 4  # reads of one line, back to back, that make "one at a time"
 COSTLIEST_SITES = 3  # only among the run's costliest sites: a few cheap reads are nobody's problem
 
@@ -902,6 +904,7 @@ def one_by_one_read_findings(executions: Sequence[Execution], names: Mapping[str
             f"call {names['mark_step']} first, then move them: after the sync they are device data and copy "
             "without a graph each (for torch.save: save the state moved to the CPU)",
             {"cause": first.cause, "count": len(positions), "in_a_row": longest, "graphs": graphs},
+            short=f"{len(positions)} reads to the host one at a time ({graphs} graphs, {ms:,.0f} ms)",
         ))
     return findings
 
@@ -957,6 +960,8 @@ def stepless_loop_findings(executions: Sequence[Execution], marks: Sequence[int]
         frame, table.indices(positions),
         f"call {names['mark_step']} at the end of each iteration (after the optimizer step)",
         {**details, "optimizer_steps": len(marks)},
+        short=f"the optimizer stepped {len(marks)} times and no step ended: "
+              + ("iterations ran with no sync" if unsynced else "its largest graph grows each iteration"),
     )]
 
 
