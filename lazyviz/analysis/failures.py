@@ -213,11 +213,18 @@ def crash(run: RunInfo, table: ExecutionTable,
         return _view_op(run, table, what, view.group(1), details, user or raised_at)
     if not _NOT_LAZY.search(run.error):
         return what, "", details, user or raised_at
+    return _not_lazy(run, table, what, details, user or raised_at)
+
+
+def _not_lazy(run: RunInfo, table: ExecutionTable, what: str, details: dict,
+              user: Frame | None) -> tuple[str, str, dict, Frame | None]:
+    """"Input tensor is not a lazy tensor": the fallback that left a CPU tensor behind
+    (a split's pieces), at its own line where lazyviz can tell."""
     op, call, execution = _last_fallback(run, table)
     if op is None:
         return (f"{what}: a tensor on the CPU met lazy tensors (one made without device=, or brought back with "
                 ".cpu() or .to('cpu'))"), ("make every tensor of the step on the lazy device: create it with "
-                                          "device='lazy' or move it with .to('lazy')"), details, user or raised_at
+                                          "device='lazy' or move it with .to('lazy')"), details, user
     in_call = f" in {call}()" if call else ""
     when = f"execution {execution}" if execution is not None else "after the last execution"
     # Where the op ran: the line to change, where the raise is only where a piece was first
@@ -235,10 +242,10 @@ def crash(run: RunInfo, table: ExecutionTable,
                 "as CPU tensors that still say device lazy:0, and the first lazy op to use one raises"), (
             f"{op.removeprefix('aten::').split('.')[0]} has no lowering here: take the pieces by slicing or narrow "
             "(x[..., :n], x.narrow(dim, start, n)), which lower; torch.chunk goes through split too"), \
-            details, at or user or raised_at
+            details, at or user
     return (f"{what}: a tensor that is not lazy reached a lazy op; the last op to fall back before it was {op}"
             f"{in_call} ({when}), whose result may have stayed on the CPU"), (
-        "keep that op's result on the lazy device (.to('lazy')) or replace it with ops that lower"), details, user or raised_at
+        "keep that op's result on the lazy device (.to('lazy')) or replace it with ops that lower"), details, user
 
 
 # XLA: "Out of memory allocating 549755813888 bytes"; CPU: "you tried to allocate N bytes";

@@ -304,73 +304,83 @@ def recompile_findings(recompiles: list[Recompile | PendingRecompile], steps: in
     extra = {key: len(waiting[site]) for site, key in largest.items()}
     findings = []
     for key, group in alike.items():
-        first = group[0]
         more = extra.get(key, 0)
-        count = len(group) + more
-        # A step may recompile several times at one site (a fallback's syncs): steps and
-        # recompiles are counted apart, and neither more than the run had.
-        at_steps = {r.step for r in group} | ({step for _, step in waiting[key[:2]]} if more else set())
-        when = f"step {first.step}" if steps else f"execution {first.execution}"
-        message = f"{when} recompiled: {first.headline()}"
-        if first.new_graph and ir_texts:  # which lines a new phase or branch runs
-            message += _lines_that_built(IRGraphs.of(ir_texts), first.graph)
-        if count > 1:
-            where = (_steps_text(len(at_steps), steps, count) if steps else f"{count} syncs here")
-            alike_text = ("each time the same kind of change" if not more
-                          else f"the first {len(group)} compared each the same kind of change")
-            message = f"recompiled at {where}, {alike_text}; first at {message}"
-        short = f"{when}: {first.brief()}"
-        if count > 1:
-            short = f"at {where}, first at {short}"
-        executions = [r.execution for r in group] + ([e for e, _ in waiting[key[:2]]] if more else [])
-        findings.append(Finding(
-            "recompile", "warning", _in_test(first.context) + message,
-            first.frame, tuple(sorted(executions)),
-            fix=_recompile_fix(first),
-            details={"closest_graph": first.closest, "closest_execution": first.closest_execution,
-                     "new_graph": first.new_graph, "recompiles": count, "compared": len(group),
-                     "steps": len(at_steps) if steps else None,
-                     "changes": sorted({c.kind for c in (first.diff.origins if first.diff else ())})},
-            short=_in_test(first.context) + short,
-        ))
-    for _site, group in shape_only.items():
-        if _loop_inside_the_call(group, steps):
-            continue
-        history = [{"step": r.step, "execution": r.execution,
-                    "changes": [f"{c.node} {c.before} -> {c.after}" for c in r.diff.origins if c.kind in _SIZES]}
-                   for r in group]
-        first = next(c for c in group[0].diff.origins if c.kind in _SIZES)
-        built = f", built at {first.source_line}" if first.location else ""
-        # An input's shape, or a size a tensor was made at on the device (in the graph).
-        what = "input shape" if first.kind == "input_shape" else f"{first.op.rpartition('::')[2]} shape"
-        # Several syncs of one step (a fallback's) recompile for one change: one step's change.
-        once = len({r.step for r in group}) == 1 if steps else len(group) == 1
-        if once:
-            when = f"step {group[0].step}" if steps else f"execution {group[0].execution}"
-            message = f"{when} recompiled: {what} {first.before} -> {first.after}{built}"
-            short = f"{when}: {group[0].brief()}"
-        else:
-            # How many recompiles it made is said once it is known whether other sites share the cause (_reaching).
-            where = f"{len({r.step for r in group})} of {steps} steps" if steps else f"{len(group)} syncs"
-            message = f"{what}s change at {where} (first {first.before} -> {first.after}{built})"
-            short = f"{what}s change at {where} (first {group[0].brief()})"
-        growth = _accumulated(group)
-        if growth is not None and not once:
-            sizes = " -> ".join(growth[1][:4]) + (f" -> ... -> {growth[1][-1]}" if len(growth[1]) > 4 else "")
-            message = (f"an input grows by {growth[0]} at each of {len(group)} {'steps' if steps else 'syncs'} "
-                       f"({what} {sizes}{built}), each a recompile: a tensor accumulated by concatenation "
-                       "(each batch's results joined to the last ones with torch.cat), not batches that change")
-            short = f"an input grows by {growth[0]} at each of {len(group)} {'steps' if steps else 'syncs'}"
-        message = _in_test(group[0].context) + message
-        findings.append(Finding(
-            "recompile" if once else "dynamic_shape", "warning", message, group[0].frame,
-            tuple(r.execution for r in group),
-            fix=_ACCUMULATOR_FIX if growth is not None and not once else _SHAPE_FIX,
-            details={"history": history, "changes": [first.kind], "recompiles": len(group),
-                     "steps": len({r.step for r in group}) if steps else None},
-            short=_in_test(group[0].context) + short,
-        ))
+        findings.append(_alike_finding(group, more, waiting[key[:2]] if more else [], steps, ir_texts))
+    findings += [_shape_finding(group, steps) for group in shape_only.values() if not _loop_inside_the_call(group, steps)]
     return _one_per_cause(findings, [*alike.values(), *shape_only.values()])
+
+
+def _alike_finding(group: list[Recompile], more: int, waited: list[tuple[int, int]], steps: int,
+                   ir_texts: Mapping[str, str] | None) -> Finding:
+    """One site's recompiles of one kind of change; more: those not compared that join
+    it (waited: their executions and steps)."""
+    first = group[0]
+    count = len(group) + more
+    # A step may recompile several times at one site (a fallback's syncs): steps and
+    # recompiles are counted apart, and neither more than the run had.
+    at_steps = {r.step for r in group} | ({step for _, step in waited} if more else set())
+    when = f"step {first.step}" if steps else f"execution {first.execution}"
+    message = f"{when} recompiled: {first.headline()}"
+    if first.new_graph and ir_texts:  # which lines a new phase or branch runs
+        message += _lines_that_built(IRGraphs.of(ir_texts), first.graph)
+    if count > 1:
+        where = (_steps_text(len(at_steps), steps, count) if steps else f"{count} syncs here")
+        alike_text = ("each time the same kind of change" if not more
+                      else f"the first {len(group)} compared each the same kind of change")
+        message = f"recompiled at {where}, {alike_text}; first at {message}"
+    short = f"{when}: {first.brief()}"
+    if count > 1:
+        short = f"at {where}, first at {short}"
+    executions = [r.execution for r in group] + ([e for e, _ in waited] if more else [])
+    return Finding(
+        "recompile", "warning", _in_test(first.context) + message,
+        first.frame, tuple(sorted(executions)),
+        fix=_recompile_fix(first),
+        details={"closest_graph": first.closest, "closest_execution": first.closest_execution,
+                 "new_graph": first.new_graph, "recompiles": count, "compared": len(group),
+                 "steps": len(at_steps) if steps else None,
+                 "changes": sorted({c.kind for c in (first.diff.origins if first.diff else ())})},
+        short=_in_test(first.context) + short,
+    )
+
+
+def _shape_finding(group: list[Recompile], steps: int) -> Finding:
+    """One site's recompiles for input sizes alone: one step's change, sizes that change
+    again and again (batches), or an input that grows by the same size each time."""
+    history = [{"step": r.step, "execution": r.execution,
+                "changes": [f"{c.node} {c.before} -> {c.after}" for c in r.diff.origins if c.kind in _SIZES]}
+               for r in group]
+    first = next(c for c in group[0].diff.origins if c.kind in _SIZES)
+    built = f", built at {first.source_line}" if first.location else ""
+    # An input's shape, or a size a tensor was made at on the device (in the graph).
+    what = "input shape" if first.kind == "input_shape" else f"{first.op.rpartition('::')[2]} shape"
+    # Several syncs of one step (a fallback's) recompile for one change: one step's change.
+    once = len({r.step for r in group}) == 1 if steps else len(group) == 1
+    if once:
+        when = f"step {group[0].step}" if steps else f"execution {group[0].execution}"
+        message = f"{when} recompiled: {what} {first.before} -> {first.after}{built}"
+        short = f"{when}: {group[0].brief()}"
+    else:
+        # How many recompiles it made is said once it is known whether other sites share the cause (_reaching).
+        where = f"{len({r.step for r in group})} of {steps} steps" if steps else f"{len(group)} syncs"
+        message = f"{what}s change at {where} (first {first.before} -> {first.after}{built})"
+        short = f"{what}s change at {where} (first {group[0].brief()})"
+    growth = _accumulated(group)
+    if growth is not None and not once:
+        sizes = " -> ".join(growth[1][:4]) + (f" -> ... -> {growth[1][-1]}" if len(growth[1]) > 4 else "")
+        message = (f"an input grows by {growth[0]} at each of {len(group)} {'steps' if steps else 'syncs'} "
+                   f"({what} {sizes}{built}), each a recompile: a tensor accumulated by concatenation "
+                   "(each batch's results joined to the last ones with torch.cat), not batches that change")
+        short = f"an input grows by {growth[0]} at each of {len(group)} {'steps' if steps else 'syncs'}"
+    message = _in_test(group[0].context) + message
+    return Finding(
+        "recompile" if once else "dynamic_shape", "warning", message, group[0].frame,
+        tuple(r.execution for r in group),
+        fix=_ACCUMULATOR_FIX if growth is not None and not once else _SHAPE_FIX,
+        details={"history": history, "changes": [first.kind], "recompiles": len(group),
+                 "steps": len({r.step for r in group}) if steps else None},
+        short=_in_test(group[0].context) + short,
+    )
 
 
 def _accumulated(group: list[Recompile]) -> tuple[int, list[str]] | None:

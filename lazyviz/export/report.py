@@ -216,6 +216,35 @@ def _finding_lines(finding: Finding, recorded: Run) -> list[str]:
     return lines
 
 
+def _findings_lines(recorded: Run, all_findings: bool) -> list[str]:
+    """The findings, each with its line and fix; grouped by kind and site, the top few,
+    unless all_findings."""
+    run, analysis, trace_path = recorded.info, recorded.analysis, recorded.path
+    lines = ["  findings:"]
+    if all_findings:
+        for finding in analysis.findings:
+            lines += _finding_lines(finding, recorded)
+    else:
+        groups = finding_groups(analysis.findings)
+        for group in groups[:TOP_GROUPS]:
+            first = group[0]
+            if len(group) == 1:
+                lines += _finding_lines(first, recorded)
+                continue
+            cost = sum(f.cost_ms for f in group)
+            lines.append(f"    {first.severity}: {len(group)} {KIND_LABELS.get(first.kind, first.kind)} "
+                         f"findings at {site_text(first.frame, run.cwd)} ({cost:.1f} ms), the first: "
+                         f"{first.message}")
+            if first.fix:
+                lines.append(f"      fix: {first.fix}")
+        shown = sum(len(g) for g in groups[:TOP_GROUPS])
+        if len(groups) > TOP_GROUPS or shown < len(analysis.findings):
+            where = f" {trace_path}" if trace_path else ""
+            lines.append(f"    ... {plural(len(analysis.findings), 'finding')} in {len(groups)} groups; "
+                         f"every one: lazyviz report --all{where}")
+    return lines
+
+
 def text_report(recorded: Run, all_findings: bool = False) -> str:
     """Findings first, each with its line and fix, then the run's figures. Findings of
     one kind at one site are grouped, and the top few shown, unless all_findings."""
@@ -223,28 +252,7 @@ def text_report(recorded: Run, all_findings: bool = False) -> str:
     summary = analysis.summary
     lines = [f"lazyviz: {run.command} ({run.backend}, capture {run.capture}) {run.state}"]
     if analysis.findings:
-        lines.append("  findings:")
-        if all_findings:
-            for finding in analysis.findings:
-                lines += _finding_lines(finding, recorded)
-        else:
-            groups = finding_groups(analysis.findings)
-            for group in groups[:TOP_GROUPS]:
-                first = group[0]
-                if len(group) == 1:
-                    lines += _finding_lines(first, recorded)
-                    continue
-                cost = sum(f.cost_ms for f in group)
-                lines.append(f"    {first.severity}: {len(group)} {KIND_LABELS.get(first.kind, first.kind)} "
-                             f"findings at {site_text(first.frame, run.cwd)} ({cost:.1f} ms), the first: "
-                             f"{first.message}")
-                if first.fix:
-                    lines.append(f"      fix: {first.fix}")
-            shown = sum(len(g) for g in groups[:TOP_GROUPS])
-            if len(groups) > TOP_GROUPS or shown < len(analysis.findings):
-                where = f" {trace_path}" if trace_path else ""
-                lines.append(f"    ... {plural(len(analysis.findings), 'finding')} in {len(groups)} groups; "
-                             f"every one: lazyviz report --all{where}")
+        lines += _findings_lines(recorded, all_findings)
     elif executions:
         lines.append(f"  findings: none ({CLEAN_RUN})")
     if not executions:  # tensors reached the device, yet no graph ran

@@ -572,22 +572,8 @@ def until_clean(info: RunInfo, texts: Mapping[str, str], first: RoundEdits, boun
             for file, text in candidate.items():
                 _in_copy(Path(file), root, side.folder).write_bytes(text.encode("utf-8"))
             measures = run_side(side, info, root, _after_bound(before, bound), timeout)
-            checked = check_output(reference.output, measures.output, original_crashed=bool(reference.crash))
-            output, differs = checked.verdict, not checked.same
-            alters = pending.alters
-            random = sorted({*before.random_ops, *measures.random_ops})
-            excuse = (f"expected: {alters[0]}" if alters else
-                      f"the script draws random numbers on the device ({', '.join(random[:2])}): not comparable"
-                      if random else "")
-            why = _worse(measures, last) or (f"the output {output}" if differs and not excuse else "")
-            ending = crash_verdict(last, measures)[1]
-            said = [ending] if ending and not why else []
-            if differs and excuse:
-                said.append(f"output {output}; {excuse}")
-            elif not differs and checked.left_out:
-                said.append(f"output {output}")
-            done.append(Round(pending.summaries, measures, kept=not why, why_not=why, output="; ".join(said)))
-            if why:
+            done.append(_judged(pending, measures, last, reference))
+            if not done[-1].kept:
                 stopped = f"round {number} was not kept: the last kept round is the result"
                 break
             kept_texts, last = candidate, measures
@@ -614,6 +600,25 @@ def until_clean(info: RunInfo, texts: Mapping[str, str], first: RoundEdits, boun
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _judged(pending: RoundEdits, measures: Measures, last: Measures, reference: Measures) -> Round:
+    """A round against the last kept run (worse or not) and its output against the
+    reference's (the original's, or the first copy that ran where it crashed)."""
+    checked = check_output(reference.output, measures.output, original_crashed=bool(reference.crash))
+    output, differs = checked.verdict, not checked.same
+    random = sorted({*reference.random_ops, *measures.random_ops})
+    excuse = (f"expected: {pending.alters[0]}" if pending.alters else
+              f"the script draws random numbers on the device ({', '.join(random[:2])}): not comparable"
+              if random else "")
+    why = _worse(measures, last) or (f"the output {output}" if differs and not excuse else "")
+    ending = crash_verdict(last, measures)[1]
+    said = [ending] if ending and not why else []
+    if differs and excuse:
+        said.append(f"output {output}; {excuse}")
+    elif not differs and checked.left_out:
+        said.append(f"output {output}")
+    return Round(pending.summaries, measures, kept=not why, why_not=why, output="; ".join(said))
 
 
 def rounds_table(before: Measures, rounds: Sequence[Round]) -> str:
