@@ -8,12 +8,9 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lazyviz.backends import CompiledGraph, SyncSite, device_flag
-
-if TYPE_CHECKING:  # the tracer imports this module: its name for the type only
-    from lazyviz.tracer import Tracer
 
 MAX_ERRORS = 20  # lazyviz's own errors kept for the end-of-run message; also the backend failures kept
 
@@ -31,7 +28,7 @@ class _Process:
     records now. Tracers come and go (lazyviz.trace runs several one after another);
     the backend's hook stays and reports to the current one."""
 
-    current: Tracer | None = None
+    current: SyncWrappers | None = None  # the Tracer recording now
     fork_handler = False
     # Compiled graphs by the backend's key, kept by tracers that ask (lazyviz.trace): a
     # graph compiled during an earlier trace is a cache hit in a later one, and the later
