@@ -719,13 +719,13 @@ def _one_per_call(findings: list[Finding], table: ExecutionTable, steps: int) ->
             path = _PATHS.get(finding.details["op"]) or _PATH_COMPANIONS.get(finding.details["op"])
             if path:
                 at_line[(finding.frame, path)].append(finding)
-    for (_frame, path), group in at_line.items():
+    named: dict[int, Finding] = {}  # id of a finding -> the same, naming its call
+    for (frame, path), group in at_line.items():
         if any(f.details["op"] in _PATHS for f in group) and len(group) > 1:
             call = _PATH_CALLS[path]
-            group = [replace(f, details={**f.details, "call": call}) for f in group]
-            findings = [next((g for g in group if g.details["op"] == f.details["op"] and g.frame == f.frame
-                              and g.executions == f.executions), f) for f in findings]
-            by_call[f"{call}@{group[0].frame.site}"] = group
+            named.update({id(f): replace(f, details={**f.details, "call": call}) for f in group})
+            by_call[f"{call}@{frame.site}"] = [named[id(f)] for f in group]
+    findings = [named.get(id(f), f) for f in findings]
     paths = {_PATHS[f.details["op"]]: call for call, group in by_call.items() for f in group if f.details["op"] in _PATHS}
     for finding in findings:
         path_call = paths.get(_PATHS.get(finding.details["op"], ""))
