@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 import zlib
 from pathlib import Path
 
@@ -227,13 +228,14 @@ def test_stack_is_recorded_outermost_first(sample_trace) -> None:
 
 
 def test_follow_reads_a_growing_trace(tmp_path: Path) -> None:
-    path = tmp_path / "grow.trace"
+    path, gate = tmp_path / "grow.trace", tmp_path / "go"
     process = subprocess.Popen(
-        [sys.executable, "-m", "lazyviz", "run", "--no-tui", "-o", str(path), str(SCRIPTS / "slow_steps.py"), "5", "0.4"],
+        [sys.executable, "-m", "lazyviz", "run", "--no-tui", "-o", str(path), str(SCRIPTS / "slow_steps.py"),
+         "5", "0.2", str(gate)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
     try:
-        assert process.stdout.readline() == "step 0\n"  # the trace exists and holds a row
+        assert process.stdout.readline() == "step 0\n"  # the trace holds a row, and the script waits for the gate
         batches: list[list[int]] = []
         done = threading.Event()
 
@@ -244,9 +246,14 @@ def test_follow_reads_a_growing_trace(tmp_path: Path) -> None:
             done.set()
 
         threading.Thread(target=follow, daemon=True).start()
+        deadline = time.monotonic() + 60
+        while not batches and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert batches == [[0]]  # read while the run was held after its first step
+        gate.touch()
         assert done.wait(60), "follow() did not end when the run finished"
         assert [i for batch in batches for i in batch] == [0, 1, 2, 3, 4]
-        assert len(batches) >= 3  # it saw the trace grow, not one read at the end
+        assert len(batches) >= 2  # it saw the trace grow, not one read at the end
     finally:
         process.wait(60)
 

@@ -134,14 +134,15 @@ def test_report_export_and_baseline_never_write_over_inputs_or_files(sample_trac
 
 # -- 3: two runs on one -o -------------------------------------------------------------------
 def test_second_run_on_a_live_trace_is_refused_and_the_first_is_untouched(tmp_path: Path) -> None:
-    trace = tmp_path / "t.trace"
+    trace, gate = tmp_path / "t.trace", tmp_path / "go"
     first = subprocess.Popen([sys.executable, "-m", "lazyviz", "run", "--no-tui", "-o", str(trace),
-                              str(SCRIPTS / "slow_steps.py"), "6", "0.3"],
+                              str(SCRIPTS / "slow_steps.py"), "6", "0", str(gate)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert first.stdout.readline() == "step 0\n"
+    assert first.stdout.readline() == "step 0\n"  # held there until the gate opens
     for force in ([], ["--force"]):
         second = cli("run", "--no-tui", *force, "-o", trace, SCRIPTS / "slow_steps.py", "1", "0")
         one_line_error(second, str(trace))
+    gate.touch()
     _out, err = first.communicate(timeout=120)
     assert first.returncode == 0 and "6 graph executions in 6 steps" in err
     with lazyviz.open(trace) as opened:

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.torch, pytest.mark.skipif(shutil.which("tmux") is None
 
 # A row of the executions table: index, step, cause, then the site (the strip and the
 # details may name the same line too).
-TABLE_ROW = re.compile(r"^\s*\d+\s+\d+\s+\w+\s+\S*slow_steps\.py:13\b", re.MULTILINE)
+TABLE_ROW = re.compile(r"^\s*\d+\s+\d+\s+\w+\s+\S*slow_steps\.py:20\b", re.MULTILINE)
 
 
 class Terminal:
@@ -91,7 +91,7 @@ def test_live_run_shows_rows_while_the_script_runs(tmp_path: Path) -> None:
     trace = tmp_path / "live.trace"
     terminal = run_slow_steps(trace, 12, 0.6)
     try:
-        running = terminal.wait_for(lambda s: "running" in s and "slow_steps.py:13" in s)
+        running = terminal.wait_for(lambda s: "running" in s and "slow_steps.py:20" in s)
         rows_while_running = len(TABLE_ROW.findall(running))
         finished = terminal.wait_for(lambda s: "exited 0" in s)
         # All 12 arrived (the header counts them); the table may since have moved to the
@@ -113,7 +113,7 @@ def test_quitting_stops_the_script_and_keeps_the_trace(tmp_path: Path, key: str)
     trace = tmp_path / "stopped.trace"
     terminal = run_slow_steps(trace, 200, 0.2)
     try:
-        terminal.wait_for(lambda s: s.count("slow_steps.py:13") >= 3 and "running" in s)
+        terminal.wait_for(lambda s: s.count("slow_steps.py:20") >= 3 and "running" in s)
         terminal.keys(key)  # Ctrl-C in the UI stops the script as it would untraced
         if key == "q":  # q asks first: the script is still running
             terminal.wait_for(lambda s: "The script is still running" in s)
@@ -135,7 +135,7 @@ def test_leaving_the_ui_lets_the_script_finish_traced(tmp_path: Path) -> None:
     trace = tmp_path / "detached.trace"
     terminal = run_slow_steps(trace, 12, 0.3)
     try:
-        terminal.wait_for(lambda s: "slow_steps.py:13" in s and "running" in s)
+        terminal.wait_for(lambda s: "slow_steps.py:20" in s and "running" in s)
         terminal.keys("q")
         terminal.wait_for(lambda s: "The script is still running" in s)
         terminal.keys("d")

@@ -328,20 +328,21 @@ async def test_findings_and_timing_tabs(sample_trace) -> None:
 
 @pytest.mark.torch  # runs lazyviz on a real script
 async def test_follows_a_trace_another_process_writes(tmp_path: Path) -> None:
-    path = tmp_path / "grow.trace"
+    path, gate = tmp_path / "grow.trace", tmp_path / "go"
     process = subprocess.Popen(
-        [sys.executable, "-m", "lazyviz", "run", "--no-tui", "-o", str(path), str(SCRIPTS / "slow_steps.py"), "6", "0.3"],
+        [sys.executable, "-m", "lazyviz", "run", "--no-tui", "-o", str(path), str(SCRIPTS / "slow_steps.py"),
+         "6", "0.1", str(gate)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
     try:
-        assert process.stdout.readline() == "step 0\n"
+        assert process.stdout.readline() == "step 0\n"  # and it waits for the gate
         app = build_app(path, poll_s=0.05)
         async with app.run_test(size=SIZE) as pilot:
             table = app.query_one(ExecutionList)
             await wait_for(pilot, lambda: len(table.rows) >= 1)
-            seen_early = len(table.rows)
+            assert len(table.rows) == 1 and not app.run_info.finished
+            gate.touch()
             await wait_for(pilot, lambda: len(table.rows) == 6 and app.run_info.finished)
-            assert seen_early < 6
             assert "exited 0" in str(app.query_one("#header").render())
     finally:
         process.wait(60)
