@@ -12,6 +12,7 @@ from lazyviz.analysis.findings import ROOT_KINDS, SEVERITIES, Finding
 from lazyviz.analysis.ranks import Divergence
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile, is_compared
 from lazyviz.analysis.summary import Summary
+from lazyviz.analysis.units import size_text
 from lazyviz.trace.model import Execution, Frame
 
 # What a run without findings is, in every renderer's words.
@@ -56,15 +57,6 @@ def compiles_text(misses: int, after_warmup: int) -> str:
         return text + (", the usual warm-up" if misses == 1 else f", {'both' if misses == 2 else 'all'} the usual "
                                                                  "warm-up")
     return text + f", {expected} of them the usual warm-up" if expected else text + ", none of them warm-up"
-
-
-def size_text(size: float) -> str:
-    """Bytes as a person reads them: 4 B, 1.2 KB, 4.9 MB, 2.0 GB (powers of 1024)."""
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GB"
 
 
 def transfers_text(summary: Summary) -> str:

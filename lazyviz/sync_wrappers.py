@@ -12,6 +12,7 @@ from typing import Any
 
 from lazyviz.backends import CompiledGraph, SyncSite, device_flag
 
+MAX_ANNOTATIONS = 4096  # distinct shardings asked for: FSDPv2 asks one per parameter
 MAX_ERRORS = 20  # lazyviz's own errors kept for the end-of-run message; also the backend failures kept
 
 
@@ -63,6 +64,37 @@ class SyncWrappers:
             return pieces
 
         return piece_call
+
+    def _wrap_annotation_call(self, original: Callable) -> Callable:
+        """A call that asks for a tensor's sharding: what it asked, and the user's line."""
+
+        @functools.wraps(original)
+        def annotation_call(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            try:
+                self._note_annotation(args, kwargs)
+            except Exception as failure:  # lazyviz's own: counted, never the script's
+                if len(self.errors) < MAX_ERRORS:
+                    self.errors.append(f"{type(failure).__name__}: {failure}")
+            return result
+
+        return annotation_call
+
+    def _note_annotation(self, args: tuple, kwargs: dict) -> None:
+        if len(self._annotations) >= MAX_ANNOTATIONS:
+            return
+        frame = sys._getframe(2)
+        while frame is not None and not self._is_user_file(frame.f_code.co_filename):
+            frame = frame.f_back
+        described = self.backend.describe_annotation(args, kwargs)
+        if frame is None or described is None:
+            return
+        key = (frame.f_code.co_filename, frame.f_lineno, repr(described))
+        if key not in self._annotations_seen:  # a forward's annotation repeats every step
+            self._annotations_seen.add(key)
+            self._annotations.append({"frame": [frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name],
+                                      **described})
+            self.writer.set_run(annotations=self._annotations)
 
     def _note_lost_pieces(self, name: str) -> None:
         frame = sys._getframe(2)

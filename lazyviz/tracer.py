@@ -108,6 +108,8 @@ class Tracer(SyncWrappers, StackWalk):
         self._file_label = file_label
         self._wrapped: list[tuple[object, str, Callable, Callable]] = []  # owner, name, original, wrapper
         self._lost_pieces: list[list] = []  # [call, file, line, function]: RunInfo.lost_pieces
+        self._annotations: list[dict] = []  # RunInfo.annotations, each distinct one once
+        self._annotations_seen: set[tuple] = set()
         self._step_calls = threading.local()  # .depth: step-ending calls in progress (xm.optimizer_step calls sync)
         # Where threads run one replica each of the same steps (a launched process, whose
         # function runs in a thread per device, backend.replicas of them): the steps each
@@ -144,6 +146,11 @@ class Tracer(SyncWrappers, StackWalk):
         for owner, attribute in self.backend.piece_calls():
             original = getattr(owner, attribute)
             wrapper = self._wrap_piece_call(original, attribute)
+            setattr(owner, attribute, wrapper)
+            self._wrapped.append((owner, attribute, original, wrapper))
+        for owner, attribute in self.backend.annotation_calls():
+            original = getattr(owner, attribute)
+            wrapper = self._wrap_annotation_call(original)
             setattr(owner, attribute, wrapper)
             self._wrapped.append((owner, attribute, original, wrapper))
         self.iterations.install()

@@ -8,7 +8,9 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from lazyviz.analysis.findings import crash_findings, failure_findings, missing_mark_step_findings
+from lazyviz.analysis.collectives import Moved, run_collectives
+from lazyviz.analysis.findings import collective_findings, crash_findings, failure_findings, missing_mark_step_findings
+from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
 from lazyviz.trace.model import Execution, RunInfo
 from lazyviz.trace.table import ExecutionTable, Kind
@@ -27,6 +29,10 @@ class Budget:
     # Of the executions after warm-up, the share that may be cache misses; what catches a
     # run without steps, where no execution is "after warm-up" by step.
     max_miss_rate: float | None = 0.5
+    # SPMD: bytes each device may send for collectives in a step after warm-up (None: any),
+    # and whether collectives the layout did not ask for fail the check.
+    max_collective_bytes_per_step: int | None = None
+    unasked_collectives: bool = True
 
 
 MIN_EXECUTIONS_FOR_RATE = 8  # fewer after warm-up: too few to speak of a rate
@@ -134,6 +140,8 @@ def check_budget(run: RunInfo, executions: Sequence[Execution], recompiles: list
             culprits = ", ".join(f"{what} at {site} x{n}" for (what, site), n in extra.most_common(3))
             breaches.append(f"executions per step: up to {worst} in {len(over)} steps "
                             f"(budget {budget.max_executions_per_step}); {culprits or 'mark_step only'}")
+    if isinstance(ir_texts, IRGraphs) and ir_texts.has_hlo:
+        breaches += _collective_breaches(run, table, ir_texts, budget)
     if budget.allowed_fallbacks is not None:
         calls: Counter[str] = Counter()
         sites: dict[str, str] = {}
@@ -150,7 +158,40 @@ def check_budget(run: RunInfo, executions: Sequence[Execution], recompiles: list
     return breaches
 
 
-def baseline_of(run: RunInfo, executions: Sequence[Execution], warmup_steps: int) -> dict:
+def _collective_breaches(run: RunInfo, table: ExecutionTable, graphs: IRGraphs, budget: Budget) -> list[str]:
+    breaches = []
+    if budget.unasked_collectives:
+        for finding in collective_findings(table, graphs, run.annotations, run.steps or 0):
+            where = f" at {finding.frame.site}" if finding.frame else ""
+            breaches.append(f"{finding.short}{where}; fix: {finding.fix}")
+    if budget.max_collective_bytes_per_step is not None:
+        moved = run_collectives(table, graphs.hlo, run.annotations)
+        sent: Counter[int] = Counter()
+        for m in moved:
+            for position in m.positions:
+                sent[table.step[position]] += m.collective.sent
+        steady = {step: n for step, n in sent.items() if step >= budget.warmup_steps} or sent
+        worst = max(steady, key=steady.__getitem__, default=None)
+        if worst is not None and steady[worst] > budget.max_collective_bytes_per_step:
+            what = ", ".join(list(dict.fromkeys(_named(m) for m in sorted(moved, key=lambda m: -m.collective.sent)))[:3])
+            breaches.append(f"collective bytes per step: each device sends {steady[worst]:,} in step {worst} "
+                            f"(budget {budget.max_collective_bytes_per_step:,}); the largest: {what}")
+    return breaches
+
+
+def collective_keys(moved: Sequence[Moved]) -> list[str]:
+    """Each distinct collective as a baseline names it: "all-reduce f32[64,64] over model at mlp.py:37"."""
+    return sorted({_named(m) for m in moved})
+
+
+def _named(m: Moved) -> str:
+    c = m.collective
+    return (f"{c.kind} {c.shape}" + (f" over {'+'.join(m.axes)}" if m.axes else "")
+            + (f" at {c.location}" if c.location else " in the backward pass"))
+
+
+def baseline_of(run: RunInfo, executions: Sequence[Execution], warmup_steps: int,
+                collectives: Sequence[Moved] = ()) -> dict:
     """The run's graph set, per site: a small, stable, diff-friendly record to commit."""
     table = ExecutionTable.of(executions)
     sites: dict[str, dict] = {}
@@ -175,14 +216,16 @@ def baseline_of(run: RunInfo, executions: Sequence[Execution], warmup_steps: int
         "warmup_steps": warmup_steps,
         "executions_per_step": max(per_step, default=0),
         "fallbacks": sorted(fallbacks),
+        **({"collectives": collective_keys(collectives)} if collectives else {}),
         "sites": {site: {"graphs": dict(sorted(entry["graphs"].items())),
                          "executions_per_step": entry["executions_per_step"]}
                   for site, entry in sorted(sites.items())},
     }
 
 
-def check_baseline(run: RunInfo, executions: Sequence[Execution], baseline: dict) -> list[str]:
-    current = baseline_of(run, executions, baseline.get("warmup_steps", 2))
+def check_baseline(run: RunInfo, executions: Sequence[Execution], baseline: dict,
+                   collectives: Sequence[Moved] = ()) -> list[str]:
+    current = baseline_of(run, executions, baseline.get("warmup_steps", 2), collectives)
     breaches = []
     old_sites: dict = baseline.get("sites", {})
     for site, entry in current["sites"].items():
@@ -203,6 +246,8 @@ def check_baseline(run: RunInfo, executions: Sequence[Execution], baseline: dict
     new_fallbacks = sorted(set(current["fallbacks"]) - set(baseline.get("fallbacks", [])))
     if new_fallbacks:
         breaches.append(f"new fallbacks: {', '.join(new_fallbacks)}")
+    new_collectives = sorted(set(current.get("collectives", [])) - set(baseline.get("collectives", [])))
+    breaches += [f"new collective: {key}, not in the baseline" for key in new_collectives]
     return breaches
 
 
@@ -216,6 +261,9 @@ def baseline_problem(baseline: object) -> str | None:
     fallbacks = baseline.get("fallbacks", [])
     if not isinstance(fallbacks, list) or not all(isinstance(op, str) for op in fallbacks):
         return "fallbacks is not a list of op names"
+    collectives = baseline.get("collectives", [])
+    if not isinstance(collectives, list) or not all(isinstance(key, str) for key in collectives):
+        return "collectives is not a list of collectives"
     sites = baseline.get("sites", {})
     if not isinstance(sites, dict):
         return "sites is not a table"

@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lazyviz.analysis.budget import site_key, steady_steps
+from lazyviz.analysis.collectives import Row
 from lazyviz.analysis.graphs import diff_across
 from lazyviz.analysis.recompiles import WARMUP_STEPS
 from lazyviz.analysis.summary import step_times
+from lazyviz.analysis.units import size_text
 from lazyviz.trace.model import Execution, RunInfo
 
 
@@ -34,6 +36,9 @@ class RunDiff:
     only_a: list[tuple[str, str]]  # (site, graph)
     only_b: list[tuple[str, str]]
     changed: list[ChangedGraph]
+    # SPMD: each run's collectives (PyTorch/XLA), alike ones added up; empty elsewhere.
+    collectives_a: Sequence[Row] = ()
+    collectives_b: Sequence[Row] = ()
 
     @property
     def same_graphs(self) -> bool:
@@ -61,7 +66,8 @@ def _graphs_by_site(run: RunInfo, executions: list[Execution]) -> dict[str, list
 
 
 def compare_runs(run_a: RunInfo, executions_a: list[Execution], ir_a: Mapping[str, str],
-                 run_b: RunInfo, executions_b: list[Execution], ir_b: Mapping[str, str]) -> RunDiff:
+                 run_b: RunInfo, executions_b: list[Execution], ir_b: Mapping[str, str],
+                 collectives_a: Sequence[Row] = (), collectives_b: Sequence[Row] = ()) -> RunDiff:
     sites_a, sites_b = _graphs_by_site(run_a, executions_a), _graphs_by_site(run_b, executions_b)
     all_a = {g for graphs in sites_a.values() for g in graphs}
     all_b = {g for graphs in sites_b.values() for g in graphs}
@@ -74,7 +80,8 @@ def compare_runs(run_a: RunInfo, executions_a: list[Execution], ir_a: Mapping[st
             diff = diff_across(ir_a, old, ir_b, graph)
             first = diff.first if diff else None
             changed.append(ChangedGraph(site, old, graph, first.describe() if first else "no IR to compare"))
-    return RunDiff(run_stats(run_a, executions_a), run_stats(run_b, executions_b), only_a, only_b, changed)
+    return RunDiff(run_stats(run_a, executions_a), run_stats(run_b, executions_b), only_a, only_b, changed,
+                   collectives_a, collectives_b)
 
 
 def run_diff_text(diff: RunDiff, name_a: str, name_b: str) -> str:
@@ -96,4 +103,25 @@ def run_diff_text(diff: RunDiff, name_a: str, name_b: str) -> str:
         lines.append(f"  only in B: graph {graph} at {site}")
     for change in diff.changed:
         lines.append(f"  changed at {change.site}: {change.old} -> {change.new}: {change.headline}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _collective_lines(diff.collectives_a, diff.collectives_b)) + "\n"
+
+
+def _collective_lines(a: Sequence[Row], b: Sequence[Row]) -> list[str]:
+    """The collectives gone and come between two runs: the proof that a changed sharding
+    annotation did what was meant."""
+    if not a and not b:
+        return []
+    sent_a, sent_b = (sum(row.sent_per_step for row in rows) for rows in (a, b))
+    lines = [f"  collectives, bytes each device sends per step: A {size_text(sent_a)}, B {size_text(sent_b)}"]
+    named_a, named_b = ({row.describe(): row for row in rows} for rows in (a, b))
+    for name, row in named_a.items():
+        if name not in named_b:
+            lines.append(f"  only in A: {name}, {size_text(row.sent_per_step)} per step"
+                         + ("" if row.expected else " (not asked for by the layout)"))
+    for name, row in named_b.items():
+        if name not in named_a:
+            lines.append(f"  only in B: {name}, {size_text(row.sent_per_step)} per step"
+                         + ("" if row.expected else " (not asked for by the layout)"))
+    if named_a.keys() == named_b.keys():
+        lines.append("  collectives: the same in both runs")
+    return lines

@@ -7,13 +7,16 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from lazyviz.analysis.collectives import KINDS as COLLECTIVE_KINDS
+from lazyviz.analysis.collectives import Advice, Moved, advice, per_step, run_collectives
 from lazyviz.analysis.failures import crash, explain, headline
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.ir import IRGraph
 from lazyviz.analysis.library import LibraryLine, Stacks, library_fix, library_line, no_stacks
 from lazyviz.analysis.loops import unsynced_iterations
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
-from lazyviz.trace.model import TS_NAMES, Execution, Failure, Frame, RunInfo
+from lazyviz.analysis.units import size_text
+from lazyviz.trace.model import TS_NAMES, Annotation, Execution, Failure, Frame, RunInfo
 from lazyviz.trace.table import ExecutionTable
 
 SEVERITIES = ("error", "warning", "info")
@@ -128,6 +131,8 @@ FINDERS: tuple[Callable[[RunFacts], list[Finding]], ...] = (
     lambda facts: one_by_one_read_findings(facts.executions, facts.names),
     lambda facts: missing_mark_step_findings(facts.executions, facts.graphs, facts.names, facts.quick,
                                              facts.run.optimizer_marks if facts.run and not facts.steps else ()),
+    lambda facts: collective_findings(facts.executions, facts.graphs, facts.run.annotations if facts.run else [],
+                                      facts.steps or (facts.run.optimizer_steps if facts.run else 0)),
 )
 
 
@@ -917,6 +922,83 @@ def one_by_one_read_findings(executions: Sequence[Execution], names: Mapping[str
             short=f"{len(positions)} reads to the host one at a time ({graphs} graphs, {ms:,.0f} ms)",
         ))
     return findings
+
+
+def collective_findings(table: ExecutionTable, graphs: IRGraphs, annotations: Sequence[Annotation],
+                        steps: int) -> list[Finding]:
+    """Data moved between devices that the layout did not ask for (PyTorch/XLA SPMD): a
+    gather or a reshuffle the partitioner added because an annotation disagrees with how
+    an op uses the tensor. One finding per line of the op it serves; those without a line
+    (autograd's backward) go with the finding of their graph."""
+    if not graphs.has_hlo:
+        return []
+    at_line: dict[str, list[Moved]] = defaultdict(list)
+    lineless: dict[str, list[Moved]] = defaultdict(list)  # by graph
+    advised: dict[str, Advice] = {}
+    for moved in run_collectives(table, graphs.hlo, annotations):
+        collective = moved.collective
+        if moved.expected:
+            continue
+        if not collective.line:
+            lineless[moved.graph].append(moved)
+            continue
+        at_line[collective.location].append(moved)
+        if collective.location not in advised:
+            found = advice(graphs.hlo(moved.graph), collective, annotations)
+            if found is not None:
+                advised[collective.location] = found
+    for graph_id, moved in lineless.items():  # with the graph's line that moves the most, else on their own
+        lines = [line for line, group in at_line.items() if any(m.graph == graph_id for m in group)]
+        at_line[max(lines, key=lambda line: per_step(at_line[line], steps)) if lines else ""].extend(moved)
+    return [_collective_finding(moved, advised.get(location), steps, table) for location, moved in at_line.items()]
+
+
+def _collective_finding(moved: list[Moved], found: Advice | None, steps: int, table: ExecutionTable) -> Finding:
+    kinds = sorted({m.collective.kind for m in moved}, key=COLLECTIVE_KINDS.index)
+    named = [m for m in moved if m.collective.line]
+    first = (named or moved)[0].collective
+    distinct = list(dict.fromkeys((m.collective.kind, m.collective.shape, m.collective.line, _over(m)) for m in moved))
+    shown = [f"{kind} {shape}{over}" for kind, shape, line, over in distinct if line][:3]
+    backward = [f"{kind} {shape}{over}" for kind, shape, line, over in distinct if not line]
+    per = "per step" if steps else "in the run"
+    sent = size_text(per_step(moved, steps))
+    message = (f"XLA moves data between devices here that the layout did not ask for: "
+               f"{', '.join(shown) or ', '.join(backward[:3])}{f' for {first.op}' if named and first.op else ''}"
+               + (f", and {len(backward)} more in the backward pass ({', '.join(backward[:3])})" if named and backward
+                  else "")
+               + f"; each device sends {sent} {per} for them.")
+    if found is not None:
+        where = f"{found.annotation.frame.file.rsplit('/', 1)[-1]}:{found.annotation.frame.line}"
+        message += (f" The annotation at {where} splits its tensor {_spec(found.annotation.spec)} on a dimension "
+                    "the matmul keeps, so XLA gathers the other operand to use it.")
+        fix = (f"annotate it {_spec(found.spec)} at {where}: split on the dimension the matmul sums over, and XLA "
+               "adds partial products with one all-reduce instead of gathering")
+    else:
+        fix = ("by hand: make the annotations of this op's operands agree with how it uses them (a matmul's weight "
+               "split on the dimension it sums over, its input split as the weight expects); `lazyviz diff` of the "
+               "two runs shows the collectives gone")
+    frame = Frame(first.file, first.line, "") if named else (found.annotation.frame if found else None)
+    indices = table.indices(sorted({p for m in moved for p in m.positions}))
+    details = {"collectives": [dict(m.collective.to_json(), axes=list(m.axes), executions=len(m.positions))
+                               for m in moved],
+               "sent_bytes_per_step" if steps else "sent_bytes": round(per_step(moved, steps))}
+    if found is not None:
+        details |= {"annotation": found.annotation.frame.to_json(), "annotated_spec": list(found.annotation.spec),
+                    "suggested_spec": list(found.spec)}
+    return Finding("unasked_collective", "warning", message, frame, indices, fix, details,
+                   short=f"{' and '.join(kinds)} the layout did not ask for: {sent} {per}")
+
+
+def _over(moved: Moved) -> str:
+    """ over 'model' (4 devices)"""
+    devices = moved.collective.group_size
+    axes = "+".join(f"'{axis}'" for axis in moved.axes)
+    return f" over {axes} ({devices} devices)" if axes and devices else f" over {devices} devices" if devices else ""
+
+
+def _spec(spec: Sequence) -> str:
+    """A partition spec as the script writes it: ('model', None)."""
+    return repr(tuple(tuple(e) if isinstance(e, list) else e for e in spec))
 
 
 def _runs(positions: Sequence[int]) -> list[list[int]]:

@@ -11,6 +11,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 
 from lazyviz.analysis import Analysis, analyze
+from lazyviz.analysis.collectives import Moved, run_collectives
 from lazyviz.analysis.findings import Finding
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.library import Stacks, no_stacks
@@ -80,6 +81,14 @@ class Run:
                                                     stacks=self.stacks)
         _ = self.analysis
         return self
+
+    @cached_property
+    def collectives(self) -> list[Moved]:
+        """Each collective of each graph that ran (PyTorch/XLA SPMD), and why the layout
+        asked for it; [] on a backend that records no HLO."""
+        if not self.ir_texts.has_hlo:
+            return []
+        return run_collectives(self.executions, self.ir_texts.hlo, self.info.annotations)
 
     @property
     def summary(self) -> Summary:

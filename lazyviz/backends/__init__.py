@@ -189,6 +189,16 @@ class LazyBackend(ABC):
         """Whether a tensor a piece call returned says the device but is not on it."""
         return False
 
+    def annotation_calls(self) -> list[tuple[object, str]]:
+        """Calls that ask for a tensor's sharding (SPMD's mark_sharding), as (owner,
+        attribute): the tracer notes what each asked for, and the line that asked."""
+        return []
+
+    def describe_annotation(self, args: tuple, kwargs: dict) -> dict | None:
+        """What an annotation call asked for: Annotation's fields but its frame, as plain
+        values; None where it cannot say."""
+        return None
+
     def poll(self, final: bool = False) -> None:  # noqa: B027 - optional: only polling backends override it
         """Report executions seen since the last poll; final: the script has ended,
         wait for the device and report everything."""

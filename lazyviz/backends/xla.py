@@ -48,6 +48,7 @@ from lazyviz.backends import (
     SyncCause,
     SyncSite,
     device_flag,
+    xla_spmd,
 )
 from lazyviz.backends._sites import collective_sites, tensor_sync_sites
 from lazyviz.backends.ts import load_hook
@@ -407,6 +408,12 @@ class XlaBackend(XlaPolls, XlaCounters, XlaHandOn, LazyBackend):
             *(site for site in tensor_sync_sites() if site.attribute != "to"),
             *collective_sites(),
         ]
+
+    def annotation_calls(self) -> list[tuple[object, str]]:
+        return xla_spmd.annotation_calls()
+
+    def describe_annotation(self, args: tuple, kwargs: dict) -> dict | None:
+        return xla_spmd.describe_annotation(args, kwargs)
 
     def framework_paths(self) -> list[str]:
         import torch

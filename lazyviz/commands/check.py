@@ -7,6 +7,7 @@ from pathlib import Path
 
 from lazyviz._output import printable
 from lazyviz.analysis.budget import BASELINE_VERSION, Budget, baseline_of, baseline_problem, check_baseline, check_budget
+from lazyviz.analysis.collectives import run_collectives
 from lazyviz.analysis.ranks import find_divergence
 from lazyviz.analysis.recompiles import explain_recompiles
 from lazyviz.analysis.run import with_hlo
@@ -34,6 +35,10 @@ class CheckCommand:
         fallbacks.add_argument("--allow-fallback", action="append", metavar="OP", default=[],
                                help="this op may fall back (repeat for more; e.g. aten::lerp.Scalar)")
         fallbacks.add_argument("--any-fallbacks", action="store_true", help="do not check fallbacks")
+        parser.add_argument("--max-collective-bytes-per-step", type=count, metavar="N",
+                            help="SPMD: bytes each device may send for collectives in a step after warm-up")
+        parser.add_argument("--allow-unasked-collectives", action="store_true",
+                            help="SPMD: do not fail on collectives the sharding annotations did not ask for")
         parser.add_argument("--allow-unfinished", action="store_true",
                             help="check what a trace holds even if its run was killed or its recording stopped")
         parser.add_argument("--baseline", metavar="FILE", help="also fail on graphs, syncs or fallbacks it lacks")
@@ -54,8 +59,10 @@ class CheckCommand:
         run, executions = trace.run, trace.table()
         if not executions:
             raise CliError(f"{options.trace} holds no executions")
+        ir_texts = with_hlo(trace.ir_texts(), trace, run)
+        collectives = run_collectives(executions, ir_texts.hlo, run.annotations) if ir_texts.has_hlo else []
         if options.write_baseline:
-            baseline = baseline_of(run, executions, options.warmup_steps)
+            baseline = baseline_of(run, executions, options.warmup_steps, collectives)
             write_output(json.dumps(baseline, indent=2) + "\n", options, options.write_baseline,
                           (options.trace,), for_people=False)
             print(f"lazyviz: wrote the baseline of {len(baseline['sites'])} sync sites to {options.write_baseline}")
@@ -75,12 +82,13 @@ class CheckCommand:
             allowed_fallbacks=allowed,
             allow_unfinished=options.allow_unfinished,
             max_miss_rate=options.max_miss_rate if options.max_miss_rate is not None else (0.5 if strict else None),
+            max_collective_bytes_per_step=options.max_collective_bytes_per_step,
+            unasked_collectives=strict and not options.allow_unasked_collectives,
         )
-        ir_texts = with_hlo(trace.ir_texts(), trace, run)
         recompiles = explain_recompiles(executions, ir_texts, options.warmup_steps)
         breaches = check_budget(run, executions, recompiles, budget, ir_texts)
         if baseline is not None:
-            breaches += check_baseline(run, executions, baseline)
+            breaches += check_baseline(run, executions, baseline, collectives)
         steps = summarize(executions, run.steps).steps
         return self._verdict(breaches, f"{len(executions)} executions, {steps} step{'s' if steps != 1 else ''}")
 

@@ -10,6 +10,7 @@ import textwrap
 from collections.abc import Iterator, Sequence
 from typing import TextIO
 
+from lazyviz.analysis.collectives import Row, collective_rows
 from lazyviz.analysis.findings import Finding
 from lazyviz.analysis.ir import parse_location
 from lazyviz.analysis.ranks import Divergence
@@ -27,6 +28,7 @@ from lazyviz.present import (
     plural,
     short_path,
     site_text,
+    size_text,
     steps_text,
     transfers_text,
 )
@@ -188,6 +190,9 @@ def json_report(recorded: Run, lines: bool = False) -> dict:
         "fallbacks": summary.fallbacks,
         "recompiles": RecompileDicts(analysis.recompiles) if lines else list(recompiles_json(analysis.recompiles)),
         "findings": [f.to_json() for f in analysis.findings],
+        # SPMD (PyTorch/XLA): each collective of the run, alike ones of several graphs added up.
+        "collectives": [{**row._asdict(), "axes": list(row.axes), "sent_per_step": round(row.sent_per_step)}
+                        for row in collective_rows(recorded.collectives, summary.steps)],
         "summary": {
             "executions": summary.executions,
             "graphs": summary.graphs,
@@ -277,6 +282,7 @@ def text_report(recorded: Run, all_findings: bool = False) -> str:
     largest = _largest_memory(recorded)
     if largest:
         lines.append(f"  largest graph in memory: {largest}")
+    lines += _collective_lines(collective_rows(recorded.collectives, summary.steps), summary.steps)
     if summary.sites:
         lines.append("  most frequent sync sites:")
         for site in summary.sites[:3]:
@@ -294,6 +300,25 @@ def text_report(recorded: Run, all_findings: bool = False) -> str:
     if trace_path is not None:
         lines.append(f"  trace: {trace_path}")
     return "\n".join(lines) + "\n"
+
+
+MAX_COLLECTIVE_LINES = 8
+
+
+def _collective_lines(rows: list[Row], steps: int) -> list[str]:
+    """SPMD's collectives: the bytes each device sends, then each kind with why it is there."""
+    if not rows:
+        return []
+    per = "per step" if steps else "in the run"
+    unasked = sum(row.sent_per_step for row in rows if not row.expected)
+    lines = [f"  collectives: each device sends {size_text(sum(row.sent_per_step for row in rows))} {per}"
+             + (f", {size_text(unasked)} of it not asked for by the layout" if unasked else "")]
+    for row in rows[:MAX_COLLECTIVE_LINES]:
+        why = f"expected: {row.expected}" if row.expected else "NOT ASKED FOR"
+        lines.append(f"    {size_text(row.sent_per_step):>9}  {row.describe()}  [{why}]")
+    if len(rows) > MAX_COLLECTIVE_LINES:
+        lines.append(f"    ... {len(rows) - MAX_COLLECTIVE_LINES} more: lazyviz report --format json")
+    return lines
 
 
 def _with_memory(graphs: list[dict], recorded: Run) -> list[dict]:

@@ -145,6 +145,27 @@ class GraphTexts(Mapping[str, str]):
         return GraphTexts({g: held for g, held in self._graphs.items() if g in graph_ids}, self.lines)
 
 
+class Annotation(NamedTuple):
+    """A sharding the script asked for (PyTorch/XLA SPMD: xs.mark_sharding), as the
+    partitioner was given it: the tensor, the partition spec and its mesh."""
+
+    frame: Frame  # the user's line that asked
+    shape: tuple[int, ...]  # the whole tensor's
+    spec: tuple  # as written: ("model", None); a name, an index, None or a tuple of them per dim
+    sharding: str  # XLA's: "{devices=[1,4]0,1,2,3}"
+    mesh_shape: tuple[int, ...]
+    axis_names: tuple[str, ...]  # the mesh's, else "0", "1", ...
+    device_ids: tuple[int, ...]  # the mesh's devices, in its order
+    parameter: bool  # a leaf that requires grad (a weight), not a batch or an activation
+
+    def axis_of(self, dim: int) -> tuple[str, ...]:
+        """The mesh axes tensor dim `dim` is split over, by name."""
+        entry = self.spec[dim] if dim < len(self.spec) else None
+        entries = entry if isinstance(entry, (list, tuple)) else (entry,)
+        return tuple(self.axis_names[e] if isinstance(e, int) and 0 <= e < len(self.axis_names) else str(e)
+                     for e in entries if e is not None)
+
+
 class Failure(NamedTuple):
     """An execution the backend failed to compile or run: the script got its error."""
 
@@ -199,6 +220,8 @@ class RunInfo:
     optimizer_steps: int = 0
     optimizer_marks: list[int] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)  # the user's files when the run ended: path -> sha256
+    # The shardings the script asked for (SPMD), each distinct (line, shape, spec) once.
+    annotations: list[Annotation] = field(default_factory=list)
     # `lazyviz fix --try`'s measurement of the proposed edits on this run's script
     # (lazyviz.fix.trial.trial_record): the edits, the bound, before and after.
     fix_trial: dict = field(default_factory=dict)

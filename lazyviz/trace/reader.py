@@ -23,7 +23,7 @@ from weakref import WeakSet
 from lazyviz.errors import LazyvizError
 from lazyviz.trace.files import SQLITE_MAGIC, read_only_uri
 from lazyviz.trace.lines import StoredLines
-from lazyviz.trace.model import CAUSES, TS_NAMES, Execution, Failure, Frame, Graph, GraphTexts, RunInfo
+from lazyviz.trace.model import CAUSES, TS_NAMES, Annotation, Execution, Failure, Frame, Graph, GraphTexts, RunInfo
 from lazyviz.trace.schema import (
     ADDED_COLUMNS,
     COLUMNS,
@@ -130,6 +130,19 @@ _OPT_STR = frozenset({str, type(None)})
 _OPT_INT = frozenset({int, type(None)})
 _NUMBER = frozenset({int, float})
 _TIMES = ("sync_ms", "trace_ms", "compile_ms", "execute_ms", "start_ms")
+
+
+def _annotation(stored: Any) -> Annotation | None:
+    """An annotation as the tracer stored it; None where it is damaged (it is skipped)."""
+    try:
+        frame = Frame(*stored["frame"]) if len(stored["frame"]) == 3 else None
+        ints = lambda values: tuple(int(v) for v in values)
+        spec = tuple(tuple(e) if isinstance(e, list) else e for e in stored["spec"])
+        return Annotation(frame, ints(stored["shape"]), spec, str(stored["sharding"]), ints(stored["mesh_shape"]),
+                          tuple(map(str, stored["axis_names"])), ints(stored["device_ids"]),
+                          bool(stored["parameter"])) if frame else None
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _frame(file: Any, line: Any, function: Any) -> Frame | None:
@@ -270,7 +283,7 @@ _RUN_FIELDS: dict[str, tuple[type | tuple[type, ...], object]] = {
     "device_used": (bool, False),
     "stopped_after_steps": ((int, type(None)), None), "sources": (dict, {}), "fix_trial": (dict, {}),
     "lost_pieces": (list, []), "stopped_after_iterations": ((int, type(None)), None), "optimizer_steps": (int, 0),
-    "optimizer_marks": (list, []),
+    "optimizer_marks": (list, []), "annotations": (list, []),
 }
 
 
@@ -488,6 +501,7 @@ class Trace:
             lost_pieces=[(f[0], Frame(f[1], f[2], f[3])) for f in get("lost_pieces") if isinstance(f, list)
                          and len(f) == 4 and isinstance(f[0], str) and isinstance(f[1], str) and type(f[2]) is int
                          and isinstance(f[3], str)],
+            annotations=[a for a in map(_annotation, get("annotations")) if a is not None],
             failures=[Failure(f["execution"], f["error"]) for f in get("failures")
                       if isinstance(f, dict) and type(f.get("execution")) is int and isinstance(f.get("error"), str)],
         )

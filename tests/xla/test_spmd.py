@@ -1,0 +1,132 @@
+"""SPMD on PyTorch/XLA: the collectives XLA's partitioner put into each graph, with
+their lines, told apart from what the layout asked for. On 4 CPU devices.
+
+The truth is XLA's own partitioned modules: the same program run untraced with
+XLA_FLAGS=--xla_dump_to, its `*after_optimizations.txt` read with a regex of its own.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import cli, line_of, python
+
+pytest.importorskip("torch_xla")
+
+PROGRAMS = Path(__file__).resolve().parents[1] / "programs"
+MLP = PROGRAMS / "xla_spmd_mlp.py"
+FSDP = PROGRAMS / "xla_spmd_fsdp.py"
+ENV = {**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "4"}
+COLLECTIVE = re.compile(r"= (\w+)\[([\d,]*)\]\S* (all-gather|all-reduce|reduce-scatter|all-to-all|collective-permute)\(")
+
+
+@pytest.fixture(scope="module")
+def spmd_trace(tmp_path_factory: pytest.TempPathFactory):
+    """spmd_trace(program, *args) -> the trace of one run, made once."""
+    made: dict[tuple, Path] = {}
+    folder = tmp_path_factory.mktemp("spmd-traces")
+
+    def make(program: Path, *args: str) -> Path:
+        if (program, args) not in made:
+            path = folder / f"{program.stem}-{len(made)}.trace"
+            result = cli("run", "--no-tui", "-o", path, program, *args, env=ENV)
+            assert result.status == 0, result.stderr
+            made[(program, args)] = path
+        return made[(program, args)]
+
+    return make
+
+
+def xla_collectives(program: Path, tmp_path: Path, *args: str) -> Counter[tuple[str, str]]:
+    """(kind, shape) -> how many of XLA's compiled modules hold it, untraced."""
+    dump = tmp_path / "dump"
+    result = python(program, *args, env={**ENV, "XLA_FLAGS": f"--xla_dump_to={dump} --xla_dump_hlo_as_text"})
+    assert result.status == 0, result.stderr
+    found: Counter[tuple[str, str]] = Counter()
+    for module in dump.glob("*after_optimizations.txt"):
+        found.update({(kind, f"{dtype}[{dims}]") for dtype, dims, kind in COLLECTIVE.findall(module.read_text())})
+    return found
+
+
+def report(trace: Path) -> dict:
+    result = cli("report", "--format", "json", trace)
+    assert result.status == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_a_weight_annotated_the_wrong_way_is_found_at_the_matmul_and_the_annotation(spmd_trace, tmp_path) -> None:
+    trace = spmd_trace(MLP, "wrong")
+    truth = xla_collectives(MLP, tmp_path, "wrong")
+    got = report(trace)
+    assert {(c["kind"], c["shape"]) for c in got["collectives"]} == set(truth)
+    first = got["findings"][0]
+    assert first["kind"] == "unasked_collective"
+    assert first["site"]["line"] == line_of(MLP, "out = h @ w2")
+    assert first["details"]["annotation"]["line"] == line_of(MLP, 'xs.mark_sharding(w2, mesh, (None, "model"))')
+    assert first["details"]["suggested_spec"] == ["model", None]  # the layout of the megatron run below
+    # XLA gathers h (f32[64,256]) forward and w2's partner backward (f32[256,64]) every
+    # step; over 4 devices each device sends 3/4 of what it gathers.
+    gathers = [shape for kind, shape in truth if kind == "all-gather"]
+    assert sorted(gathers) == ["f32[256,64]", "f32[64,256]"]
+    gathered = sum(4 * math.prod(map(int, re.findall(r"\d+", shape.split("[")[1]))) for shape in gathers)
+    assert first["details"]["sent_bytes_per_step"] == gathered * 3 // 4
+    assert len(got["findings"]) == 1  # the all-reduces are the sums a split contraction needs
+    check = cli("check", trace)
+    assert check.status == 1 and "all-gather the layout did not ask for" in check.stdout
+    assert "annotate it ('model', None) at xla_spmd_mlp.py:" in check.stdout
+
+
+@pytest.mark.parametrize("layout", ["data", "megatron", "2d"])
+def test_designed_layouts_are_quiet_and_list_their_all_reduces(spmd_trace, tmp_path, layout: str) -> None:
+    trace = spmd_trace(MLP, layout)
+    truth = xla_collectives(MLP, tmp_path, layout)
+    got = report(trace)
+    assert got["findings"] == []
+    assert {(c["kind"], c["shape"]) for c in got["collectives"]} == set(truth)
+    assert {c["kind"] for c in got["collectives"]} == {"all-reduce"}
+    assert all(c["expected"] for c in got["collectives"])
+    if layout == "megatron":  # one all-reduce of the output, at the row-parallel matmul
+        assert [(c["shape"], c["location"]) for c in got["collectives"]] == \
+               [("f32[64,64]", f"xla_spmd_mlp.py:{line_of(MLP, 'out = h @ w2')}")]
+    check = cli("check", trace)
+    assert check.status == 0, check.stdout
+    text = cli("report", trace).stdout
+    assert "collectives: each device sends" in text and "NOT ASKED FOR" not in text
+
+
+def test_diff_shows_the_gathers_gone_with_the_suggested_annotation(spmd_trace) -> None:
+    wrong, fixed = spmd_trace(MLP, "wrong"), spmd_trace(MLP, "megatron")
+    result = cli("diff", wrong, fixed)
+    assert result.status == 0, result.stderr
+    line = line_of(MLP, "out = h @ w2")
+    assert f"only in A: all-gather f32[64,256] over model at xla_spmd_mlp.py:{line} (aten::mm)" in result.stdout
+    assert "(not asked for by the layout)" in result.stdout
+    assert f"only in B: all-reduce f32[64,64] over model at xla_spmd_mlp.py:{line} (aten::mm)" in result.stdout
+
+
+def test_check_gates_collective_bytes_and_new_collectives(spmd_trace, tmp_path) -> None:
+    fixed, wrong = spmd_trace(MLP, "megatron"), spmd_trace(MLP, "wrong")
+    over = cli("check", fixed, "--max-collective-bytes-per-step", "1000")
+    assert over.status == 1 and "collective bytes per step" in over.stdout
+    assert cli("check", fixed, "--max-collective-bytes-per-step", "1000000").status == 0
+    baseline = tmp_path / "baseline.json"
+    assert cli("check", fixed, "--write-baseline", baseline).status == 0
+    assert json.loads(baseline.read_text())["collectives"] == \
+           [f"all-reduce f32[64,64] over model at xla_spmd_mlp.py:{line_of(MLP, 'out = h @ w2')}"]
+    assert cli("check", fixed, "--baseline", baseline).status == 0
+    against = cli("check", wrong, "--baseline", baseline)
+    assert against.status == 1 and "new collective: all-gather f32[64,256] over model" in against.stdout
+
+
+def test_fsdpv2_on_a_transformer_is_quiet(spmd_trace) -> None:
+    got = report(spmd_trace(FSDP))
+    assert got["findings"] == []
+    kinds = Counter(c["kind"] for c in got["collectives"])
+    assert kinds["all-gather"] and kinds["all-reduce"]
+    assert all(c["expected"] for c in got["collectives"])
+    assert cli("check", spmd_trace(FSDP)).status == 0
