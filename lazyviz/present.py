@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
+from lazyviz.analysis.collectives import Row
 from lazyviz.analysis.diff import GraphDiff
 from lazyviz.analysis.findings import ROOT_KINDS, SEVERITIES, Finding
 from lazyviz.analysis.ranks import Divergence
@@ -57,6 +59,23 @@ def compiles_text(misses: int, after_warmup: int) -> str:
         return text + (", the usual warm-up" if misses == 1 else f", {'both' if misses == 2 else 'all'} the usual "
                                                                  "warm-up")
     return text + f", {expected} of them the usual warm-up" if expected else text + ", none of them warm-up"
+
+
+def collectives_text(rows: Sequence[Row], steps: int) -> str:
+    """SPMD's collectives in one phrase: "each device sends 192.0 KB per step, 96.0 KB of
+    it not asked for by the layout"; "" without collectives."""
+    if not rows:
+        return ""
+    per = "per step" if steps else "in the run"
+    unasked = sum(row.sent_per_step for row in rows if not row.expected)
+    return (f"each device sends {size_text(sum(row.sent_per_step for row in rows))} {per}"
+            + (f", {size_text(unasked)} of it not asked for by the layout" if unasked else ""))
+
+
+def collective_line(row: Row) -> str:
+    """One collective as the report and the Backend tab list it."""
+    why = f"expected: {row.expected}" if row.expected else "NOT ASKED FOR"
+    return f"{size_text(row.sent_per_step):>9}  {row.describe()}  [{why}]"
 
 
 def transfers_text(summary: Summary) -> str:

@@ -291,7 +291,7 @@ class LazyvizApp(AppActions, App[str | None]):
             strip = self.query_one(FindingsStrip)
             strip.show(update.analysed.findings, cwd, finished, complete)
             self._show_fix(strip.highlighted)
-            self.query_one(StepChart).show(update.steps or StepTimes())
+            self.query_one(StepChart).show(update.steps or StepTimes(), update.collectives)
             self.query_one(ExecutionList).refresh()  # the why column
             self.refresh_bindings()
         if not self._opened and self.latest is not None and self._ended() and self.analysed >= self.count:

@@ -15,10 +15,11 @@ from typing import ClassVar
 from textual.containers import VerticalScroll
 from textual.widget import Widget
 
+from lazyviz.analysis.collectives import graph_rows
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.recompiles import Recompile, explain_execution
 from lazyviz.analysis.summary import graph_memory, split_hlo
-from lazyviz.present import memory_text, readable_backend, readable_ir
+from lazyviz.present import collective_line, memory_text, readable_backend, readable_ir
 from lazyviz.trace import Execution, Trace
 from lazyviz.trace.table import ExecutionTable
 from lazyviz.tui.details import counters_text, diff_text, stack_text
@@ -66,7 +67,8 @@ class IrPanel(ExecutionPanel):
 
 class BackendPanel(ExecutionPanel):
     id, title, language = "backend", "Backend", "torchscript"
-    about = "the backend's code for the graph (TorchScript; on XLA, the HLO it compiled and what XLA reported)"
+    about = ("the backend's code for the graph (TorchScript; on XLA, the HLO it compiled, its collectives under "
+             "SPMD, and what XLA reported)")
 
     def text(self, execution: Execution, context: DetailContext) -> str:
         graph = context.trace.graph(execution.graph)
@@ -83,7 +85,11 @@ class BackendPanel(ExecutionPanel):
             body = f"{readable_backend(hlo).rstrip()}\n\n# what XLA said when it compiled it:\n{said}"
         else:
             body = readable_backend(report)
-        return (f"# memory after compiling:\n{head}\n" if memory else "") + body
+        rows = graph_rows(hlo, context.trace.run.annotations) if hlo else []
+        moved = "".join(f"# {collective_line(row)}\n" for row in rows)
+        return ((f"# memory after compiling:\n{head}\n" if memory else "")
+                + (f"# collectives XLA put in (bytes each device sends per run of the graph):\n{moved}\n" if moved
+                   else "") + body)
 
 
 class DiffPanel(ExecutionPanel):

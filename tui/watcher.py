@@ -10,10 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lazyviz.analysis.collectives import collective_rows
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.library import Stacks, no_stacks
 from lazyviz.analysis.run import Run, stacks_of, with_hlo
 from lazyviz.analysis.summary import StepTimes, step_times
+from lazyviz.present import collectives_text
 from lazyviz.trace import RunInfo, Trace, TraceError
 from lazyviz.trace.model import GraphTexts
 from lazyviz.trace.table import ExecutionTable
@@ -39,6 +41,7 @@ class TraceUpdate:
     process_status: int | None = None
     analysed: Run | None = None  # the run so far, analysed
     steps: StepTimes | None = None  # time per step, with each analysis
+    collectives: str = ""  # SPMD: the bytes collectives move per step, with each analysis (collectives_text)
     error: str | None = None
     done: bool = False  # nothing more will come
     more: bool = False  # a big read in progress: poll again at once
@@ -158,6 +161,9 @@ class TraceWatcher:
             # Never in the UI's thread.
             update.analysed = Run.of(update.run, table, self.graphs, stacks=self.stacks).analysed(quick)
             update.steps = step_times(table)
+            if not quick:  # read here, off the UI's thread: the graphs' HLO comes from the trace
+                run = update.analysed
+                update.collectives = collectives_text(collective_rows(run.collectives, run.steps), run.steps)
             if quick:
                 update.more = True
                 return update

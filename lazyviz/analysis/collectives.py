@@ -88,6 +88,13 @@ def run_collectives(table: ExecutionTable, hlo: Callable[[str], str],
             for c in graph_collectives(hlo(graph_id), devices)]
 
 
+def graph_rows(hlo: str, annotations: Sequence[Annotation]) -> list[Row]:
+    """One graph's collectives as rows, the bytes each device sends for one run of it."""
+    devices = max((len(a.device_ids) for a in annotations), default=0)
+    return collective_rows((Moved(c, "", (0,), expectation(c, annotations), mesh_axes(c.groups, annotations))
+                            for c in graph_collectives(hlo, devices)), 1)
+
+
 def per_step(moved: Iterable[Moved], steps: int) -> float:
     """Bytes each device sends per step for these (per run, without steps)."""
     return sum(m.collective.sent * len(m.positions) for m in moved) / max(steps, 1)

@@ -9,6 +9,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from html import escape
 
+from lazyviz.analysis.collectives import collective_rows
 from lazyviz.analysis.findings import Finding
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.ir import IRGraph
@@ -25,11 +26,13 @@ from lazyviz.present import (
     CLEAN_RUN,
     KIND_LABELS,
     ORIGIN,
+    collectives_text,
     diff_marks,
     finding_groups,
     readable_backend,
     readable_ir,
     site_text,
+    size_text,
     why_text,
 )
 from lazyviz.trace.model import Execution
@@ -312,7 +315,7 @@ def html_report(recorded: Run, draw: bool = True) -> str:
                 if finding.kind == "fallback":
                     fallbacks.add(execution.graph)
     parts += [f"<h2>{'Time per step' if recorded.summary.steps > 1 else 'Graphs and sync time per sync'}</h2>",
-              _step_chart(executions, recorded.summary.steps > 0), "<h2>Executions</h2>",
+              _step_chart(executions, recorded.summary.steps > 0), _collectives_html(recorded), "<h2>Executions</h2>",
               '<input id="filter" placeholder="filter: cause, site, graph, why…" aria-label="filter">',
               '<div class="scroll"><table id="executions"><thead><tr>']
     parts += [f'<th data-col="{col}" data-type="{kind}">{escape(title)}</th>' for col, title, kind in COLUMNS]
@@ -363,6 +366,18 @@ def html_report(recorded: Run, draw: bool = True) -> str:
         parts.append("</ul></div>")
     parts += [f"<script>{SCRIPT}</script></body></html>"]
     return "\n".join(parts) + "\n"
+
+
+def _collectives_html(recorded: Run) -> str:
+    """SPMD's collectives, each with why it is there; "" without."""
+    rows = collective_rows(recorded.collectives, recorded.summary.steps)
+    if not rows:
+        return ""
+    body = "".join(f"<tr><td>{escape(size_text(row.sent_per_step))}</td><td>{escape(row.describe())}</td>"
+                   f"<td>{escape(row.expected or 'NOT ASKED FOR')}</td></tr>" for row in rows)
+    return (f"<h2>Collectives</h2><p>{escape(collectives_text(rows, recorded.summary.steps))}</p>"
+            "<table><thead><tr><th>sent per step</th><th>collective</th><th>why</th></tr></thead>"
+            f"<tbody>{body}</tbody></table>")
 
 
 def _first_runs(executions: list[Execution]) -> dict[str, Execution]:

@@ -10,7 +10,7 @@ import textwrap
 from collections.abc import Iterator, Sequence
 from typing import TextIO
 
-from lazyviz.analysis.collectives import Row, collective_rows
+from lazyviz.analysis.collectives import Row, collective_rows, per_step
 from lazyviz.analysis.findings import Finding
 from lazyviz.analysis.ir import parse_location
 from lazyviz.analysis.ranks import Divergence
@@ -21,6 +21,8 @@ from lazyviz.export import Renderer, RenderOptions
 from lazyviz.present import (
     CLEAN_RUN,
     KIND_LABELS,
+    collective_line,
+    collectives_text,
     compiles_text,
     divergence_text,
     finding_groups,
@@ -306,16 +308,11 @@ MAX_COLLECTIVE_LINES = 8
 
 
 def _collective_lines(rows: list[Row], steps: int) -> list[str]:
-    """SPMD's collectives: the bytes each device sends, then each kind with why it is there."""
+    """SPMD's collectives: the bytes each device sends, then each with why it is there."""
     if not rows:
         return []
-    per = "per step" if steps else "in the run"
-    unasked = sum(row.sent_per_step for row in rows if not row.expected)
-    lines = [f"  collectives: each device sends {size_text(sum(row.sent_per_step for row in rows))} {per}"
-             + (f", {size_text(unasked)} of it not asked for by the layout" if unasked else "")]
-    for row in rows[:MAX_COLLECTIVE_LINES]:
-        why = f"expected: {row.expected}" if row.expected else "NOT ASKED FOR"
-        lines.append(f"    {size_text(row.sent_per_step):>9}  {row.describe()}  [{why}]")
+    lines = [f"  collectives: {collectives_text(rows, steps)}"]
+    lines += [f"    {collective_line(row)}" for row in rows[:MAX_COLLECTIVE_LINES]]
     if len(rows) > MAX_COLLECTIVE_LINES:
         lines.append(f"    ... {len(rows) - MAX_COLLECTIVE_LINES} more: lazyviz report --format json")
     return lines
@@ -481,6 +478,11 @@ def ranks_text_report(folder: str, ranks: dict[int, Run], divergence: Divergence
     parts.append(f"  error: {divergence_text(divergence)}" if divergence is not None
                  else "  ranks ran the same graphs at every step")
     parts += [f"  error: rank {rank} cannot be read: {error}" for rank, error in sorted((problems or {}).items())]
+    sent = {rank: per_step(run.collectives, run.steps) for rank, run in ranks.items() if run.collectives}
+    if sent:  # SPMD across hosts: a process per host, each tracing its own devices' program
+        each = ", ".join(f"rank {rank} {size_text(n)}" for rank, n in sent.items())
+        parts.append(f"  collectives, bytes each device sends per step: {each}; {size_text(sum(sent.values()))} "
+                     f"added over the {len(sent)} ranks")
     for rank, run in ranks.items():
         parts.append(f"\n[rank {rank}] " + text_report(run))
     return "\n".join(parts) + "\n"

@@ -15,7 +15,8 @@ the changes applied and shown as a unified diff.
 - baked_values.py: a Python slice bound or index made data (index_select);
 - split_pieces.py: a split/chunk/unbind whose fallback handed back host pieces, by narrow/select;
 - cpu_state.py: torch.save of lazy tensors, the state moved to the CPU after one sync;
-- lowered_attention.py: the user's own scaled_dot_product_attention falling back, from ops that lower.
+- lowered_attention.py: the user's own scaled_dot_product_attention falling back, from ops that lower;
+- sharding_spec.py: an SPMD annotation that forces a gather, the partition spec that avoids it.
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from lazyviz.fix import (
     lowered_clip,
     mark_step,
     padding,
+    sharding_spec,
     split_pieces,
     step_closure,
 )
@@ -65,6 +67,7 @@ EDITS: list[tuple[Callable[[Finding, Context], bool], Callable[[Finding, Context
     (split_pieces.answers, split_pieces.propose),
     (cpu_state.answers, cpu_state.propose),
     (lowered_attention.answers, lowered_attention.propose),
+    (sharding_spec.answers, sharding_spec.propose),
 ]
 
 

@@ -19,10 +19,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lazyviz.analysis.collectives import per_step
 from lazyviz.analysis.findings import Finding
 from lazyviz.analysis.loops import iteration_of
 from lazyviz.analysis.recompiles import WARMUP_STEPS, recompiles_after_warmup
 from lazyviz.analysis.run import Run
+from lazyviz.analysis.units import size_text
 from lazyviz.errors import LazyvizError
 from lazyviz.trace import TraceError
 from lazyviz.trace import open as open_trace
@@ -60,6 +62,7 @@ class Measures:
     crash: str | None = None  # where and what the script raised: "model.py:56 (RuntimeError)"
     iterations: int = 0  # optimizer steps: a loop's iterations where it has no steps
     other_syncs: int = 0  # executions that did not end a step (reads, fallbacks)
+    collective_bytes: float | None = None  # SPMD: bytes each device sends per step for collectives
 
     @property
     def per_step(self) -> float | None:
@@ -129,6 +132,7 @@ def measure(run: Run, output: str) -> Measures:
         sync_ms=sum(table.sync_ms), step_ms=statistics.median(gaps) if gaps else None,
         findings=list(run.findings), output=output, crash=_crash(run.info), iterations=run.info.optimizer_steps,
         other_syncs=sum(1 for p in range(len(table)) if table.kind_at(p).cause != "mark_step"),
+        collective_bytes=per_step(run.collectives, steps) if run.collectives else None,
     )
 
 
@@ -394,6 +398,8 @@ def comparison(before: Measures, after: Measures, expected: Sequence[str] = ()) 
         ("sync time", _shown(before.sync_ms, " ms", 1), _shown(after.sync_ms, " ms", 1)),
         ("step time (median)", _shown(before.step_ms, " ms", 1), _shown(after.step_ms, " ms", 1)),
     ]
+    if before.collective_bytes is not None or after.collective_bytes is not None:  # SPMD
+        rows.append(("collective bytes per step", *(size_text(m.collective_bytes or 0) for m in (before, after))))
     if by_iteration(before, after):  # a loop without steps: like with like, per iteration
         rows[2:2] = [("iterations (optimizer steps)", _shown(before.iterations), _shown(after.iterations))]
         rows[4:4] = [("executions per iteration", _shown(before.per_iteration, digits=1),
@@ -437,7 +443,8 @@ def trial_record(before: Measures, after: Measures, bound: Bound, edits: Sequenc
         return {"state": m.state, "steps": m.steps, "executions": m.executions, "per_step": m.per_step,
                 "misses": m.misses, "recompiles": m.recompiles if m.steps else None, "max_nodes": m.max_nodes,
                 "iterations": m.iterations, "per_iteration": m.per_iteration,
-                "sync_ms": round(m.sync_ms, 3), "step_ms": None if m.step_ms is None else round(m.step_ms, 3)}
+                "sync_ms": round(m.sync_ms, 3), "step_ms": None if m.step_ms is None else round(m.step_ms, 3),
+                "collective_bytes": None if m.collective_bytes is None else round(m.collective_bytes)}
 
     old, new = _by_key(before.findings), _by_key(after.findings)
     return {
@@ -454,7 +461,8 @@ def measured_text(trial: Mapping) -> str:
     before, after = trial.get("before", {}), trial.get("after", {})
     parts = []
     for key, label, unit in (("per_step", "executions per step", ""), ("recompiles", "recompiles after warm-up", ""),
-                             ("max_nodes", "largest graph", " nodes"), ("sync_ms", "sync time", " ms")):
+                             ("max_nodes", "largest graph", " nodes"), ("sync_ms", "sync time", " ms"),
+                             ("collective_bytes", "collective bytes per step", " B")):
         old, new = before.get(key), after.get(key)
         if isinstance(old, (int, float)) and isinstance(new, (int, float)) and old != new:
             digits = 1 if isinstance(old, float) or isinstance(new, float) else 0

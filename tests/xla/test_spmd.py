@@ -79,6 +79,9 @@ def test_a_weight_annotated_the_wrong_way_is_found_at_the_matmul_and_the_annotat
     check = cli("check", trace)
     assert check.status == 1 and "all-gather the layout did not ask for" in check.stdout
     assert "annotate it ('model', None) at xla_spmd_mlp.py:" in check.stdout
+    html = tmp_path / "report.html"
+    assert cli("report", "--format", "html", "-o", html, trace).status == 0
+    assert "<h2>Collectives</h2>" in html.read_text() and "NOT ASKED FOR" in html.read_text()
 
 
 @pytest.mark.parametrize("layout", ["data", "megatron", "2d"])
@@ -130,3 +133,58 @@ def test_fsdpv2_on_a_transformer_is_quiet(spmd_trace) -> None:
     assert kinds["all-gather"] and kinds["all-reduce"]
     assert all(c["expected"] for c in got["collectives"])
     assert cli("check", spmd_trace(FSDP)).status == 0
+
+
+def test_fix_try_rewrites_the_annotation_and_proves_the_gathers_gone(tmp_path) -> None:
+    folder = tmp_path / "project"
+    folder.mkdir()
+    program = folder / MLP.name
+    program.write_text(MLP.read_text())
+    trace = tmp_path / "wrong.trace"
+    assert cli("run", "--no-tui", "-o", trace, program, "wrong", env=ENV).status == 0
+    result = cli("fix", "--try", trace, env=ENV)
+    assert result.status == 0, result.stderr
+    assert '-        xs.mark_sharding(w2, mesh, (None, "model"))' in result.stdout
+    assert '+        xs.mark_sharding(w2, mesh, ("model", None))' in result.stdout
+    assert re.search(r"collective bytes per step\s+192\.0 KB\s+24\.0 KB", result.stderr), result.stderr
+    assert "findings gone:" in result.stderr and "all-gather the layout did not ask for" in result.stderr
+    assert "output: the same" in result.stderr
+    assert program.read_text() == MLP.read_text()  # --try edits a copy, never the user's file
+
+
+async def test_the_ui_lists_a_graphs_collectives_and_the_bytes_per_step(spmd_trace) -> None:
+    from lazyviz.tui.app import build_app
+    from lazyviz.tui.widgets.code_view import CodeView
+    from lazyviz.tui.widgets.executions import ExecutionList
+
+    app = build_app(spmd_trace(MLP, "wrong"))
+    async with app.run_test(size=(140, 40)) as pilot:
+        table = app.query_one(ExecutionList)
+        for _ in range(600):
+            if len(table.rows) == 3 and app.latest is not None:
+                break
+            await pilot.pause(0.05)
+        await pilot.press("end")
+        backend = app.query_one("#backend-view", CodeView)
+        for _ in range(200):
+            if "collectives XLA put in" in backend.text:
+                break
+            await pilot.pause(0.05)
+        line = line_of(MLP, "out = h @ w2")
+        assert f"all-gather f32[64,256] over model at xla_spmd_mlp.py:{line} (aten::mm)  [NOT ASKED FOR]" in backend.text
+        assert "all-reduce f32[64,256] over model in the backward pass (aten::mm)  [expected:" in backend.text
+        timing = str(app.query_one("#timing-view").render())
+        assert "collectives: each device sends 192.0 KB per step, 96.0 KB of it not asked for" in timing
+
+
+def test_a_folder_of_host_traces_adds_up_their_bytes_per_step(spmd_trace, tmp_path) -> None:
+    # SPMD across hosts runs a process per host, each writing rank<R>.trace; two real
+    # traces of one layout stand in for two hosts here (one machine has no second host).
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    for rank in (0, 1):
+        (folder / f"rank{rank}.trace").write_bytes(spmd_trace(MLP, "megatron").read_bytes())
+    result = cli("report", folder)
+    assert result.status == 0, result.stderr
+    assert "bytes each device sends per step: rank 0 24.0 KB, rank 1 24.0 KB; 48.0 KB added over the 2 ranks" \
+        in result.stdout

@@ -20,10 +20,12 @@ class StepChart(Widget):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)
         self.steps = StepTimes()
+        self.collectives = ""
 
-    def show(self, steps: StepTimes) -> None:
-        """Time per step, worked out off the UI thread (a million rows take a second)."""
-        self.steps = steps
+    def show(self, steps: StepTimes, collectives: str = "") -> None:
+        """Time per step, worked out off the UI thread (a million rows take a second);
+        collectives: what SPMD's collectives move per step, in a phrase ("" without)."""
+        self.steps, self.collectives = steps, collectives
         self.refresh()
 
     def render(self) -> Text:
@@ -73,5 +75,6 @@ class StepChart(Widget):
             f" · max {slowest.total_ms:.1f} ms (step {slowest.step}) · ",
             ("■ compiled", palette().miss), " ", ("■ cached", palette().chart),
             f"\nsync (lower+compile+run) {sync_ms:.0f} ms = {share:.0f}% · python tracing {trace_ms:.0f} ms",
+            f"\ncollectives: {self.collectives}" if self.collectives else "",
         )
         return Text("\n").join([*rows, legend])
