@@ -67,8 +67,7 @@ class IrPanel(ExecutionPanel):
 
 class BackendPanel(ExecutionPanel):
     id, title, language = "backend", "Backend", "torchscript"
-    about = ("the backend's code for the graph (TorchScript; on XLA, the HLO it compiled, its collectives under "
-             "SPMD, and what XLA reported)")
+    about = "the backend's code for the graph (TorchScript; on XLA, the HLO it compiled and what XLA reported)"
 
     def text(self, execution: Execution, context: DetailContext) -> str:
         graph = context.trace.graph(execution.graph)

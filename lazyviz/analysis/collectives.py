@@ -247,8 +247,8 @@ def _groups_along(shape: tuple[int, ...], ids: tuple[int, ...], axes: tuple[int,
 
 def batch_axes(annotations: Iterable[Annotation]) -> set[str]:
     """The mesh axes the script splits a batch over: those of the first dimension of any
-    annotated tensor that is not a weight."""
-    return {axis for a in annotations if not a.parameter and a.shape for axis in a.axis_of(0)}
+    annotated tensor that is not a weight (or a loader's batches)."""
+    return {axis for a in annotations if not a.parameter and a.spec for axis in a.axis_of(0)}
 
 
 def expectation(collective: Collective, annotations: Sequence[Annotation]) -> str:

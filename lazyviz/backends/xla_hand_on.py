@@ -2,6 +2,8 @@
 the execution the tracer records (its graph, cause, counters), frameless ones too."""
 from __future__ import annotations
 
+import linecache
+import re
 import sys
 import time
 import zlib
@@ -24,6 +26,25 @@ from lazyviz.backends.xla_reports import Report, hlo_entry_size
 from lazyviz.hlo_text import hlo_as_ir
 
 
+def _fallback_shares(batch: list[Report], moved: dict[str, int]) -> list[dict[str, int]]:
+    """The counters that moved during a batch of reports, one share per report: all with
+    the first, but a fallback op's with a later report that reads values at a line that
+    names the op. XLA counts a fallback (aten::median) when it is called, before the
+    read of its inputs runs its own graph, so the counter lands in the window of the
+    execution before (checked on torch_xla 2.9: `loss = err.mean() + 0.1 *
+    torch.median(err)` after a grid_sample that fell back)."""
+    shares: list[dict[str, int]] = [dict(moved)] + [{} for _ in batch[1:]]
+    for number, report in enumerate(batch[1:], start=1):
+        user = _user_line(report.frames)
+        if user is None or _HOST_READ not in report.cause:
+            continue
+        words = set(re.findall(r"\w+", linecache.getline(*user)))
+        for name in [n for n in shares[0] if n.startswith("aten::") and not n.endswith("_backward")]:
+            if name.removeprefix("aten::").split(".")[0] in words:
+                shares[number][name] = shares[0].pop(name)
+    return shares
+
+
 class XlaHandOn:
     """Part of XlaBackend (lazyviz/backends/xla.py): its state is set up there."""
 
@@ -42,10 +63,12 @@ class XlaHandOn:
         moved = {name: n for name, n in moved.items() if name not in backward}
         reported_compiles = self._compile_reports - self._compile_reports_seen
         self._compile_reports_seen = self._compile_reports
-        # The counters that moved go with the first execution of the batch.
-        while self._pending:
-            self._hand_on(self._pending.popleft(), moved)
-            moved = {}
+        # The counters that moved go with the first execution of the batch, but a fallback
+        # op named at a later one's line: its counter moved before the read of its inputs.
+        batch = list(self._pending)
+        self._pending.clear()
+        for report, share in zip(batch, _fallback_shares(batch, moved)):
+            self._hand_on(report, share)
         frameless_compiles = max(compiles - reported_compiles, 0)
         for number in range(frameless):
             self._hand_on_frameless({**moved, **backward} if number == 0 else {}, number < frameless_compiles)

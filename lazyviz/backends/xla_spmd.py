@@ -10,34 +10,43 @@ from typing import Any
 
 
 def annotation_calls() -> list[tuple[object, str]]:
-    """mark_sharding where scripts and torch_xla's own wrappers (FSDPv2) look it up."""
+    """mark_sharding where scripts and torch_xla's own wrappers (FSDPv2) look it up, and
+    the sharding a loader gives each batch (`MpDeviceLoader(input_sharding=
+    xs.ShardingSpec(mesh, ("data", None)))`, as pytorch/xla's SPMD examples shard theirs)."""
     import torch_xla.distributed.spmd as spmd
     import torch_xla.distributed.spmd.xla_sharding as xla_sharding
 
-    return [(spmd, "mark_sharding"), (xla_sharding, "mark_sharding")]
+    return [(spmd, "mark_sharding"), (xla_sharding, "mark_sharding"), (xla_sharding.ShardingSpec, "__post_init__")]
 
 
 def describe_annotation(args: tuple, kwargs: dict) -> dict | None:
-    """mark_sharding(t, mesh, partition_spec), after it ran: Annotation's fields."""
+    """mark_sharding(t, mesh, partition_spec), after it ran, or a ShardingSpec made for
+    a loader's batches (no tensor yet: no shape): Annotation's fields."""
     import torch_xla
+    from torch_xla.distributed.spmd.xla_sharding import ShardingSpec
 
+    if args and isinstance(args[0], ShardingSpec):
+        return _described(args[0].mesh, args[0].partition_spec) | {"shape": [], "sharding": "", "parameter": False}
     names = ("t", "mesh", "partition_spec")
     given = dict(zip(names, args)) | {k: v for k, v in kwargs.items() if k in names}
     tensor, mesh, spec = given.get("t"), given.get("mesh"), given.get("partition_spec")
     if tensor is None or mesh is None or spec is None:
         return None
     tensor = getattr(tensor, "global_tensor", tensor)  # an XLAShardedTensor wraps the tensor
+    return _described(mesh, spec) | {
+        "shape": [int(n) for n in tensor.shape],
+        "sharding": torch_xla._XLAC._get_xla_sharding_spec(tensor),
+        "parameter": bool(tensor.requires_grad and tensor.is_leaf),
+    }
+
+
+def _described(mesh: Any, spec: Any) -> dict:
+    """The partition spec and its mesh, as plain values."""
     mesh_shape = tuple(int(n) for n in mesh.mesh_shape)
     axis_names = tuple(str(name) for name in mesh.axis_names) if mesh.axis_names else \
         tuple(str(i) for i in range(len(mesh_shape)))
-    return {
-        "shape": [int(n) for n in tensor.shape],
-        "spec": [_plain(entry) for entry in spec],
-        "sharding": torch_xla._XLAC._get_xla_sharding_spec(tensor),
-        "mesh_shape": list(mesh_shape), "axis_names": list(axis_names),
-        "device_ids": [int(d) for d in mesh.device_ids.reshape(-1)],
-        "parameter": bool(tensor.requires_grad and tensor.is_leaf),
-    }
+    return {"spec": [_plain(entry) for entry in spec], "mesh_shape": list(mesh_shape),
+            "axis_names": list(axis_names), "device_ids": [int(d) for d in mesh.device_ids.reshape(-1)]}
 
 
 def _plain(entry: Any) -> Any:

@@ -855,6 +855,26 @@ def test_a_fallbacks_own_execution_is_the_fallbacks_and_its_equivalent_lowers(tm
     assert not data["findings"]
 
 
+def test_a_fallback_counted_before_the_read_of_its_inputs_is_that_reads_cause(tmp_path: Path) -> None:
+    # XLA counts aten::median when it is called, before the read of its inputs runs: in
+    # the window of the grid_sample fallback before it. The read is median's.
+    program = PROGRAMS / "xla_stn_median.py"
+    data, truth, _ = traced_with_truth(program, tmp_path)
+    assert truth["aten::median"] == 5 and len(data["executions"]) == truth["ExecuteTime"] == 20
+    line = line_of(program, "0.1 * torch.median(err)")
+    at_line = [e for e in data["executions"] if e["frame"] and e["frame"]["line"] == line]
+    assert len(at_line) == 5 and {(e["cause"], e["detail"]) for e in at_line} == {("fallback", "aten::median")}
+    assert all("aten::median" not in e["fallback_ops"] for e in data["executions"] if e not in at_line)
+    kinds = {(f["kind"], f["details"].get("op")) for f in data["findings"]}
+    assert ("fallback", "aten::median") in kinds and not any(kind == "extra_sync" for kind, _ in kinds)
+    [median] = [f for f in data["findings"] if f["details"].get("op") == "aten::median"]
+    assert "forcing 5 executions" in median["message"] and median["site"]["line"] == line
+    # Its fix, applied: median's 5 executions gone (XLA's own count: 20 -> 15).
+    (tmp_path / "sorted").mkdir()
+    data, truth, _ = traced_with_truth(program, tmp_path / "sorted", "--sorted")
+    assert "aten::median" not in truth and len(data["executions"]) == truth["ExecuteTime"] == 15
+
+
 STEADY_LOOP = """\
 import json, os, time
 import torch
