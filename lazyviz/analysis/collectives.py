@@ -266,6 +266,23 @@ def expectation(collective: Collective, annotations: Sequence[Annotation]) -> st
     return ""
 
 
+def whole_batch(hlo: str, collective: Collective, annotations: Sequence[Annotation]) -> tuple[int, int] | None:
+    """Where a gather collects the batch itself (its first dimension, over the batch's
+    axes: the partitioner could not keep an op split over the batch): how many of the
+    module's matmuls and convolutions then run on the whole batch on every device, of
+    those that run on the whole batch or on a device's share. None for other gathers."""
+    axes = set(mesh_axes(collective.groups, annotations))
+    arrays = _arrays(collective.shape)
+    if collective.kind != "all-gather" or collective.dimension != 0 or not axes \
+            or not axes <= batch_axes(annotations) or len(arrays) != 1 or not arrays[0][1]:
+        return None
+    whole = arrays[0][1][0]
+    share = whole // max(collective.group_size, 1)
+    leading = [_arrays(i.shape)[0][1][0] for i in _instructions(hlo).values()
+               if i.opcode in ("dot", "convolution") and _arrays(i.shape) and _arrays(i.shape)[0][1]]
+    return sum(n == whole for n in leading), sum(n in (whole, share) for n in leading)
+
+
 # -- an annotation that avoids it ------------------------------------------------------------
 class Advice(NamedTuple):
     annotation: Annotation  # the annotation that disagrees with the op's use

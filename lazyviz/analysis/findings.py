@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from lazyviz.analysis.collectives import KINDS as COLLECTIVE_KINDS
-from lazyviz.analysis.collectives import Advice, Moved, advice, per_step, run_collectives
+from lazyviz.analysis.collectives import Advice, Moved, advice, per_step, run_collectives, whole_batch
 from lazyviz.analysis.failures import crash, explain, headline
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.ir import IRGraph
@@ -935,6 +935,7 @@ def collective_findings(table: ExecutionTable, graphs: IRGraphs, annotations: Se
     at_line: dict[str, list[Moved]] = defaultdict(list)
     lineless: dict[str, list[Moved]] = defaultdict(list)  # by graph
     advised: dict[str, Advice] = {}
+    batch_gathered: dict[str, tuple[int, int]] = {}
     for moved in run_collectives(table, graphs.hlo, annotations):
         collective = moved.collective
         if moved.expected:
@@ -947,13 +948,18 @@ def collective_findings(table: ExecutionTable, graphs: IRGraphs, annotations: Se
             found = advice(graphs.hlo(moved.graph), collective, annotations)
             if found is not None:
                 advised[collective.location] = found
+        counted = whole_batch(graphs.hlo(moved.graph), collective, annotations)
+        if counted is not None and collective.location not in batch_gathered:
+            batch_gathered[collective.location] = counted
     for graph_id, moved in lineless.items():  # with the graph's line that moves the most, else on their own
         lines = [line for line, group in at_line.items() if any(m.graph == graph_id for m in group)]
         at_line[max(lines, key=lambda line: per_step(at_line[line], steps)) if lines else ""].extend(moved)
-    return [_collective_finding(moved, advised.get(location), steps, table) for location, moved in at_line.items()]
+    return [_collective_finding(moved, advised.get(location), steps, table, batch_gathered.get(location))
+            for location, moved in at_line.items()]
 
 
-def _collective_finding(moved: list[Moved], found: Advice | None, steps: int, table: ExecutionTable) -> Finding:
+def _collective_finding(moved: list[Moved], found: Advice | None, steps: int, table: ExecutionTable,
+                        batch: tuple[int, int] | None = None) -> Finding:
     kinds = sorted({m.collective.kind for m in moved}, key=COLLECTIVE_KINDS.index)
     named = [m for m in moved if m.collective.line]
     first = (named or moved)[0].collective
@@ -967,7 +973,14 @@ def _collective_finding(moved: list[Moved], found: Advice | None, steps: int, ta
                + (f", and {len(backward)} more in the backward pass ({', '.join(backward[:3])})" if named and backward
                   else "")
                + f"; each device sends {sent} {per} for them.")
-    if found is not None:
+    if batch is not None:  # the batch itself gathered: the op could not stay split over it
+        whole, of = batch
+        message = (f"XLA gathers the whole batch ({first.shape}, its first dimension split over "
+                   f"{_over(named[0] if named else moved[0]).removeprefix(' over ')}) for {first.op or 'this op'}: "
+                   f"{whole} of the graph's {of} matmuls and convolutions over the batch run on the whole of it on "
+                   f"every device, not on the device's share; each device sends {sent} {per} for the gather.")
+        fix = _WHOLE_BATCH_FIX.get(first.op, _WHOLE_BATCH_FIX[""])
+    elif found is not None:
         where = f"{found.annotation.frame.file.rsplit('/', 1)[-1]}:{found.annotation.frame.line}"
         message += (f" The annotation at {where} splits its tensor {_spec(found.annotation.spec)} on a dimension "
                     "the matmul keeps, so XLA gathers the other operand to use it.")
@@ -987,6 +1000,20 @@ def _collective_finding(moved: list[Moved], found: Advice | None, steps: int, ta
                     "suggested_spec": list(found.spec)}
     return Finding("unasked_collective", "warning", message, frame, indices, fix, details,
                    short=f"{' and '.join(kinds)} the layout did not ask for: {sent} {per}")
+
+
+# What keeps a batch split through an op XLA's partitioner gathers it for (checked on
+# torch_xla 2.9's CPU devices: tests/programs/xla_spmd_batchnorm.py).
+_WHOLE_BATCH_FIX = {
+    "aten::native_batch_norm": (
+        "by hand: XLA's partitioner does not split batch norm over the batch here, and annotating its output "
+        "back to the split does not stop the gather; batch statistics from reductions split with an all-reduce of "
+        "the statistics instead: mean = x.mean((0, 2, 3), keepdim=True), var = x.var((0, 2, 3), unbiased=False, "
+        "keepdim=True), then (x - mean) / torch.sqrt(var + eps) * weight + bias (the same loss, the gather gone)"),
+    "": ("by hand: XLA's partitioner could not keep this op split over the batch; write it from ops it splits "
+         "(elementwise ops, reductions and matmuls over the batch's dimension), and check with `lazyviz diff` of "
+         "the two runs that the gather is gone"),
+}
 
 
 def _over(moved: Moved) -> str:

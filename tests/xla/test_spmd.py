@@ -188,3 +188,28 @@ def test_a_folder_of_host_traces_adds_up_their_bytes_per_step(spmd_trace, tmp_pa
     assert result.status == 0, result.stderr
     assert "bytes each device sends per step: rank 0 24.0 KB, rank 1 24.0 KB; 48.0 KB added over the 2 ranks" \
         in result.stdout
+
+
+BATCHNORM = PROGRAMS / "xla_spmd_batchnorm.py"
+
+
+def test_a_batch_gathered_for_batch_norm_is_named_with_the_work_it_multiplies(spmd_trace, tmp_path) -> None:
+    truth = xla_collectives(BATCHNORM, tmp_path)
+    gathered = [shape for kind, shape in truth if kind == "all-gather"]
+    assert gathered == ["f32[32,16,14,14]"]  # XLA's own module: the whole batch of conv1's output
+    got = report(spmd_trace(BATCHNORM))
+    [finding] = got["findings"]
+    assert finding["kind"] == "unasked_collective"
+    assert finding["site"]["line"] == line_of(BATCHNORM, "h = bn(c)")
+    assert "XLA gathers the whole batch (f32[32,16,14,14]" in finding["message"]
+    assert "for aten::native_batch_norm" in finding["message"]
+    assert re.search(r"[1-9]\d* of the graph's \d+ matmuls and convolutions over the batch run on the whole",
+                     finding["message"])
+    assert "x.var((0, 2, 3), unbiased=False" in finding["fix"]
+    # The fix, applied (--manual): the gather gone in XLA's module, the same loss, quiet.
+    truth = xla_collectives(BATCHNORM, tmp_path / "manual", "--manual")
+    assert not [shape for kind, shape in truth if kind == "all-gather"]
+    manual = report(spmd_trace(BATCHNORM, "--manual"))
+    assert manual["findings"] == []
+    out = {args: python(BATCHNORM, *args, env=ENV).stdout for args in ((), ("--manual",))}
+    assert out[()] == out[("--manual",)] and out[()].startswith("loss ")
