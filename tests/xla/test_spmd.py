@@ -84,7 +84,7 @@ def test_a_weight_annotated_the_wrong_way_is_found_at_the_matmul_and_the_annotat
     assert "<h2>Collectives</h2>" in html.read_text() and "NOT ASKED FOR" in html.read_text()
 
 
-@pytest.mark.parametrize("layout", ["data", "megatron", "2d"])
+@pytest.mark.parametrize("layout", ["data", "megatron", "2d", "loader"])
 def test_designed_layouts_are_quiet_and_list_their_all_reduces(spmd_trace, tmp_path, layout: str) -> None:
     trace = spmd_trace(MLP, layout)
     truth = xla_collectives(MLP, tmp_path, layout)
@@ -93,6 +93,8 @@ def test_designed_layouts_are_quiet_and_list_their_all_reduces(spmd_trace, tmp_p
     assert {(c["kind"], c["shape"]) for c in got["collectives"]} == set(truth)
     assert {c["kind"] for c in got["collectives"]} == {"all-reduce"}
     assert all(c["expected"] for c in got["collectives"])
+    if layout in ("data", "loader"):  # the batch split by mark_sharding or by the loader
+        assert {c["expected"] for c in got["collectives"]} == {"summed over the batch's devices (data parallel)"}
     if layout == "megatron":  # one all-reduce of the output, at the row-parallel matmul
         assert [(c["shape"], c["location"]) for c in got["collectives"]] == \
                [("f32[64,64]", f"xla_spmd_mlp.py:{line_of(MLP, 'out = h @ w2')}")]
