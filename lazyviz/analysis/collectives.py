@@ -81,8 +81,12 @@ class Moved(NamedTuple):
 
 def run_collectives(table: ExecutionTable, hlo: Callable[[str], str],
                     annotations: Sequence[Annotation]) -> list[Moved]:
-    """Every collective of every graph the run ran, graph by graph in the order they first ran."""
-    devices = max((len(a.device_ids) for a in annotations), default=0)
+    """Every collective of every graph the run ran, graph by graph in the order they first
+    ran; [] where the script asked for no sharding (not SPMD): each graph's HLO is read
+    from the trace, which a run of a thousand graphs should not pay for nothing."""
+    if not annotations:
+        return []
+    devices = max(len(a.device_ids) for a in annotations)
     return [Moved(c, graph_id, positions, expectation(c, annotations), mesh_axes(c.groups, annotations))
             for graph_id, positions in table.group_by(lambda kind: kind.graph).items()
             for c in graph_collectives(hlo(graph_id), devices)]
