@@ -11,9 +11,10 @@ from its metadata:
 
 What the layout asks for is told apart from what it does not: a sum over a split
 dimension (all-reduce, reduce-scatter: data-parallel gradients, a tensor-parallel
-layer's partial sums) and FSDP's gathers of weights split over the batch's devices are
-designed; a gather or a reshuffle of anything else is the partitioner working around an
-annotation that disagrees with how an op uses the tensor.
+layer's partial sums) and, where weights are split over the batch's axes (FSDP), every
+collective along those axes are designed; a gather or a reshuffle of anything else is
+the partitioner working around an annotation that disagrees with how an op uses the
+tensor, or an op it cannot keep split over the batch (whole_batch).
 """
 from __future__ import annotations
 
@@ -38,8 +39,7 @@ _SHARDING = re.compile(r"sharding=(\{[^{}]*\})")
 _TILES = re.compile(r"devices=\[([\d,]+)\]((?:\d+,)*\d+|<=\[[\d,]+\](?:T\([\d,]+\))?)")
 _CONTRACTING = re.compile(r"(lhs|rhs)_contracting_dims=\{([\d,]*)\}")
 _TRANSPOSE = re.compile(r"\bdimensions=\{([\d,]+)\}")
-# Ops that pass a tensor on as it is (its dimensions in their order), and those that
-# hand its dimensions on permuted.
+# Ops a gathered value passes through on its way to the matmul that uses it.
 _PASS_ON = frozenset({"copy", "convert", "bitcast", "reshape"})
 
 
