@@ -13,7 +13,7 @@ from lazyviz.analysis.diff import GraphDiff
 from lazyviz.analysis.findings import ROOT_KINDS, SEVERITIES, Finding
 from lazyviz.analysis.ranks import Divergence
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile, is_compared
-from lazyviz.analysis.summary import Summary
+from lazyviz.analysis.summary import SiteStats, Summary
 from lazyviz.analysis.units import size_text
 from lazyviz.trace.model import Execution, Frame
 
@@ -59,6 +59,18 @@ def compiles_text(misses: int, after_warmup: int) -> str:
         return text + (", the usual warm-up" if misses == 1 else f", {'both' if misses == 2 else 'all'} the usual "
                                                                  "warm-up")
     return text + f", {expected} of them the usual warm-up" if expected else text + ", none of them warm-up"
+
+
+def site_verdict(site: SiteStats, findings: Sequence[Finding]) -> str:
+    """Why a costly sync site costs what it does, in a few words: its finding, the step's
+    own sync, or none (the report says so rather than leave the largest costs unexplained)."""
+    found = next((f for f in findings if f.frame and f.frame.site == site.site), None)
+    if found is not None:
+        label = f"{KIND_LABELS.get(found.kind, found.kind)} {found.details.get('op', '')}".rstrip()
+        return f"finding: {found.short or label}"
+    if set(site.causes) == {"mark_step"}:
+        return "the step's own sync"
+    return "no finding"
 
 
 def collectives_text(rows: Sequence[Row], steps: int) -> str:

@@ -85,3 +85,15 @@ def test_a_summary_on_a_terminal_wraps_between_words_with_a_hanging_indent() -> 
     assert lines[0] == "  findings:" and len(lines) > 2 and all(len(part) <= 80 for part in lines)
     assert lines[1].startswith("    warning:") and all(part.startswith("        ") for part in lines[2:])
     assert " ".join(part.strip() for part in lines[1:]).split() == line.split()  # no word cut in two
+
+
+@pytest.mark.torch  # reads real traces of samples
+@pytest.mark.parametrize(("sample", "verdict"), [("fallback_mse", "finding: fallback aten::mse_loss"),
+                                                  ("item_in_loop", "finding: "),
+                                                  ("clean_mlp", "the step's own sync")])
+def test_each_costly_sync_site_says_what_explains_it(sample_trace, sample: str, verdict: str) -> None:
+    report = cli("report", sample_trace(sample))
+    assert report.status == 0, report.stderr
+    slowest = report.stdout.split("slowest sync sites (total sync ms):\n")[1].split("\n  trace:")[0].splitlines()
+    assert slowest and all(re.search(r": (finding: .+|the step's own sync|no finding)$", line) for line in slowest)
+    assert any(verdict in line for line in slowest)

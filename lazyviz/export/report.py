@@ -30,6 +30,7 @@ from lazyviz.present import (
     plural,
     short_path,
     site_text,
+    site_verdict,
     size_text,
     steps_text,
     transfers_text,
@@ -294,7 +295,7 @@ def text_report(recorded: Run, all_findings: bool = False) -> str:
         for site in summary.slowest_sites[:3]:
             lines.append(
                 f"    {site.total_ms:9.1f} ms  {short_path(site.site, run.cwd)} "
-                f"({site.executions}x, {site.mean_ms:.2f} ms each)"
+                f"({site.executions}x, {site.mean_ms:.2f} ms each): {site_verdict(site, analysis.findings)}"
             )
     if run.tracer_errors:
         lines.append(f"  lazyviz's own errors while tracing (the script was not affected): {run.tracer_errors[0]}")
