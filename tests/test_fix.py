@@ -670,6 +670,21 @@ def test_iterations_bound_a_loop_without_steps(tmp_path: Path) -> None:
 
 
 @pytest.mark.torch
+def test_a_growing_loops_trial_is_bounded_by_its_first_iterations_not_the_whole_run(tmp_path: Path) -> None:
+    # The graph grows at every sync, so the finding's last sync is the run's last: the
+    # trial needs only the first few iterations to see it (and its fix) again.
+    script = tmp_path / "loop.py"
+    script.write_text((ROOT / "tests" / "scripts" / "no_mark_step_loop.py").read_text())
+    trace = tmp_path / "loop.trace"
+    assert cli("run", "--no-tui", "-o", trace, script, "16", cwd=tmp_path).status == 0
+    result = cli("fix", trace, "--try", cwd=tmp_path)
+    assert result.status == 0, result.stderr
+    assert "5 iterations (optimizer steps) each side" in result.stderr
+    assert "grows by about" in result.stderr.split("findings gone:")[1].split("output:")[0]
+    assert "output: the same (4 lines" in result.stderr
+
+
+@pytest.mark.torch
 def test_the_state_moved_to_the_cpu_saves_and_loads_the_same_values(tmp_path: Path) -> None:
     """The function the torch.save edit puts in the user's file, on a checkpoint of a model
     and its optimizer's state on the lazy device: torch.save writes it, torch.load reads

@@ -22,6 +22,7 @@ from lazyviz.fix.trial import (
     RoundEdits,
     copy_root,
     crash_verdict,
+    shown_again_by,
     trial_bound,
     trial_record,
     try_patch,
@@ -170,7 +171,7 @@ class FixCommand:
             print("".join(difflib.unified_diff(originals[file].splitlines(keepends=True),
                                                patched[file].splitlines(keepends=True),
                                                f"a/{shown}", f"b/{shown}")), end="", flush=True)
-        bound = trial_bound(run, [e for p in proposals for e in p.finding.executions[-1:]], options.steps)
+        bound = trial_bound(run, [e for p in proposals for e in shown_again_by(p.finding)], options.steps)
         say(f"lazyviz: trying your patch on a copy, {bound} each side (the original, then the patched copy)...")
         result, before, after = try_patch(info, patched, bound, options.timeout, options.keep)
         say(result)
@@ -193,7 +194,7 @@ class FixCommand:
     @staticmethod
     def _bound(run: Run, proposals: list[Proposal], steps: int | None) -> Bound:
         """Enough to see each fixed finding again (a last short batch is late)."""
-        return trial_bound(run, [e for p in proposals if p.mechanical for e in p.finding.executions[-1:]], steps)
+        return trial_bound(run, [e for p in proposals if p.mechanical for e in shown_again_by(p.finding)], steps)
 
     @staticmethod
     def _describe(proposals: list[Proposal]) -> None:

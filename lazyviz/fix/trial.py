@@ -96,6 +96,13 @@ class Bound:
         return f"{self.count} steps" if self.unit == "steps" else f"{self.count} iterations (optimizer steps)"
 
 
+def shown_again_by(finding: Finding) -> Sequence[int]:
+    """The executions a trial's bound must reach for the finding to show again: a graph
+    that grows at every sync shows in its first iterations (its last sync is the run's
+    end); another finding at its last (a last short batch comes late)."""
+    return finding.executions[:1] if finding.kind == "missing_mark_step" else finding.executions[-1:]
+
+
 def trial_bound(run: Run, executions: Sequence[int], steps: int | None = None) -> Bound:
     """Enough for each fixed finding to show again: two steps past the last step one was
     seen in, and a few past warm-up; in a loop without steps, the same counted in
