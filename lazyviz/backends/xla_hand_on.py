@@ -14,6 +14,7 @@ from lazyviz.backends import (
 from lazyviz.backends.xla_io import (
     _HOST_READ,
     _MAX_REPEATS,
+    _READ_EACH_SECOND,
     _count,
     _on_this_thread,
     _read_call,
@@ -231,8 +232,10 @@ class XlaHandOn:
         recorded = self._on_execution(key, graph, 0.0, counters, frames, site=site, ends=(end, previous))
         # The tracer then takes the next execution from the same call to be the fallback's.
         self._after_fallback = recorded.fallback
+        # A row whose counters hold the copies read once a second is not repeated: each
+        # repeat would carry that second's copies again (the run's copies counted twice).
         if (recorded.repeat and recorded.kind >= 0 and repeats is not None and site is not None
-                and len(repeats) < _MAX_REPEATS):
+                and len(repeats) < _MAX_REPEATS and not any(name in _READ_EACH_SECOND for name in counters)):
             repeats[site] = (recorded.kind, dict(counters))
         return recorded.index
 
