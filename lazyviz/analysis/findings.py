@@ -1017,7 +1017,7 @@ _WHOLE_BATCH_FIX = {
 
 
 def _over(moved: Moved) -> str:
-    """ over 'model' (4 devices)"""
+    """The mesh axes and devices a collective runs over, as the sentence says it: " over 'model' (4 devices)"."""
     devices = moved.collective.group_size
     axes = "+".join(f"'{axis}'" for axis in moved.axes)
     return f" over {axes} ({devices} devices)" if axes and devices else f" over {devices} devices" if devices else ""
