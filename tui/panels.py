@@ -86,9 +86,9 @@ class BackendPanel(ExecutionPanel):
             body = readable_backend(report)
         rows = graph_rows(hlo, context.trace.run.annotations) if hlo else []
         moved = "".join(f"# {collective_line(row)}\n" for row in rows)
-        return ((f"# memory after compiling:\n{head}\n" if memory else "")
-                + (f"# collectives XLA put in (bytes each device sends per run of the graph):\n{moved}\n" if moved
-                   else "") + body)
+        # SPMD's collectives first: in a short pane they are what the graph is read for.
+        return ((f"# collectives XLA put in (bytes each device sends per run of the graph):\n{moved}\n" if moved
+                 else "") + (f"# memory after compiling:\n{head}\n" if memory else "") + body)
 
 
 class DiffPanel(ExecutionPanel):

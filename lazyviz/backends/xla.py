@@ -56,6 +56,7 @@ from lazyviz.backends.xla_counters import XlaCounters
 from lazyviz.backends.xla_hand_on import XlaHandOn
 from lazyviz.backends.xla_io import (
     _ANALYSIS_FRAMES,
+    _EXECUTE_METRICS,
     OUR_SETTINGS,
     _closures_waiting,
     _debug_level,
@@ -103,7 +104,7 @@ class XlaBackend(XlaPolls, XlaCounters, XlaHandOn, LazyBackend):
         self._ir: dict[str, str] = {}  # graph hash -> IR text, from the tensors dump
         self._compile_ms: deque[float] = deque()
         self._compile_samples = 0
-        self._execute_samples = 0
+        self._execute_samples = dict.fromkeys(_EXECUTE_METRICS, 0)  # samples seen of each
         self._awaiting_execute: deque[int] = deque()  # executions without an execute time yet
         self._execute_read_at = 0.0  # perf_counter() of the last read of ExecuteTime
         self._transfers_read_at = 0.0  # and of the copies' metrics
@@ -274,7 +275,7 @@ class XlaBackend(XlaPolls, XlaCounters, XlaHandOn, LazyBackend):
 
         self._counters = self.counters() if self.capture_ir else self._watched_counters()
         self._compile_samples = self._new_samples("CompileTime", 0)[0]
-        self._execute_samples = self._new_samples("ExecuteTime", 0)[0]
+        self._execute_samples = {name: self._new_samples(name, 0)[0] for name in _EXECUTE_METRICS}
         self._executed, self._compiled = self._xla_counts()
         self._enabled = True
 

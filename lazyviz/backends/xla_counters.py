@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import time
 
-from lazyviz.backends.xla_io import _NS_PER_MS, _RAN_NAMES, _READ_EACH_SECOND, _TRANSFER_METRICS, _TRANSFERS_READ_S
+from lazyviz.backends.xla_io import (
+    _EXECUTE_METRICS,
+    _NS_PER_MS,
+    _RAN_NAMES,
+    _READ_EACH_SECOND,
+    _TRANSFER_METRICS,
+    _TRANSFERS_READ_S,
+)
 
 
 class XlaCounters:
@@ -95,7 +102,10 @@ class XlaCounters:
         self._compile_ms.extend(values)
 
     def _take_execute_times(self) -> None:
-        self._execute_samples, values = self._new_samples("ExecuteTime", self._execute_samples)
+        values = []
+        for name in _EXECUTE_METRICS:
+            self._execute_samples[name], new = self._new_samples(name, self._execute_samples[name])
+            values += new
         assert self._on_execute_time is not None
         for execute_ms in values:
             if not self._awaiting_execute:

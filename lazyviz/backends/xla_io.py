@@ -32,6 +32,9 @@ def launchers() -> list[tuple[object, str, str]]:
     return [(torch_xla, "launch", "torch_xla.launch()"), (xmp, "spawn", "xmp.spawn()")]
 
 _NS_PER_MS = 1e6
+# XLA's metric of each graph's execute time: ExecuteTime, or under SPMD (xr.use_spmd(),
+# which a script may call after lazyviz starts) ExecuteReplicatedTime. A run samples one.
+_EXECUTE_METRICS = ("ExecuteTime", "ExecuteReplicatedTime")
 # XLA's metric of the bytes of each host<->device copy -> lazyviz's names for how many
 # copies and how many bytes. Each copy adds one sample (PJRT and IFRT clients, beside
 # one to TransferTo/FromDeviceTime, which a failed copy adds alone), so one metric

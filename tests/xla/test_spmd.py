@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from conftest import cli, line_of, python
 
+import lazyviz
+
 pytest.importorskip("torch_xla")
 
 PROGRAMS = Path(__file__).resolve().parents[1] / "programs"
@@ -76,6 +78,9 @@ def test_a_weight_annotated_the_wrong_way_is_found_at_the_matmul_and_the_annotat
     gathered = sum(4 * math.prod(map(int, re.findall(r"\d+", shape.split("[")[1]))) for shape in gathers)
     assert first["details"]["sent_bytes_per_step"] == gathered * 3 // 4
     assert len(got["findings"]) == 1  # the all-reduces are the sums a split contraction needs
+    # Under SPMD XLA times each run as ExecuteReplicatedTime, not ExecuteTime: each row has its time.
+    with lazyviz.open(trace) as opened:
+        assert all(e.execute_ms > 0 and e.sync_ms == e.compile_ms + e.execute_ms for e in opened.executions())
     check = cli("check", trace)
     assert check.status == 1 and "all-gather the layout did not ask for" in check.stdout
     assert "annotate it ('model', None) at xla_spmd_mlp.py:" in check.stdout
