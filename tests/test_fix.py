@@ -115,7 +115,7 @@ def test_missing_mark_step_goes_at_the_loop_end_and_before_continue(tmp_path: Pa
     assert after * 4 < before
     gone = result.stderr.split("findings gone:")[1]
     assert "grows by about" in gone and "findings left" not in gone
-    assert "output: the same (1 lines" in result.stderr
+    assert "output: the same (1 line," in result.stderr
 
 
 @pytest.mark.torch
@@ -228,11 +228,11 @@ def test_run_steps_ends_the_script_cleanly_after_n_steps(tmp_path: Path) -> None
 
 
 def test_output_comparison_takes_numbers_to_a_tolerance() -> None:
-    assert compare_output("loss 1.00001\n", "loss 1.00002\n").startswith("the same (1 lines")
+    assert compare_output("loss 1.00001\n", "loss 1.00002\n").startswith("the same (1 line,")
     assert compare_output("step 1 loss 1.0 acc 30\nstep 2 loss 2.0 acc 31\n", "step 1 loss 1.0 acc 9\nstep 2 loss 2.0 acc 9\n") \
         == ("differs: the words are the same on all 2 lines, 2 of 6 result numbers are not within 0.001 (acc); "
             "first at line 1: acc 30 -> 9")
-    assert compare_output("a 1\nb 2\n", "a 1\n") == "the first 1 lines match; the original printed 1 more"
+    assert compare_output("a 1\nb 2\n", "a 1\n") == "the first line matches; the original printed 1 more"
     assert compare_output("step 1\n", "epoch 1\n").startswith("differs at line 1: 'step 1' -> 'epoch 1'")
 
 

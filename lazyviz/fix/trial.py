@@ -63,6 +63,7 @@ class Measures:
     iterations: int = 0  # optimizer steps: a loop's iterations where it has no steps
     other_syncs: int = 0  # executions that did not end a step (reads, fallbacks)
     collective_bytes: float | None = None  # SPMD: bytes each device sends per step for collectives
+    steady_sync_ms: float | None = None  # sync time per iteration after warm-up (see steady_sync)
 
     @property
     def per_step(self) -> float | None:
@@ -123,6 +124,18 @@ def trial_bound(run: Run, executions: Sequence[int], steps: int | None = None) -
     return Bound(max(last + 2, run.info.optimizer_steps + 1 if crashed else 0), "iterations")
 
 
+def steady_sync(sync_ms: Sequence[float], marks: Sequence[int]) -> float | None:
+    """Sync time per iteration after warm-up, by optimizer steps: what ran between the
+    ends of optimizer steps WARMUP_STEPS + 1 and the last kept, over the iterations
+    between. A loop whose graph grows compiles again at every sync and never warms up;
+    one cut into steps is cached from then on. Counted by the optimizer's steps it means
+    the same on both sides, with steps or without, and a short bounded trial shows the
+    rate a whole run pays (its totals are mostly the compiles both sides pay once)."""
+    if len(marks) < WARMUP_STEPS + 2:
+        return None
+    return sum(sync_ms[marks[WARMUP_STEPS]:marks[-1]]) / (len(marks) - 1 - WARMUP_STEPS)
+
+
 def measure(run: Run, output: str) -> Measures:
     table = run.executions
     steps = run.steps
@@ -140,6 +153,7 @@ def measure(run: Run, output: str) -> Measures:
         findings=list(run.findings), output=output, crash=_crash(run.info), iterations=run.info.optimizer_steps,
         other_syncs=sum(1 for p in range(len(table)) if table.kind_at(p).cause != "mark_step"),
         collective_bytes=per_step(run.collectives, steps) if run.collectives else None,
+        steady_sync_ms=steady_sync(table.sync_ms, run.info.optimizer_marks),
     )
 
 
@@ -318,7 +332,8 @@ def check_output(before: str, after: str, tolerance: float = RELATIVE_TOLERANCE,
         aside = f"; {left_out} {'number measures' if left_out == 1 else 'numbers measure'} time or rate ({shown[:60]}): left out"
     if len(old) != len(new):
         longer = "the original" if len(old) > len(new) else "the patched copy"
-        return OutputCheck(f"the first {common} lines match; {longer} printed {abs(len(old) - len(new))} more",
+        matched = "the first line matches" if common == 1 else f"the first {common} lines match"
+        return OutputCheck(f"{matched}; {longer} printed {abs(len(old) - len(new))} more",
                            False, left_out)
     if differing:
         labels = ", ".join(dict.fromkeys(differing))
@@ -326,7 +341,8 @@ def check_output(before: str, after: str, tolerance: float = RELATIVE_TOLERANCE,
                            f"result numbers are not within {tolerance:g} ({labels}); first at {first}{aside}",
                            False, left_out)
     upto = " the original printed before its crash" if original_crashed else ""
-    return OutputCheck(f"the same ({common} lines{upto}, numbers within {tolerance:g}{aside})", True, left_out)
+    return OutputCheck(f"the same ({common} line{'s' * (common != 1)}{upto}, numbers within {tolerance:g}{aside})",
+                       True, left_out)
 
 
 def compare_output(before: str, after: str, tolerance: float = RELATIVE_TOLERANCE,
@@ -377,7 +393,10 @@ def _finding_line(group: list[Finding]) -> str:
 
 
 def _ending(state: str) -> str:
-    """How a side ended, short enough for the table: the error's type, not its message."""
+    """How a side ended, short enough for the table: the error's type, not its message;
+    "at the bound" where the trial's bound ended it (the heading says which)."""
+    if state.endswith((", as asked (--steps)", ", as asked (--iterations)")):
+        return "at the bound"
     return state.split(":")[0] if state.startswith("raised ") else state
 
 
@@ -407,12 +426,16 @@ def comparison(before: Measures, after: Measures, expected: Sequence[str] = ()) 
     ]
     if before.collective_bytes is not None or after.collective_bytes is not None:  # SPMD
         rows.append(("collective bytes per step", *(size_text(m.collective_bytes or 0) for m in (before, after))))
+    steady = before.steady_sync_ms is not None or after.steady_sync_ms is not None
     if by_iteration(before, after):  # a loop without steps: like with like, per iteration
         rows[2:2] = [("iterations (optimizer steps)", _shown(before.iterations), _shown(after.iterations))]
         rows[4:4] = [("executions per iteration", _shown(before.per_iteration, digits=1),
                       _shown(after.per_iteration, digits=1)),
                      ("sync time per iteration", _shown(_per(before.sync_ms, before.iterations), " ms", 1),
                       _shown(_per(after.sync_ms, after.iterations), " ms", 1))]
+        if steady:
+            rows.insert(6, ("  after warm-up", _shown(before.steady_sync_ms, " ms", 1),
+                            _shown(after.steady_sync_ms, " ms", 1)))
     width = max(len(r[0]) for r in rows)
     left = max(len(r[1]) for r in rows + [("", "before", "")])
     lines = [f"  {'':{width}}  {'before':>{left}}  after"]
@@ -437,7 +460,8 @@ def comparison(before: Measures, after: Measures, expected: Sequence[str] = ()) 
         lines.append(f"    the script draws random numbers on the device ({', '.join(random[:3])}): cut into other "
                      "graphs they draw other numbers; compare with them off (dropout=0) to check the arithmetic")
     if by_iteration(before, after):
-        lines.append("  (the original has no steps: both sides ran the same optimizer steps, compared per iteration)")
+        lines.append("  (the original has no steps: both sides ran the same optimizer steps, compared per iteration"
+                     f"{f'; after warm-up: from the end of optimizer step {WARMUP_STEPS + 1} on' * steady})")
     elif before.steps == 0:
         lines.append("  (the original has no steps and no optimizer steps to count: both ran to their end)")
     return "\n".join(lines)
@@ -451,6 +475,7 @@ def trial_record(before: Measures, after: Measures, bound: Bound, edits: Sequenc
                 "misses": m.misses, "recompiles": m.recompiles if m.steps else None, "max_nodes": m.max_nodes,
                 "iterations": m.iterations, "per_iteration": m.per_iteration,
                 "sync_ms": round(m.sync_ms, 3), "step_ms": None if m.step_ms is None else round(m.step_ms, 3),
+                "steady_sync_ms": None if m.steady_sync_ms is None else round(m.steady_sync_ms, 3),
                 "collective_bytes": None if m.collective_bytes is None else round(m.collective_bytes)}
 
     old, new = _by_key(before.findings), _by_key(after.findings)
@@ -469,6 +494,7 @@ def measured_text(trial: Mapping) -> str:
     parts = []
     for key, label, unit in (("per_step", "executions per step", ""), ("recompiles", "recompiles after warm-up", ""),
                              ("max_nodes", "largest graph", " nodes"), ("sync_ms", "sync time", " ms"),
+                             ("steady_sync_ms", "sync time per iteration after warm-up", " ms"),
                              ("collective_bytes", "collective bytes per step", " B")):
         old, new = before.get(key), after.get(key)
         if isinstance(old, (int, float)) and isinstance(new, (int, float)) and old != new:
@@ -647,11 +673,13 @@ def rounds_table(before: Measures, rounds: Sequence[Round]) -> str:
         lines.append(f"  round {number} ({state}):")
         lines += [f"    edit: {summary[:150]}" for summary in done.edits]
         m = done.measures
-        if by_iteration(before, m):  # a loop without steps: per iteration
+        if by_iteration(before, m):  # a loop without steps: per iteration, after warm-up where it has one
+            steady = previous.steady_sync_ms is not None or m.steady_sync_ms is not None
+            old, new = ((previous.steady_sync_ms, m.steady_sync_ms) if steady else
+                        (_per(previous.sync_ms, previous.iterations), _per(m.sync_ms, m.iterations)))
             lines.append(f"    executions per iteration {_shown(previous.per_iteration, digits=1)} -> "
-                         f"{_shown(m.per_iteration, digits=1)}, sync per iteration "
-                         f"{_shown(_per(previous.sync_ms, previous.iterations), ' ms', 1)} -> "
-                         f"{_shown(_per(m.sync_ms, m.iterations), ' ms', 1)}, largest graph "
+                         f"{_shown(m.per_iteration, digits=1)}, sync per iteration{' after warm-up' * steady} "
+                         f"{_shown(old, ' ms', 1)} -> {_shown(new, ' ms', 1)}, largest graph "
                          f"{_shown(previous.max_nodes)} -> {_shown(m.max_nodes)} nodes")
         else:
             lines.append(f"    executions per step {_shown(previous.per_step, digits=1)} -> {_shown(m.per_step, digits=1)}, "

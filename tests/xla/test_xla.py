@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -484,6 +485,101 @@ def test_fix_puts_torch_xla_sync_at_the_end_of_the_loop(tmp_path: Path) -> None:
     # The graph grows from the first iterations on: the trial needs only those, not all 8.
     assert "5 iterations (optimizer steps) each side" in result.stderr
     assert "output: the same (4 lines" in result.stderr  # stopped in the 5th step, before its print
+
+
+def _ms(cells: list[str]) -> tuple[float, float]:
+    """A --try row's before and after times: ["1,028.0", "ms", "1.0", "ms"] -> (1028.0, 1.0)."""
+    return float(cells[0].replace(",", "")), float(cells[2].replace(",", ""))
+
+
+def _counted(folder: Path, script: str, last: int, *args: str) -> str:
+    """The script run untraced with torch_xla's own counts on stderr (scripts/xla_counts.py)."""
+    result = python(Path(__file__).parent / "scripts" / "xla_counts.py", str(last), script, *args, cwd=folder)
+    assert result.status == 0, result.stderr
+    return result.stderr
+
+
+def _compiles_by_step(folder: Path, script: str, last: int, *args: str) -> list[int]:
+    """torch_xla's own CompileTime count at the end of each optimizer step, untraced."""
+    counted = _counted(folder, script, last, *args)
+    return [int(n) for n in re.findall(r"^compiles after step \d+: (\d+)$", counted, re.M)]
+
+
+def _executions_at_exit(folder: Path, script: str) -> int:
+    """torch_xla's own ExecuteTime count over the whole untraced run."""
+    return int(re.search(r"^at exit: (\d+) executions", _counted(folder, script, 0), re.M).group(1))
+
+
+def test_a_gpt_loop_without_sync_goes_to_one_graph_an_iteration_proved_per_iteration(tmp_path: Path) -> None:
+    # nanoGPT's loop moved to XLA as users move it: no torch_xla.sync(), a loss read
+    # every other iteration, the step time printed beside it.
+    folder = tmp_path / "project"
+    folder.mkdir()
+    for name in ("train.py", "model.py", "xla_train.py"):
+        (folder / name).write_text((PROGRAMS / "gpt_char" / name).read_text())
+    trace = tmp_path / "gpt.trace"
+    # Bounded: the whole run ends in a checkpoint read one tensor at a time, each a graph
+    # of the uncut iterations (minutes); the loop's finding shows in its first iterations.
+    assert cli("run", "--no-tui", "--iterations", "5", "-o", trace, "xla_train.py", "8", cwd=folder).status == 0
+    assert report(trace)["findings"][0]["kind"] == "missing_mark_step"
+    result = cli("fix", trace, "--try", "--until-clean", cwd=folder)
+    assert result.status == 0, result.stderr
+    assert "+    torch_xla.sync()\n" in result.stdout
+    rounds, whole = result.stderr.split("the whole way")
+    assert "round 1 (kept)" in rounds and "not kept" not in rounds
+    assert "output: the same" in whole and "2 numbers measure time or rate (time): left out" in whole
+    assert "no sync" in whole.split("findings gone:")[1]
+    # Like with like: the same optimizer steps on both sides, per iteration after warm-up.
+    # Without the sync each read compiles a larger graph (it never warms up); with it the
+    # loop's graphs come from the cache.
+    before, after = _ms(row(whole, "after warm-up"))
+    assert before > 3 * after, whole
+    # The truth, from torch_xla's own counter on the untraced scripts: the original
+    # compiles again after warm-up (the read at iteration 4), the synced copy never does.
+    edited = tmp_path / "edited"
+    shutil.copytree(folder, edited)
+    subprocess.run(["git", "apply", "-"], input=result.stdout, text=True, cwd=edited, check=True)
+    original = _compiles_by_step(folder, "xla_train.py", 6, "8")
+    synced = _compiles_by_step(edited, "xla_train.py", 6, "8")
+    assert original[-1] > original[2] and synced[-1] == synced[2], (original, synced)
+
+
+def test_a_checkpoint_read_one_tensor_at_a_time_is_saved_after_one_sync(tmp_path: Path) -> None:
+    folder = tmp_path / "project"
+    folder.mkdir()
+    shutil.copy(PROGRAMS / "xla_checkpoint.py", folder)
+    trace = tmp_path / "ckpt.trace"
+    assert cli("run", "--no-tui", "-o", trace, "xla_checkpoint.py", cwd=folder).status == 0
+    save = line_of(folder / "xla_checkpoint.py", "torch.save(")
+    kinds = {f["kind"]: f for f in report(trace)["findings"]}
+    assert kinds["one_by_one_reads"]["site"]["line"] == save
+    result = cli("fix", trace, "--try", "--until-clean", cwd=folder)
+    assert result.status == 0, result.stderr
+    assert "+torch.save(state_on_cpu({\"model\": model.state_dict()" in result.stdout
+    assert "+    torch_xla.sync()\n" in result.stdout  # in state_on_cpu, and the loop's own
+    gone = result.stderr.split("findings gone:")[1].split("output:")[0]
+    assert "reads to the host one at a time" in gone and "no step ended" in gone
+    assert "output: the same (1 line" in result.stderr
+    # The truth, untraced: torch_xla's executions, and the saved checkpoints load to the
+    # same values (the copy's was written by the edit's function, from the CPU).
+    edited = tmp_path / "edited"
+    shutil.copytree(folder, edited)
+    subprocess.run(["git", "apply", "-"], input=result.stdout, text=True, cwd=edited, check=True)
+    executions = _executions_at_exit(folder, "xla_checkpoint.py"), _executions_at_exit(edited, "xla_checkpoint.py")
+    assert executions[0] >= 12 and executions[1] <= 4, executions  # a graph a tensor; one a step and the save's
+    # The original's file holds XLA tensors (it loads only where torch_xla is imported;
+    # AdamW keeps its step counts on the CPU); the copy's holds CPU tensors only.
+    loaded = python("-c", "import sys, torch, torch_xla\n"
+                    "a, b = (torch.load(f, weights_only=True) for f in sys.argv[1:])\n"
+                    "flat = lambda s: [s['model'][k] for k in sorted(s['model'])] + "
+                    "[t for st in s['optimizer']['state'].values() for t in st.values()]\n"
+                    "assert a['iterations'] == b['iterations'] == 3\n"
+                    "print(len(flat(a)), 'xla' in {x.device.type for x in flat(a)}, {y.device.type for y in flat(b)}, "
+                    "all(torch.allclose(x.cpu(), y, rtol=1e-5, atol=1e-6) for x, y in zip(flat(a), flat(b))))",
+                    folder / "ckpt.pt", edited / "ckpt.pt")
+    assert loaded.status == 0, loaded.stderr
+    # 4 weights and AdamW's 3 states for each (step, exp_avg, exp_avg_sq): the same values.
+    assert loaded.stdout.split() == ["16", "True", "{'cpu'}", "True"]
 
 
 def test_a_last_short_batch_is_a_shape_change_with_its_fix_proved(tmp_path: Path) -> None:
