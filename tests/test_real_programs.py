@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -82,6 +83,35 @@ def test_mnist_without_mark_step_names_it_first_and_fails_check(tmp_path: Path) 
     assert "fix the missing mark_step() finding first" in argmax["message"]
     check = cli("check", trace, "--any-fallbacks")
     assert check.status == 1 and "missing mark_step()" in check.stdout
+
+
+def test_a_transformers_layers_are_not_a_loop_without_mark_step(tmp_path: Path) -> None:
+    # makemore's shape once its split is fixed: AdamW's lerp_ falls back per parameter,
+    # each fallback running the step's forward and backward, whose 4 blocks repeat one
+    # block of ops 4 times, chained. The loop has its mark_step(): nothing is missing.
+    for name in ("train.py", "model.py"):
+        shutil.copy(PROGRAMS / "gpt_char" / name, tmp_path / name)
+    train, model = tmp_path / "train.py", tmp_path / "model.py"
+    train.write_text(train.read_text().replace("torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)",
+                                               "torch.optim.AdamW(model.parameters(), lr=1e-3)")
+                     .replace("    optimizer.step()\n", "    optimizer.step()\n    torch._lazy.mark_step()\n")
+                     .split("\ncheckpoint = ")[0] + "\n")
+    model.write_text(model.read_text().replace("n_layer=2", "n_layer=4").replace(
+        "q, k, v = self.c_attn(x).split(self.n_embd, dim=2)",
+        "qkv = self.c_attn(x)\n        q, k, v = (qkv.narrow(2, i * self.n_embd, self.n_embd) for i in range(3))"))
+    trace, counters = tmp_path / "gpt.trace", tmp_path / "counters.json"
+    subprocess.run([sys.executable, "-m", "lazyviz", "run", "--no-tui", "-o", str(trace),
+                    str(PROGRAMS / "with_counters.py"), str(train), "4"], capture_output=True, text=True,
+                   env={**os.environ, "COUNTERS_FILE": str(counters)}, timeout=600, check=True, cwd=tmp_path)
+    truth = json.loads(counters.read_text())
+    assert_counts_match_ltc(trace, truth)
+    assert truth["MarkStep"] == 4  # the script's own, one an iteration
+    report = json.loads(cli("report", trace, "--format", "json").stdout)
+    assert "missing_mark_step" not in kinds(report), report["findings"][0]["message"]
+    [lerp] = [f for f in report["findings"] if f["kind"] == "fallback"]
+    assert lerp["details"]["op"] == "aten::lerp.Scalar" and "not cut" not in lerp["message"]
+    with lazyviz.open(trace) as opened:  # the repeated block is there: 4 blocks in one step's graph
+        assert max(e.nodes for e in opened.executions()) > 600
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "sgd", "adadelta"])

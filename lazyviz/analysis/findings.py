@@ -833,6 +833,31 @@ def iterations_chain(graph: IRGraph, start: int, period: int, repeats: int) -> b
     return max(map(len, spans.values()), default=0) >= max(MIN_REPEATS, repeats // 2 + 1)
 
 
+def layer_stack(graph: IRGraph, start: int, period: int, repeats: int) -> bool:
+    """Whether a chained repeated block is a model's stack of layers, each with its own
+    weights (a transformer's blocks: makemore's 4 layers, 13 weight tensors each, hand 4
+    values on), not a loop's iterations: every repeat reads more tensors from the graph's
+    inputs that no other repeat reads than it takes from the repeat before. An unrolled
+    training loop carries every parameter and optimizer state on and reads only its batch
+    (mnist: 41 values on, 1-2 tensors of its own); a loop over shared weights reads none
+    of its own. Scalars are not counted: the lazy device makes a constant per use."""
+    nodes = graph.nodes
+    ops = [node for node in nodes if not node.is_input][start:start + period * repeats]
+    repeat = {node.id: i // period for i, node in enumerate(ops)}
+    tensors = {node.id for node in nodes if node.is_input and any(t.shape for t in node.outputs)}
+    readers: dict[str, set[int]] = defaultdict(set)  # an input tensor -> the repeats reading it
+    carried: dict[int, set[str]] = defaultdict(set)  # a repeat -> what it reads of the one before
+    for node in ops:
+        here = repeat[node.id]
+        for operand in node.operand_ids:
+            if operand in tensors:
+                readers[operand].add(here)
+            elif repeat.get(operand) == here - 1:
+                carried[here].add(operand)
+    own = Counter(next(iter(seen)) for seen in readers.values() if len(seen) == 1)
+    return all(own[k] >= 2 and own[k] > len(carried[k]) for k in range(repeats))
+
+
 MIN_GROWING_SYNCS = 3  # syncs at one site before steady growth is a pattern, not chance
 
 
@@ -1181,6 +1206,8 @@ def _unrolled_loop(graph: IRGraph | None, blocks: dict[tuple[str, ...], tuple[li
         return None  # a small repeated motif inside a normal graph
     if not iterations_chain(graph, start, len(block), repeats):
         return None  # side by side, not a loop: an optimizer updating its parameters one by one
+    if layer_stack(graph, start, len(block), repeats):
+        return None  # a model's layers, each with its own weights: the forward's structure, not a loop
     return block, repeats
 
 
