@@ -85,9 +85,11 @@ def collectives_text(rows: Sequence[Row], steps: int) -> str:
 
 
 def collective_line(row: Row) -> str:
-    """One collective as the report and the Backend tab list it."""
-    why = f"expected: {row.expected}" if row.expected else "NOT ASKED FOR"
-    return f"{size_text(row.sent_per_step):>9}  {row.describe()}  [{why}]"
+    """One collective as the report and the Backend tab list it; one the layout did not
+    ask for says so before what it is (a narrow pane cuts the line's end)."""
+    if not row.expected:
+        return f"{size_text(row.sent_per_step):>9}  NOT ASKED FOR: {row.describe()}"
+    return f"{size_text(row.sent_per_step):>9}  {row.describe()}  [expected: {row.expected}]"
 
 
 def transfers_text(summary: Summary) -> str:

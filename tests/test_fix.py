@@ -256,6 +256,15 @@ def test_numbers_that_measure_time_or_rate_are_left_out(before: str, after: str)
     assert not worse.same and "loss" in worse.verdict, worse.verdict
 
 
+def test_a_rate_that_is_a_setting_or_a_result_is_compared() -> None:
+    # makemore prints its arguments first: learning_rate is the script's setting.
+    args = "{'learning_rate': 0.0005, 'dropout_rate': 0.1, 'batch_size': 32}\n"
+    assert check_output(args, args).left_out == 0
+    assert not check_output(args, args.replace("0.0005", "0.001")).same
+    assert not check_output("error_rate 0.12\n", "error_rate 0.31\n").same
+    assert check_output("3100 samples/s\n", "7210 samples/s\n").same  # a rate per time, by its unit
+
+
 def test_a_crashed_originals_output_is_compared_up_to_its_crash() -> None:
     checked = check_output("step 0 loss 1.0\n", "step 0 loss 1.0\nstep 1 loss 0.9\nsaved\n", original_crashed=True)
     assert checked.same and "before its crash" in checked.verdict

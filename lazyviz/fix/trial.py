@@ -263,7 +263,9 @@ _MEASURE_UNIT = re.compile(r"\s?(?:ms|us|µs|ns|s|sec|secs|seconds?|mins?|minute
 _MEASURE_WORDS = frozenset({
     "time", "times", "timing", "dt", "elapsed", "runtime", "duration", "latency", "took", "wall", "walltime",
     "throughput", "speed", "fps", "tps", "mfu", "util", "utilization", "utilisation", "eta", "ms", "us", "ns",
-    "s", "sec", "secs", "second", "seconds", "per", "rate", "flops", "tflops", "gflops", "it"})
+    "s", "sec", "secs", "second", "seconds", "per", "flops", "tflops", "gflops", "it"})
+# Not "rate": a learning_rate, a dropout_rate or an error_rate is a setting or a result
+# (makemore prints its arguments, learning_rate among them); a rate per time has its unit.
 
 
 def _label(text: str) -> str:

@@ -178,7 +178,7 @@ async def test_the_ui_lists_a_graphs_collectives_and_the_bytes_per_step(spmd_tra
                 break
             await pilot.pause(0.05)
         line = line_of(MLP, "out = h @ w2")
-        assert f"all-gather f32[64,256] over model at xla_spmd_mlp.py:{line} (aten::mm)  [NOT ASKED FOR]" in backend.text
+        assert f"NOT ASKED FOR: all-gather f32[64,256] over model at xla_spmd_mlp.py:{line} (aten::mm)" in backend.text
         assert "all-reduce f32[64,256] over model in the backward pass (aten::mm)  [expected:" in backend.text
         timing = str(app.query_one("#timing-view").render())
         assert "collectives: each device sends 192.0 KB per step, 96.0 KB of it not asked for" in timing
