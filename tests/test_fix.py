@@ -25,8 +25,9 @@ from lazyviz.fix.device_branch import _choice, on_the_device
 from lazyviz.fix.lowered_clip import LOWERED_CLIP, _clip_call
 from lazyviz.fix.padding import _padding_calls, padded_lengths, padding_multiple
 from lazyviz.fix.source import Source
-from lazyviz.fix.trial import Measures, check_output, compare_output, comparison, crash_verdict
+from lazyviz.fix.trial import Measures, check_output, compare_output, comparison, crash_verdict, shown_again_by, steady_sync
 from lazyviz.trace.model import Frame
+from lazyviz.trace.synthetic import execution, write_trace
 
 PROGRAMS = ROOT / "tests" / "programs"
 
@@ -263,6 +264,30 @@ def test_a_rate_that_is_a_setting_or_a_result_is_compared() -> None:
     assert not check_output(args, args.replace("0.0005", "0.001")).same
     assert not check_output("error_rate 0.12\n", "error_rate 0.31\n").same
     assert check_output("3100 samples/s\n", "7210 samples/s\n").same  # a rate per time, by its unit
+
+
+@pytest.mark.parametrize("marks, reach", [
+    ([1, 2, 3, 4, 5, 6, 7, 8], ()),  # bigram: AdamW's lerp_ synced in every iteration, growing
+    ([0, 1, 1, 1, 1, 1, 1, 1], (9,)),  # mnist: one loss logged, the rest run after the loop
+])
+def test_a_loop_that_syncs_inside_shows_its_missing_step_in_its_first_iterations(
+        tmp_path: Path, marks: list[int], reach: tuple[int, ...]) -> None:
+    # A loop without steps, then one read after it that runs all its work (execution 9).
+    trace = tmp_path / "loop.trace"
+    write_trace(trace, [execution(i, step=0, cause="fallback") for i in range(10)],
+                optimizer_steps=len(marks), optimizer_marks=marks)
+    with lazyviz.open(trace) as opened:
+        run = Run(opened)
+        piled = Finding("missing_mark_step", "warning", "a loop ran 8 iterations without mark_step()", None, (9,))
+        assert tuple(shown_again_by(piled, run)) == reach
+        # Another kind of finding is shown by its last execution, as before.
+        assert tuple(shown_again_by(Finding("recompile", "warning", "", None, (3, 9)), run)) == (9,)
+
+
+def test_sync_time_after_warm_up_counts_the_same_iterations_on_both_sides() -> None:
+    # Between the ends of optimizer steps 3 and 5: the executions marks[2]..marks[4], over 2 iterations.
+    assert steady_sync([100.0, 200.0, 40.0, 8.0, 2.0, 99.0], [1, 2, 3, 4, 5]) == (8.0 + 2.0) / 2
+    assert steady_sync([5.0] * 6, [0, 0, 0]) is None  # too few iterations to have a warm-up behind
 
 
 def test_a_crashed_originals_output_is_compared_up_to_its_crash() -> None:

@@ -171,7 +171,7 @@ class FixCommand:
             print("".join(difflib.unified_diff(originals[file].splitlines(keepends=True),
                                                patched[file].splitlines(keepends=True),
                                                f"a/{shown}", f"b/{shown}")), end="", flush=True)
-        bound = trial_bound(run, [e for p in proposals for e in shown_again_by(p.finding)], options.steps)
+        bound = trial_bound(run, [e for p in proposals for e in shown_again_by(p.finding, run)], options.steps)
         say(f"lazyviz: trying your patch on a copy, {bound} each side (the original, then the patched copy)...")
         result, before, after = try_patch(info, patched, bound, options.timeout, options.keep)
         say(result)
@@ -194,7 +194,7 @@ class FixCommand:
     @staticmethod
     def _bound(run: Run, proposals: list[Proposal], steps: int | None) -> Bound:
         """Enough to see each fixed finding again (a last short batch is late)."""
-        return trial_bound(run, [e for p in proposals if p.mechanical for e in shown_again_by(p.finding)], steps)
+        return trial_bound(run, [e for p in proposals if p.mechanical for e in shown_again_by(p.finding, run)], steps)
 
     @staticmethod
     def _describe(proposals: list[Proposal]) -> None:

@@ -97,11 +97,25 @@ class Bound:
         return f"{self.count} steps" if self.unit == "steps" else f"{self.count} iterations (optimizer steps)"
 
 
-def shown_again_by(finding: Finding) -> Sequence[int]:
+def shown_again_by(finding: Finding, run: Run) -> Sequence[int]:
     """The executions a trial's bound must reach for the finding to show again: a graph
     that grows at every sync shows in its first iterations (its last sync is the run's
-    end); another finding at its last (a last short batch comes late)."""
-    return finding.executions[:1] if finding.kind == "missing_mark_step" else finding.executions[-1:]
+    end); another finding at its last (a last short batch comes late). Where the graph the
+    finding names first ran after a loop without steps (bigram.py's 60 iterations piled
+    up and ran at the generation's first multinomial) but the loop synced inside too
+    (AdamW's lerp_ fallback in most iterations), those syncs show it growing in the
+    bound's own first iterations: no execution to reach. A loop that seldom synced inside
+    (mnist without mark_step(): a loss logged at batch 0, the rest run at the evaluation)
+    pays after it: reach that."""
+    if finding.kind != "missing_mark_step":
+        return finding.executions[-1:]
+    first = finding.executions[:1]
+    marks = run.info.optimizer_marks
+    synced = sum(b > a for a, b in itertools.pairwise(marks))  # iterations with a sync of their own
+    if first and not run.steps and len(marks) == run.info.optimizer_steps and synced * 2 > len(marks) \
+            and iteration_of(marks, first[0]) is None:
+        return ()
+    return first
 
 
 def trial_bound(run: Run, executions: Sequence[int], steps: int | None = None) -> Bound:
