@@ -100,6 +100,7 @@ def test_adamw_lerp_fallback_has_its_fix(sample_trace) -> None:
     lerp = findings["aten::lerp.Scalar"]
     assert lerp["site"]["line"] == line_of(SAMPLES / "transformer_adamw.py", "optimizer.step()")
     assert "lerp_" in lerp["fix"] and lerp["details"]["per_step"] > 10
+    assert "mark_step() between loss.backward() and optimizer.step()" in lerp["fix"]
 
 
 def svg_nodes(text: str) -> list[ET.Element]:

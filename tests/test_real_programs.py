@@ -114,6 +114,36 @@ def test_a_transformers_layers_are_not_a_loop_without_mark_step(tmp_path: Path) 
         assert max(e.nodes for e in opened.executions()) > 600
 
 
+def test_the_lerp_findings_advice_holds_by_ltcs_counts(tmp_path: Path) -> None:
+    # The lerp_ fallback's fix says: a mark_step() between backward and the optimizer's
+    # step runs the forward and backward once instead of once per fallback. LTC's own
+    # counts on the sample with and without it, the loss the same.
+    sample = ROOT / "samples" / "transformer_adamw.py"
+    early = tmp_path / "early.py"
+    early.write_text(sample.read_text().replace("    loss.backward()\n    optimizer.step()\n",
+                                                "    loss.backward()\n    sync()\n    optimizer.step()\n"))
+    runs = []
+    for script in (sample, early):
+        counters = tmp_path / f"{script.stem}.json"
+        done = subprocess.run([sys.executable, str(PROGRAMS / "with_counters.py"), str(script), "--steps", "8"],
+                              capture_output=True, text=True, env={**os.environ, "COUNTERS_FILE": str(counters)},
+                              timeout=600, check=True)
+        ltc = json.loads(counters.read_text())
+        runs.append((ltc["UncachedCompile"] + ltc["CachedCompile"], ltc["aten::lerp.Scalar"], done.stdout))
+    (before, lerps, loss), (after, same_lerps, same_loss) = runs
+    assert lerps == same_lerps and loss == same_loss and "final loss" in loss
+    assert after * 3 < before, runs
+    report = json.loads(cli("report", "--format", "json", traced_sample(tmp_path, sample)).stdout)
+    [lerp] = [f for f in report["findings"] if f["kind"] == "fallback" and f["details"]["op"] == "aten::lerp.Scalar"]
+    assert "mark_step() between loss.backward() and optimizer.step()" in lerp["fix"]
+
+
+def traced_sample(tmp_path: Path, sample: Path) -> Path:
+    trace = tmp_path / f"{sample.stem}.trace"
+    assert cli("run", "--no-tui", "-o", trace, sample, "--steps", "8").status == 0
+    return trace
+
+
 @pytest.mark.parametrize("optimizer", ["adamw", "sgd", "adadelta"])
 def test_clean_optimizer_loops_have_no_mark_step_finding(tmp_path: Path, optimizer: str) -> None:
     trace, counters, report = traced(tmp_path, "clean_optimizers.py", optimizer)
