@@ -43,33 +43,37 @@ def test_a_chained_block_is_a_loop_and_side_by_side_blocks_are_not() -> None:
         assert [f.kind for f in found] == (["missing_mark_step"] if chained else []), chained
 
 
-def stack_ir(repeats: int, layers: bool) -> str:
-    """The same chained block `repeats` times: a model's layers, each reading its own
-    weight and bias and handing its activation on, or a training loop's iterations, each
-    reading its own batch and handing the updated weight on."""
-    lines = ["IR {", "  %0 = [Float[4,8]] lazy_tensors::device_data(), device=CPU0, NodeType=D",
-             "  %1 = [Float[8,8]] lazy_tensors::device_data(), device=CPU0, NodeType=D",
-             "  %2 = [Float[8]] lazy_tensors::device_data(), device=CPU0, NodeType=D"]
-    x, weight, bias, node = "%0", "%1", "%2", 3
+def _data(node: int, shape: str) -> str:
+    return f"  %{node} = [Float[{shape}]] lazy_tensors::device_data(), device=CPU0, NodeType=D"
+
+
+def stack_ir(repeats: int, layers: bool, uploads: int = 1) -> str:
+    """The same chained block `repeats` times: a model's layers, each reading its own two
+    weights and biases and handing its activation on, or a loop's iterations, each
+    reading what it uploads (a batch, a sampler's noise) and handing the updated weight on."""
+    lines = ["IR {", _data(0, "4,8"), _data(1, "8,8"), _data(2, "8"), _data(3, "8,8"), _data(4, "8")]
+    x, w1, b1, w2, b2, node = "%0", "%1", "%2", "%3", "%4", 5
     for _ in range(repeats):
-        if layers:  # its own weight and bias
-            lines += [f"  %{node} = [Float[8,8]] lazy_tensors::device_data(), device=CPU0, NodeType=D",
-                      f"  %{node + 1} = [Float[8]] lazy_tensors::device_data(), device=CPU0, NodeType=D"]
-            weight, bias = f"%{node}", f"%{node + 1}"
-        else:  # its own batch
-            lines.append(f"  %{node} = [Float[4,8]] lazy_tensors::device_data(), device=CPU0, NodeType=D")
-            x = f"%{node}"
-        node += 1 if not layers else 2
-        lines += [f"  %{node} = [Float[4,8]] aten::mm({x}, {weight}), NodeType=N",
-                  f"  %{node + 1} = [Float[4,8]] aten::add(%{node}, {bias}), NodeType=N",
-                  f"  %{node + 2} = [Float[4,8]] aten::tanh(%{node + 1}), NodeType=N"]
+        if layers:  # its own weights and biases
+            lines += [_data(node, "8,8"), _data(node + 1, "8"), _data(node + 2, "8,8"), _data(node + 3, "8")]
+            w1, b1, w2, b2 = (f"%{node + i}" for i in range(4))
+            node += 4
+        else:  # what it uploads, read by the block's first op
+            lines += [_data(node + i, "4,8") for i in range(uploads)]
+            x = ", ".join(f"%{node + i}" for i in range(uploads))
+            node += uploads
+        lines += [f"  %{node} = [Float[4,8]] aten::mm({x}, {w1}), NodeType=N",
+                  f"  %{node + 1} = [Float[4,8]] aten::add(%{node}, {b1}), NodeType=N",
+                  f"  %{node + 2} = [Float[4,8]] aten::tanh(%{node + 1}), NodeType=N",
+                  f"  %{node + 3} = [Float[4,8]] aten::mm(%{node + 2}, {w2}), NodeType=N",
+                  f"  %{node + 4} = [Float[4,8]] aten::add(%{node + 3}, {b2}), NodeType=N"]
         if layers:
-            lines.append(f"  %{node + 3} = [Float[4,8]] aten::mul(%{node + 2}, {x}), NodeType=N")
-            x = f"%{node + 3}"
+            lines.append(f"  %{node + 5} = [Float[4,8]] aten::mul(%{node + 4}, {x}), NodeType=N")
+            x = f"%{node + 5}"
         else:
-            lines.append(f"  %{node + 3} = [Float[8,8]] aten::mul({weight}, %{node + 2}), NodeType=N")
-            weight = f"%{node + 3}"
-        node += 4
+            lines.append(f"  %{node + 5} = [Float[8,8]] aten::mul({w1}, %{node + 4}), NodeType=N")
+            w1 = f"%{node + 5}"
+        node += 6
     lines[-1] += ", ROOT=0"
     return "\n".join(lines + ["}"]) + "\n"
 
@@ -78,9 +82,9 @@ def test_a_stack_of_layers_with_their_own_weights_is_not_a_loop() -> None:
     # makemore's 4 transformer blocks in one step's graph read 13 weight tensors each and
     # hand 4 values on: the forward's structure, where a mark_step() has nothing to cut.
     # An unrolled training loop reads its batch and hands every updated parameter on.
-    for layers in (True, False):
-        found = growth_findings([ex(0, cause="item", graph="g", nodes=40)], {"g": stack_ir(6, layers)})
-        assert [f.kind for f in found] == ([] if layers else ["missing_mark_step"]), layers
+    for layers, uploads in ((True, 0), (False, 1), (False, 3)):
+        found = growth_findings([ex(0, cause="item", graph="g", nodes=60)], {"g": stack_ir(6, layers, uploads)})
+        assert [f.kind for f in found] == ([] if layers else ["missing_mark_step"]), (layers, uploads)
 
 
 def test_the_repeated_block_of_a_long_step_is_found_quickly() -> None:

@@ -841,11 +841,13 @@ def iterations_chain(graph: IRGraph, start: int, period: int, repeats: int) -> b
 def layer_stack(graph: IRGraph, start: int, period: int, repeats: int) -> bool:
     """Whether a chained repeated block is a model's stack of layers, each with its own
     weights (a transformer's blocks: makemore's 4 layers, 13 weight tensors each, hand 4
-    values on), not a loop's iterations: every repeat reads more tensors from the graph's
-    inputs that no other repeat reads than it takes from the repeat before. An unrolled
-    training loop carries every parameter and optimizer state on and reads only its batch
-    (mnist: 41 values on, 1-2 tensors of its own); a loop over shared weights reads none
-    of its own. Scalars are not counted: the lazy device makes a constant per use."""
+    values on), not a loop's iterations: every repeat reads at least 4 tensors from the
+    graph's inputs that no other repeat reads, and twice what it takes from the repeat
+    before. An unrolled training loop carries every parameter and optimizer state on and
+    reads only its batch (mnist: 41 values on, 1-2 tensors of its own); a loop over shared
+    weights reads none of its own, or what it uploads each time (a sampler's noise). A
+    stack of bare Linear layers (2 weights each) stays unknown: said as a loop, as before.
+    Scalars are not counted: the lazy device makes a constant per use."""
     nodes = graph.nodes
     ops = [node for node in nodes if not node.is_input][start:start + period * repeats]
     repeat = {node.id: i // period for i, node in enumerate(ops)}
@@ -860,7 +862,7 @@ def layer_stack(graph: IRGraph, start: int, period: int, repeats: int) -> bool:
             elif repeat.get(operand) == here - 1:
                 carried[here].add(operand)
     own = Counter(next(iter(seen)) for seen in readers.values() if len(seen) == 1)
-    return all(own[k] >= 2 and own[k] > len(carried[k]) for k in range(repeats))
+    return all(own[k] >= max(4, 2 * len(carried[k])) for k in range(repeats))
 
 
 MIN_GROWING_SYNCS = 3  # syncs at one site before steady growth is a pattern, not chance
