@@ -251,7 +251,9 @@ def run_side(side: Side, info: RunInfo, root: Path, bound: Bound | None, timeout
         done = subprocess.run(command, cwd=run_in, capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL, check=False)
     except subprocess.TimeoutExpired:
-        raise LazyvizError(f"the {side.name} run took longer than {timeout:.0f} s: lower --steps "
+        # --steps bounds a run with steps; one bounded by iterations has only --timeout to give.
+        lower = "lower --steps or " if bound is not None and bound.unit == "steps" else ""
+        raise LazyvizError(f"the {side.name} run took longer than {timeout:.0f} s: {lower}raise --timeout "
                            f"(it ran {bound or 'to its end'})") from None
     # Where torch_xla.launch ran the steps in processes of their own, the first one's trace.
     launched = rank_trace(launch_folder(side.trace), 0)
@@ -448,10 +450,9 @@ def comparison(before: Measures, after: Measures, expected: Sequence[str] = ()) 
         rows[4:4] = [("executions per iteration", _shown(before.per_iteration, digits=1),
                       _shown(after.per_iteration, digits=1)),
                      ("sync time per iteration", _shown(_per(before.sync_ms, before.iterations), " ms", 1),
-                      _shown(_per(after.sync_ms, after.iterations), " ms", 1))]
-        if steady:
-            rows.insert(6, ("  after warm-up", _shown(before.steady_sync_ms, " ms", 1),
-                            _shown(after.steady_sync_ms, " ms", 1)))
+                      _shown(_per(after.sync_ms, after.iterations), " ms", 1)),
+                     *([("  after warm-up", _shown(before.steady_sync_ms, " ms", 1),
+                         _shown(after.steady_sync_ms, " ms", 1))] if steady else [])]
     width = max(len(r[0]) for r in rows)
     left = max(len(r[1]) for r in rows + [("", "before", "")])
     lines = [f"  {'':{width}}  {'before':>{left}}  after"]
