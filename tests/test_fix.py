@@ -23,9 +23,10 @@ from lazyviz.analysis.run import Run
 from lazyviz.fix.baked_values import _python_index, indices_as_data
 from lazyviz.fix.device_branch import _choice, on_the_device
 from lazyviz.fix.lowered_clip import LOWERED_CLIP, _clip_call
+from lazyviz.fix.output_check import check_output, compare_output
 from lazyviz.fix.padding import _padding_calls, padded_lengths, padding_multiple
 from lazyviz.fix.source import Source
-from lazyviz.fix.trial import Measures, check_output, compare_output, comparison, crash_verdict, shown_again_by, steady_sync
+from lazyviz.fix.trial import Measures, comparison, crash_verdict, shown_again_by, steady_sync
 from lazyviz.trace.model import Frame
 from lazyviz.trace.synthetic import execution, write_trace
 
@@ -308,7 +309,9 @@ def test_a_crash_that_is_gone_is_the_proof() -> None:
     other = _ended("raised ValueError: shapes", 1, "train.py:80 (ValueError)")
     ok, said = crash_verdict(crashed, other)
     assert not ok and "model.py:56 (RuntimeError) is gone, but the copy crashed at train.py:80 (ValueError)" in said
-    assert crash_verdict(crashed, crashed) == (True, "")
+    # The same statement raising the same error: the edit did not fix it, said plainly.
+    ok, said = crash_verdict(crashed, crashed)
+    assert not ok and said.startswith("the edit did not fix the crash") and "model.py:56 (RuntimeError)" in said
     assert not crash_verdict(ran, crashed)[0]
     table = comparison(crashed, ran)
     assert table.splitlines()[0] == "  the crash at model.py:56 (RuntimeError) is gone; the copy ran to its end"

@@ -15,19 +15,18 @@ from lazyviz.analysis.run import Run
 from lazyviz.commands.base import CliError, open_trace, regular_file, say, step_count
 from lazyviz.fix.patch import PatchError, edited_copy, is_diff, patched_texts
 from lazyviz.fix.proposals import Change, Proposal, apply_changes, file_hash, propose, unified_diff
+from lazyviz.fix.rounds import RoundEdits, until_clean
 from lazyviz.fix.trial import (
     DEFAULT_STEPS,
     Bound,
     Measures,
-    RoundEdits,
-    copy_root,
     crash_verdict,
     shown_again_by,
     trial_bound,
     trial_record,
     try_patch,
-    until_clean,
 )
+from lazyviz.fix.workspace import copy_root
 from lazyviz.present import KIND_LABELS
 from lazyviz.trace.files import add_run_fields
 from lazyviz.trace.model import RunInfo
@@ -88,11 +87,11 @@ class FixCommand:
             bound = self._bound(run, proposals, options.steps)
             say(f"lazyviz: trying the edits on a copy, {bound} each side (the original, then the patched copy)...")
             expected = [p.alters_results for p in proposals if p.alters_results]
-            text, before, after = try_patch(info, apply_changes(texts, changes), bound, options.timeout,
-                                            options.keep, expected)
+            text, before, after, checked = try_patch(info, apply_changes(texts, changes), bound, options.timeout,
+                                                     options.keep, expected, texts, len(run.executions))
             say(text)
             self._keep(options.trace, info, trial_record(before, after, bound,
-                                                         [p.summary for p in proposals if p.changes]))
+                                                         [p.summary for p in proposals if p.changes], checked))
             if not self._ended_alike(before, after):
                 return 1
         if options.write:
@@ -110,20 +109,21 @@ class FixCommand:
 
         def edits_of(proposed: list[Proposal]) -> RoundEdits | None:
             changes = [c for p in proposed for c in p.changes]
+            outlived = [f"{p.finding.short or p.finding.message} ({p.summary})" for p in proposed if p.outlived]
             if not changes:
-                return None
+                return RoundEdits([], {}, [], outlived) if outlived else None
             files = {c.file: Path(c.file).read_bytes().decode("utf-8") for c in changes}
             return RoundEdits([p.summary for p in proposed if p.changes], apply_changes(files, changes),
-                              [p.alters_results for p in proposed if p.changes and p.alters_results])
+                              [p.alters_results for p in proposed if p.changes and p.alters_results], outlived)
 
         def next_round(kept: Run) -> RoundEdits | None:
             return edits_of(propose(kept))
 
         first = edits_of(proposals)
-        assert first is not None
+        assert first is not None and first.patched
         say(f"lazyviz: round after round on copies (at most {options.rounds}), {bound} each run...")
         table, before, rounds, final = until_clean(info, texts, first, bound, options.timeout, options.rounds,
-                                                    options.keep, next_round)
+                                                    options.keep, next_round, len(run.executions))
         say(table)
         originals = {file: Path(file).read_bytes().decode("utf-8") for file in final}
         for file in sorted(final):
@@ -173,9 +173,10 @@ class FixCommand:
                                                f"a/{shown}", f"b/{shown}")), end="", flush=True)
         bound = trial_bound(run, [e for p in proposals for e in shown_again_by(p.finding, run)], options.steps)
         say(f"lazyviz: trying your patch on a copy, {bound} each side (the original, then the patched copy)...")
-        result, before, after = try_patch(info, patched, bound, options.timeout, options.keep)
+        result, before, after, checked = try_patch(info, patched, bound, options.timeout, options.keep,
+                                                   originals=originals, recorded_executions=len(run.executions))
         say(result)
-        self._keep(options.trace, info, trial_record(before, after, bound, [f"your patch ({source.name})"]))
+        self._keep(options.trace, info, trial_record(before, after, bound, [f"your patch ({source.name})"], checked))
         return 0 if self._ended_alike(before, after) else 1
 
     @staticmethod

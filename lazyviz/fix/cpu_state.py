@@ -22,17 +22,26 @@ STATE_ON_CPU = """\
 def state_on_cpu(state):
     \"\"\"`state` as torch.save can write it: a lazy tensor has no storage on the host. The
     pending work runs in one sync, then every tensor moves to the CPU; dicts (with a
-    state_dict's _metadata), lists and tuples stay as they were.\"\"\"
+    state_dict's _metadata), lists and tuples stay as they were, and a whole module is
+    copied with its parameters and buffers on the CPU (the model itself stays where it is).\"\"\"
+    import copy
+
     {step}()
 
     def moved(value):
+        if isinstance(value, {torch}.nn.Parameter):
+            return {torch}.nn.Parameter(value.detach().cpu(), requires_grad=value.requires_grad)
         if isinstance(value, {torch}.Tensor):
             return value.cpu()
+        if isinstance(value, {torch}.nn.Module):
+            tensors = [t for m in value.modules() for t in (*m._parameters.values(), *m._buffers.values())
+                       if t is not None]
+            return copy.deepcopy(value, {{id(t): moved(t) for t in tensors}})
         if isinstance(value, dict):
-            copy = type(value)((key, moved(item)) for key, item in value.items())
+            copied = type(value)((key, moved(item)) for key, item in value.items())
             if hasattr(value, "_metadata"):
-                copy._metadata = value._metadata
-            return copy
+                copied._metadata = value._metadata
+            return copied
         if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
             return type(value)(moved(item) for item in value)
         return value
@@ -41,12 +50,17 @@ def state_on_cpu(state):
 """
 
 
-def _save_calls(tree: ast.AST, line: int) -> list[ast.Call]:
-    """torch.save(obj, f, ...) calls that start on this line."""
-    return [node for node in ast.walk(tree) if isinstance(node, ast.Call) and node.lineno == line
-            and isinstance(node.func, ast.Attribute) and node.func.attr == "save"
-            and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch" and node.args
-            and not isinstance(node.args[0], ast.Starred)]
+def _save_calls(tree: ast.AST) -> list[ast.Call]:
+    """torch.save(obj, f, ...) calls, in source order."""
+    found = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and isinstance(node.func, ast.Attribute) and node.func.attr == "save"
+             and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch" and node.args
+             and not isinstance(node.args[0], ast.Starred)]
+    return sorted(found, key=lambda call: (call.lineno, call.col_offset))
+
+
+def _wrapped(state: ast.expr) -> bool:
+    return isinstance(state, ast.Call) and isinstance(state.func, ast.Name) and state.func.id == STATE_ON_CPU_NAME
 
 
 def answers(finding: Finding, context: Context) -> bool:
@@ -57,24 +71,43 @@ def answers(finding: Finding, context: Context) -> bool:
 
 
 def propose(finding: Finding, context: Context) -> Proposal:
+    """Every torch.save of the file at once (dcgan saves netG and netD on two lines: one
+    round, not two), each state handed through state_on_cpu."""
     frame = finding.frame
     source = context.source(frame.file) if frame is not None else None
     step = STEP_CALLS.get(context.run.info.names.get("mark_step", ""))
     if source is None or frame is None or step is None:
         return Proposal(finding, finding.fix)
-    calls = _save_calls(source.tree, frame.line)
-    state = calls[0].args[0] if len(calls) == 1 else None
-    if state is None or state.lineno != state.end_lineno:
+    calls = _save_calls(source.tree)
+    here = [call for call in calls if call.lineno == frame.line]
+    if len(here) != 1:
         return Proposal(finding, finding.fix)
-    text = source.line(state.lineno)
-    start, end = state.col_offset, state.end_col_offset or 0
-    new = f"{text[:start]}{STATE_ON_CPU_NAME}({text[start:end]}){text[end:]}"
+    if _wrapped(here[0].args[0]):
+        return Proposal(finding, f"torch.save at {source.name}:{frame.line} already saves {STATE_ON_CPU_NAME}(...), "
+                                 "and the finding is still there: what it saves holds a lazy tensor that helper does "
+                                 "not reach", outlived=True)
+    per_line: dict[int, list[ast.expr]] = {}
+    for call in calls:
+        per_line.setdefault(call.args[0].lineno, []).append(call.args[0])
+    lines = []
+    for line, states in sorted(per_line.items()):
+        state = states[0]
+        if len(states) == 1 and state.lineno == state.end_lineno and not _wrapped(state):
+            text = source.line(line)
+            start, end = state.col_offset, state.end_col_offset or 0
+            lines.append(Change(source.path, line, line + 1,
+                                (f"{text[:start]}{STATE_ON_CPU_NAME}({text[start:end]}){text[end:]}",)))
+    if not any(change.start == here[0].args[0].lineno for change in lines):
+        return Proposal(finding, finding.fix)
     step_name, step_imports = call_name(source, *step)
     torch, torch_imports = call_name(source, "torch.Tensor", "torch")
     defined = define_once(source, STATE_ON_CPU_NAME,
                           STATE_ON_CPU.format(step=step_name, torch=torch.rpartition(".")[0]))
-    changes = (Change(source.path, state.lineno, state.lineno + 1, (new,)),
-               *((*step_imports, *torch_imports, *defined) if defined else ()))
-    return Proposal(finding, f"torch.save at {source.name}:{frame.line} saves {STATE_ON_CPU_NAME}(...): the state "
-                             "on the CPU, after one sync (a lazy tensor has no storage on the host for torch.save "
-                             "to write), defined once in the file; torch.load gives the same values", changes)
+    main = next(change for change in lines if change.start == here[0].args[0].lineno)
+    others = [change for change in lines if change is not main]
+    changes = (main, *others, *((*step_imports, *torch_imports, *defined) if defined else ()))
+    where = ", ".join(f"{source.name}:{change.start}" for change in sorted(lines, key=lambda c: c.start))
+    return Proposal(finding, f"torch.save at {where} saves {STATE_ON_CPU_NAME}(...): the state on the CPU, after "
+                             "one sync (a lazy tensor has no storage on the host for torch.save to write; a whole "
+                             "module is saved as a copy on the CPU, the model stays on the device), defined once "
+                             "in the file; torch.load gives the same values", changes)

@@ -87,6 +87,11 @@ def _insert_at_loop_end(finding: Finding, source: Source, loop: ast.AST, step_ca
     if first.lineno == loop.lineno:
         return Proposal(finding, f"{finding.fix} (the loop at {where} is written on one line: split it first)")
     call, imports = call_name(source, *step_call)
+    if _is_step_call(last, call):
+        return Proposal(finding, f"{call}() is already at the end of the loop at {where} (an earlier edit, or "
+                                 "yours), and the finding is still there: another would change nothing. The "
+                                 "diagnosis was wrong or the cause is elsewhere: read the repeated block's lines",
+                        outlived=True)
     indent = source.indent_of(first.lineno)
     changes = [Change(source.path, (last.end_lineno or last.lineno) + 1, (last.end_lineno or last.lineno) + 1,
                       (f"{indent}{call}(){source.newline()}",))]
@@ -99,6 +104,14 @@ def _insert_at_loop_end(finding: Finding, source: Source, loop: ast.AST, step_ca
     also = " and before each `continue`" if len(changes) > 1 else ""
     return Proposal(finding, f"call {call}() at the end of the loop at {where}{also}, so each iteration's "
                              "work runs as one graph", tuple(changes) + imports)
+
+
+def _is_step_call(statement: ast.stmt, call: str) -> bool:
+    """`mark_step()` (as the file names it, or any backend's step call) as a statement."""
+    if not isinstance(statement, ast.Expr) or not isinstance(statement.value, ast.Call):
+        return False
+    name = ast.unparse(statement.value.func)
+    return name == call or name.rpartition(".")[2] in ("mark_step", "sync")
 
 
 def answers(finding: Finding, context: Context) -> bool:

@@ -78,6 +78,18 @@ def _proposal(finding: Finding, context: Context) -> Proposal:
     return Proposal(finding, finding.fix)
 
 
+def _already_made(change: Change, context: Context) -> bool:
+    """Does the file already read as the change would make it: the lines to insert just
+    above where they would go, or the lines to replace the same? Never the same edit twice."""
+    source = context.source(change.file)
+    if source is None:
+        return False
+    if change.start == change.end:
+        above = source.lines[max(0, change.start - 1 - len(change.lines)):change.start - 1]
+        return [line.rstrip() for line in above] == [line.rstrip() for line in change.lines]
+    return source.lines[change.start - 1:change.end - 1] == list(change.lines)
+
+
 def propose(run: Run, read: Callable[[str], Source | None] = read_source) -> list[Proposal]:
     """A proposal for each finding, in the findings' order. An edit that another finding's
     edit already makes is not made twice; one that overlaps it becomes words."""
@@ -86,6 +98,9 @@ def propose(run: Run, read: Callable[[str], Source | None] = read_source) -> lis
     taken: dict[Change, int] = {}  # change -> the proposal that makes it
     for finding in run.findings:
         proposal = context.unless_stale(_proposal(finding, context))
+        if proposal.changes and _already_made(proposal.changes[0], context):
+            proposal = Proposal(finding, f"{finding.fix} (the code already has this edit, and the finding is still "
+                                         "there: the diagnosis was wrong or the cause is elsewhere)", outlived=True)
         if proposal.changes:
             new = [c for c in proposal.changes if c not in taken]
             main = proposal.changes[0]  # the edit itself (the rest: imports, the `continue`s)

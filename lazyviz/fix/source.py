@@ -43,6 +43,9 @@ class Proposal:
     alters_results: str = ""  # how the edit changes what the script computes, where it does
     same_as: int | None = None  # the earlier proposal (0-based) whose edit fixes this one too
     stale: str = ""  # a file the edit was for, changed since the trace was recorded: no edit then
+    # The code already has this finding's edit (an earlier round made it), and the finding
+    # is still there: the diagnosis was wrong or the cause is elsewhere. Words, never the edit again.
+    outlived: bool = False
 
     @property
     def mechanical(self) -> bool:

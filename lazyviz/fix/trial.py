@@ -7,8 +7,6 @@ step time, the findings, and the script's output (numbers to a tolerance)."""
 from __future__ import annotations
 
 import itertools
-import math
-import os
 import re
 import shutil
 import statistics
@@ -16,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from lazyviz.analysis.collectives import per_step
@@ -26,20 +24,21 @@ from lazyviz.analysis.recompiles import WARMUP_STEPS, recompiles_after_warmup
 from lazyviz.analysis.run import Run
 from lazyviz.analysis.units import size_text
 from lazyviz.errors import LazyvizError
+from lazyviz.fix.output_check import OutputCheck, check_output
+from lazyviz.fix.workspace import copy_root, in_copy, make_copy, original_line, paths_above
 from lazyviz.trace import TraceError
 from lazyviz.trace import open as open_trace
 from lazyviz.trace.files import launch_folder, rank_trace
 from lazyviz.trace.model import RunInfo, frame_owner
 
 DEFAULT_STEPS = WARMUP_STEPS + 3  # a few steps past warm-up: recompiles after it show
-MAX_COPY_BYTES = 1 << 30  # a folder bigger than this is not copied: say so instead
-SKIPPED = shutil.ignore_patterns(".git", "__pycache__", "*.trace", "*.trace-wal", "*.trace-shm", "*.trace.out",
-                                 ".venv*", "node_modules", ".mypy_cache", ".pytest_cache", ".ruff_cache")
 # Ops that draw random numbers on the device. Cut into other graphs, they draw other
 # numbers: word_language_model's losses differ with and without mark_step() through its
 # dropout, and agree to the last digit with dropout=0 (measured on torch 2.13's TS backend).
 RANDOM_OPS = re.compile(r"dropout|bernoulli|uniform|normal|rand|multinomial")
-RELATIVE_TOLERANCE = 1e-3  # printed losses of the patched run match when within this
+# A sync time is never called better by less than this, however steady the original's two
+# runs were: a shared machine's timings move that much between minutes.
+MIN_NOISE = 0.05
 
 
 @dataclass(frozen=True)
@@ -64,6 +63,14 @@ class Measures:
     other_syncs: int = 0  # executions that did not end a step (reads, fallbacks)
     collective_bytes: float | None = None  # SPMD: bytes each device sends per step for collectives
     steady_sync_ms: float | None = None  # sync time per iteration after warm-up (see steady_sync)
+    # Sync time of each step (each iteration where it has no steps) after warm-up: the
+    # run's own spread, part of the noise a gain must exceed.
+    sync_samples: tuple[float, ...] = ()
+    steady_misses: float | None = None  # compiles per iteration after warm-up, by optimizer steps
+    error: str = ""  # what the script raised, its first line
+    # Where it raised, in the original's lines: (file relative to the copied folder, line),
+    # line None where the statement is one an edit added.
+    crash_at: tuple[str, int | None] | None = None
 
     @property
     def per_step(self) -> float | None:
@@ -150,6 +157,29 @@ def steady_sync(sync_ms: Sequence[float], marks: Sequence[int]) -> float | None:
     return sum(sync_ms[marks[WARMUP_STEPS]:marks[-1]]) / (len(marks) - 1 - WARMUP_STEPS)
 
 
+def sync_samples(run: Run) -> tuple[float, ...]:
+    """Each step's sync time after warm-up, or each optimizer step's where it has no steps."""
+    table = run.executions
+    if run.steps > WARMUP_STEPS:
+        by_step: dict[int, float] = {}
+        for p in range(len(table)):
+            if WARMUP_STEPS <= table.step[p] < run.steps:
+                by_step[table.step[p]] = by_step.get(table.step[p], 0.0) + table.sync_ms[p]
+        return tuple(by_step.values())
+    marks = run.info.optimizer_marks
+    return tuple(sum(table.sync_ms[a:b]) for a, b in itertools.pairwise(marks[WARMUP_STEPS:]))
+
+
+def steady_misses(run: Run) -> float | None:
+    """Compiles (cache misses) per optimizer step after warm-up: a mark_step() put in a loop
+    that indexes by its counter compiles a graph per index, every iteration."""
+    marks, table = run.info.optimizer_marks, run.executions
+    if len(marks) < WARMUP_STEPS + 2:
+        return None
+    misses = sum(1 for p in range(marks[WARMUP_STEPS], marks[-1]) if table.kind_at(p).cache == "miss")
+    return misses / (len(marks) - 1 - WARMUP_STEPS)
+
+
 def measure(run: Run, output: str) -> Measures:
     table = run.executions
     steps = run.steps
@@ -167,7 +197,9 @@ def measure(run: Run, output: str) -> Measures:
         findings=list(run.findings), output=output, crash=_crash(run.info), iterations=run.info.optimizer_steps,
         other_syncs=sum(1 for p in range(len(table)) if table.kind_at(p).cause != "mark_step"),
         collective_bytes=per_step(run.collectives, steps) if run.collectives else None,
-        steady_sync_ms=steady_sync(table.sync_ms, run.info.optimizer_marks),
+        steady_sync_ms=steady_sync(table.sync_ms, run.info.optimizer_marks), sync_samples=sync_samples(run),
+        steady_misses=steady_misses(run),
+        error=(run.info.error or "").strip().split("\n")[0],
     )
 
 
@@ -175,9 +207,35 @@ def _crash(info: RunInfo) -> str | None:
     """The script's own line that raised, and the error's type; None when nothing raised."""
     if not info.error:
         return None
-    user = [f for f in info.error_frames if frame_owner(f.file) is None] or info.error_frames
-    where = f"{Path(user[-1].file).name}:{user[-1].line}" if user else "?"
+    user = _raised_in(info)
+    where = f"{Path(user.file).name}:{user.line}" if user else "?"
     return f"{where} ({info.error.split(':')[0]})"
+
+
+def _raised_in(info: RunInfo):
+    """The innermost frame of the script's own that raised (or the innermost of all)."""
+    user = [f for f in info.error_frames if frame_owner(f.file) is None] or info.error_frames
+    return user[-1] if user else None
+
+
+def _located(measures: Measures, info: RunInfo, side: Side) -> Measures:
+    """The crash placed in the original's lines: a copy's line that an edit moved (a helper
+    added above it) is the statement it was in the original, so the same statement raising
+    again reads as the same crash."""
+    frame = _raised_in(info) if info.error else None
+    if frame is None:
+        return measures
+    try:
+        relative = Path(frame.file).resolve().relative_to(side.folder.resolve()).as_posix()
+    except ValueError:  # outside the copy (a library's file): as it is
+        return replace(measures, crash_at=(frame.file, frame.line))
+    line: int | None = frame.line
+    if relative in side.texts:
+        original, patched = side.texts[relative]
+        line = original_line(original, patched, frame.line)
+    kind = info.error.split(":")[0]
+    where = f"{Path(relative).name}:{line}" if line is not None else f"{Path(relative).name}, in lines the edit added"
+    return replace(measures, crash=f"{where} ({kind})", crash_at=(relative, line))
 
 
 def finding_key(finding: Finding) -> tuple[str, str, str]:
@@ -190,47 +248,35 @@ def finding_key(finding: Finding) -> tuple[str, str, str]:
     return kind, str(about), finding.frame.function if finding.frame else ""
 
 
-# -- the copy -----------------------------------------------------------------------------
-def copy_root(info: RunInfo, files: list[str]) -> Path:
-    """The folder to copy: the script's, or the one holding it and every patched file."""
-    # A module (-m) is found from the folder it was run in: that folder is the project.
-    start = Path(info.cwd) if info.module else Path(info.cwd, info.script).resolve().parent
-    folders = [str(start), *(os.path.dirname(f) for f in files)]
-    return Path(os.path.commonpath(folders))
-
-
-def _size(folder: Path, limit: int) -> int:
-    total = 0
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = [d for d in dirs if not SKIPPED(root, [d])]
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                continue
-            if total > limit:
-                return total
-    return total
-
-
-def make_copy(root: Path, into: Path) -> Path:
-    if _size(root, MAX_COPY_BYTES) > MAX_COPY_BYTES:
-        raise LazyvizError(f"{root} holds more than {MAX_COPY_BYTES >> 20} MB: --try copies the script's folder; "
-                           "move the script to a smaller folder, or apply the diff to a copy by hand")
-    copy = into / root.name
-    shutil.copytree(root, copy, symlinks=True, ignore=SKIPPED)
-    return copy
-
-
-def _in_copy(path: Path, root: Path, copy: Path) -> Path:
-    return copy / path.relative_to(root)
-
-
+# -- the sides -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Side:
-    name: str  # "before" or "after"
+    name: str  # "before", "after", "round 2"
     folder: Path  # the copy
     trace: Path
+    # The edited files, relative to the copy: (the original's text, the copy's).
+    texts: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+
+
+def reached_above(info: RunInfo, root: Path) -> list[Path]:
+    """What the script reads above the copied folder, from where the user ran it (a run
+    from outside the folder reads from there anyway)."""
+    cwd = Path(info.cwd)
+    return paths_above(root, cwd, info.argv[1:]) if cwd == root or root in cwd.parents else []
+
+
+def prepared_side(name: str, root: Path, work: Path, originals: Mapping[str, str],
+                  patched: Mapping[str, str], above: Sequence[Path] = ()) -> Side:
+    """A fresh copy of the folder with the patched files written into it, beside mirrors
+    of what the script reads above it."""
+    slug = name.replace(" ", "")
+    folder = make_copy(root, work / slug, above)
+    texts = {}
+    for file, text in patched.items():
+        target = in_copy(Path(file), root, folder)
+        target.write_bytes(text.encode("utf-8"))
+        texts[target.relative_to(folder).as_posix()] = (originals.get(file, ""), text)
+    return Side(name, folder, work / f"{slug}.trace", texts)
 
 
 def run_side(side: Side, info: RunInfo, root: Path, bound: Bound | None, timeout: float | None) -> Measures:
@@ -239,13 +285,13 @@ def run_side(side: Side, info: RunInfo, root: Path, bound: Bound | None, timeout
     taken from the copy)."""
     cwd = Path(info.cwd)
     inside = cwd == root or root in cwd.parents
-    run_in = _in_copy(cwd, root, side.folder) if inside else cwd
+    run_in = in_copy(cwd, root, side.folder) if inside else cwd
     command = [sys.executable, "-m", "lazyviz", "run", "--no-tui", "--backend", info.backend,
                "--capture", info.capture if info.capture in ("full", "light") else "full", "-o", str(side.trace)]
     if bound is not None:
         command += bound.flags
-    command += ["-m", info.argv[0]] if info.module else [str(_in_copy(Path(cwd, info.script).resolve(), root,
-                                                                       side.folder))]
+    command += ["-m", info.argv[0]] if info.module else [str(in_copy(Path(cwd, info.script).resolve(), root,
+                                                                      side.folder))]
     command += info.argv[1:]
     try:
         done = subprocess.run(command, cwd=run_in, capture_output=True, text=True, timeout=timeout,
@@ -259,116 +305,26 @@ def run_side(side: Side, info: RunInfo, root: Path, bound: Bound | None, timeout
     launched = rank_trace(launch_folder(side.trace), 0)
     try:
         with open_trace(launched if launched.exists() else side.trace) as trace:
-            return measure(Run(trace).analysed(), done.stdout)
+            run = Run(trace).analysed()
+            return _located(measure(run, done.stdout), run.info, side)
     except TraceError:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise LazyvizError(f"the {side.name} run recorded no trace ({last})") from None
 
 
+def broken_trial(before: Measures, recorded_executions: int | None) -> str:
+    """Why the original, run from the copy, says nothing about the edits: it raised before
+    its first graph where the user's run did not (a path the copy does not reach, a
+    download): "" where it ran as the user's did."""
+    if not before.crash or before.executions or not recorded_executions:
+        return ""
+    return (f"the trial is broken: the original, run from a copy, raised {before.error[:160]!r} at {before.crash} "
+            f"before its first graph, where your run ran {recorded_executions} graph"
+            f"{'s' * (recorded_executions != 1)}: the copy does not see what your run saw (a file outside the "
+            "copied folder, an environment variable); nothing is measured")
+
+
 # -- comparing -----------------------------------------------------------------------------
-_NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|nan|inf")
-# A clock time or a date ("20:08:23", "2026-11-27") in a log line: when it was printed.
-_CLOCK = re.compile(r"\b\d{1,4}(?::\d{2}){1,2}(?:[.,]\d+)?\b|\b\d{4}-\d{2}-\d{2}\b")
-# A unit right after a number that makes it a time or a rate ("72.35ms", "1.2 s", "3.1it/s",
-# "900 tok/s"), not a result.
-_MEASURE_UNIT = re.compile(r"\s?(?:ms|us|µs|ns|s|sec|secs|seconds?|mins?|minutes?|hrs?|hours?|s/it|[A-Za-z_]*/s(?:ec)?)"
-                           r"(?![A-Za-z0-9])")
-# Words of a label that make the number after it a time, a rate or a utilisation: what
-# training scripts print beside the step's results (`time 1378.08ms`, `iter_dt 72.35`,
-# `mfu 12.3%`, `train_runtime`, `samples_per_second`, `ms/batch`).
-_MEASURE_WORDS = frozenset({
-    "time", "times", "timing", "dt", "elapsed", "runtime", "duration", "latency", "took", "wall", "walltime",
-    "throughput", "speed", "fps", "tps", "mfu", "util", "utilization", "utilisation", "eta", "ms", "us", "ns",
-    "s", "sec", "secs", "second", "seconds", "per", "flops", "tflops", "gflops", "it"})
-# Not "rate": a learning_rate, a dropout_rate or an error_rate is a setting or a result
-# (makemore prints its arguments, learning_rate among them); a rate per time has its unit.
-
-
-def _label(text: str) -> str:
-    """The word a printed number belongs to: the last one before it ("loss", "ms/batch")."""
-    words = re.findall(r"[A-Za-z_][\w/%]*", text)
-    return words[-1] if words else "#"
-
-
-def _measures(line: str, number: re.Match) -> bool:
-    """Is this printed number a measurement (a time, a rate) rather than a result? Told by
-    its unit or by its label: a loss, an accuracy or a token stays a result."""
-    if _MEASURE_UNIT.match(line, number.end()):
-        return True
-    if line[number.end():number.end() + 1] == "%" and "mfu" in line[:number.start()].lower():
-        return True
-    label = _label(line[:number.start()]).lower()
-    return any(word in _MEASURE_WORDS for word in re.split(r"[_/\-%]+", label) if word)
-
-
-@dataclass(frozen=True)
-class OutputCheck:
-    """The patched copy's output against the original's."""
-
-    verdict: str  # one phrase for the user
-    same: bool  # the results agree (measurements left out; a crashed original: up to where it stopped)
-    left_out: int = 0  # numbers that measure time or rate, not compared
-
-
-def check_output(before: str, after: str, tolerance: float = RELATIVE_TOLERANCE,
-                 original_crashed: bool = False) -> OutputCheck:
-    """Does the patched run print what the original did? Line by line, the words equal and
-    the result numbers within the tolerance. Numbers that measure time or rate (by their
-    unit or label, and clock times) are left out and counted: they differ between any two
-    runs. Where the original crashed, only what it printed before is compared."""
-    old, new = before.splitlines(), after.splitlines()
-    if original_crashed:
-        new = new[:len(old)]
-        if not old:
-            return OutputCheck("the original printed nothing before its crash", True)
-    if not old and not new:
-        return OutputCheck("neither printed anything", True)
-    total, left_out, differing, first, labels_left = 0, 0, [], "", []
-    for number, (a, b) in enumerate(zip(old, new), 1):
-        a_masked, b_masked = _CLOCK.sub("@", a), _CLOCK.sub("@", b)
-        left_out += len(_CLOCK.findall(a))
-        if _NUMBER.sub("#", a_masked) != _NUMBER.sub("#", b_masked):
-            return OutputCheck(f"differs at line {number}: {a.strip()[:60]!r} -> {b.strip()[:60]!r}", False)
-        for x, y in zip(_NUMBER.finditer(a_masked), _NUMBER.finditer(b_masked)):
-            if _measures(a_masked, x) or _measures(b_masked, y):
-                left_out += 1
-                labels_left.append(_label(a_masked[:x.start()]))
-                continue
-            total += 1
-            try:
-                same = math.isclose(float(x.group()), float(y.group()), rel_tol=tolerance, abs_tol=1e-6)
-            except ValueError:
-                same = x.group() == y.group()
-            if not same and x.group() != y.group():
-                label = _label(a_masked[:x.start()])
-                differing.append(label)
-                first = first or f"line {number}: {label} {x.group()} -> {y.group()}"
-    common = min(len(old), len(new))
-    aside = ""
-    if left_out:
-        shown = ", ".join(dict.fromkeys(label for label in labels_left if label != "#")) or "clock times"
-        aside = f"; {left_out} {'number measures' if left_out == 1 else 'numbers measure'} time or rate ({shown[:60]}): left out"
-    if len(old) != len(new):
-        longer = "the original" if len(old) > len(new) else "the patched copy"
-        matched = "the first line matches" if common == 1 else f"the first {common} lines match"
-        return OutputCheck(f"{matched}; {longer} printed {abs(len(old) - len(new))} more",
-                           False, left_out)
-    if differing:
-        labels = ", ".join(dict.fromkeys(differing))
-        return OutputCheck(f"differs: the words are the same on all {common} lines, {len(differing)} of {total} "
-                           f"result numbers are not within {tolerance:g} ({labels}); first at {first}{aside}",
-                           False, left_out)
-    upto = " the original printed before its crash" if original_crashed else ""
-    return OutputCheck(f"the same ({common} line{'s' * (common != 1)}{upto}, numbers within {tolerance:g}{aside})",
-                       True, left_out)
-
-
-def compare_output(before: str, after: str, tolerance: float = RELATIVE_TOLERANCE,
-                   original_crashed: bool = False) -> str:
-    """check_output's phrase alone."""
-    return check_output(before, after, tolerance, original_crashed).verdict
-
-
 def ran_further(before: Measures, after: Measures) -> bool:
     """Did the copy get further than the original before it raised: more optimizer steps,
     steps or executions? (A crash in the first forward fixed, the next one at the save.)"""
@@ -388,6 +344,9 @@ def crash_verdict(before: Measures, after: Measures) -> tuple[bool, str]:
     if before.crash and not after.crash and after.exit_status == 0:
         ran = "ran on to the bound" if after.state.startswith("stopped after") else "ran to its end"
         return True, f"the crash at {before.crash} is gone; the copy {ran}"
+    if before.crash and after.crash == before.crash:
+        return False, (f"the edit did not fix the crash: the copy raised the same error in the same statement "
+                       f"({before.crash})")
     if before.crash and after.crash and after.crash != before.crash:
         further = f" further on ({_progress(after)})" if ran_further(before, after) else ""
         return False, f"the crash at {before.crash} is gone, but the copy crashed{further} at {after.crash}"
@@ -396,7 +355,7 @@ def crash_verdict(before: Measures, after: Measures) -> tuple[bool, str]:
     return True, ""
 
 
-def _by_key(findings: list[Finding]) -> dict[tuple[str, str, str], list[Finding]]:
+def by_key(findings: list[Finding]) -> dict[tuple[str, str, str], list[Finding]]:
     grouped: dict[tuple[str, str, str], list[Finding]] = {}
     for finding in findings:
         grouped.setdefault(finding_key(finding), []).append(finding)
@@ -410,7 +369,7 @@ def _finding_line(group: list[Finding]) -> str:
     return f"    {first.severity}: {(first.short or first.message)[:150]}{where}{more}"
 
 
-def _ending(state: str) -> str:
+def ending_of(state: str) -> str:
     """How a side ended, short enough for the table: the error's type, not its message;
     "at the bound" where the trial's bound ended it (the heading says which)."""
     if state.endswith((", as asked (--steps)", ", as asked (--iterations)")):
@@ -418,46 +377,48 @@ def _ending(state: str) -> str:
     return state.split(":")[0] if state.startswith("raised ") else state
 
 
-def _shown(value: float | int | None, unit: str = "", digits: int = 0) -> str:
+def shown(value: float | int | None, unit: str = "", digits: int = 0) -> str:
     if value is None:
         return "-"
     return f"{value:,.{digits}f}{unit}"
 
 
-def _per(total: float, count: int) -> float | None:
+def per(total: float, count: int) -> float | None:
     return total / count if count else None
 
 
-def comparison(before: Measures, after: Measures, expected: Sequence[str] = ()) -> str:
-    """Before and after side by side; expected: how the edits change the script's results."""
+def comparison(before: Measures, after: Measures, expected: Sequence[str] = (),
+               checked: OutputCheck | None = None) -> str:
+    """Before and after side by side; expected: how the edits change the script's results;
+    checked: the output's check, where the caller made it (with the original's second run)."""
     rows = [
-        ("exit", _ending(before.state), _ending(after.state)),
-        ("steps", _shown(before.steps), _shown(after.steps)),
-        ("executions", _shown(before.executions), _shown(after.executions)),
-        ("executions per step", _shown(before.per_step, digits=1), _shown(after.per_step, digits=1)),
-        ("cache misses", _shown(before.misses), _shown(after.misses)),
-        ("recompiles after warm-up", _shown(before.recompiles if before.steps else None),
-         _shown(after.recompiles if after.steps else None)),
-        ("largest graph (nodes)", _shown(before.max_nodes), _shown(after.max_nodes)),
-        ("sync time", _shown(before.sync_ms, " ms", 1), _shown(after.sync_ms, " ms", 1)),
-        ("step time (median)", _shown(before.step_ms, " ms", 1), _shown(after.step_ms, " ms", 1)),
+        ("exit", ending_of(before.state), ending_of(after.state)),
+        ("steps", shown(before.steps), shown(after.steps)),
+        ("executions", shown(before.executions), shown(after.executions)),
+        ("executions per step", shown(before.per_step, digits=1), shown(after.per_step, digits=1)),
+        ("cache misses", shown(before.misses), shown(after.misses)),
+        ("recompiles after warm-up", shown(before.recompiles if before.steps else None),
+         shown(after.recompiles if after.steps else None)),
+        ("largest graph (nodes)", shown(before.max_nodes), shown(after.max_nodes)),
+        ("sync time", shown(before.sync_ms, " ms", 1), shown(after.sync_ms, " ms", 1)),
+        ("step time (median)", shown(before.step_ms, " ms", 1), shown(after.step_ms, " ms", 1)),
     ]
     if before.collective_bytes is not None or after.collective_bytes is not None:  # SPMD
         rows.append(("collective bytes per step", *(size_text(m.collective_bytes or 0) for m in (before, after))))
     steady = before.steady_sync_ms is not None or after.steady_sync_ms is not None
     if by_iteration(before, after):  # a loop without steps: like with like, per iteration
-        rows[2:2] = [("iterations (optimizer steps)", _shown(before.iterations), _shown(after.iterations))]
-        rows[4:4] = [("executions per iteration", _shown(before.per_iteration, digits=1),
-                      _shown(after.per_iteration, digits=1)),
-                     ("sync time per iteration", _shown(_per(before.sync_ms, before.iterations), " ms", 1),
-                      _shown(_per(after.sync_ms, after.iterations), " ms", 1)),
-                     *([("  after warm-up", _shown(before.steady_sync_ms, " ms", 1),
-                         _shown(after.steady_sync_ms, " ms", 1))] if steady else [])]
+        rows[2:2] = [("iterations (optimizer steps)", shown(before.iterations), shown(after.iterations))]
+        rows[4:4] = [("executions per iteration", shown(before.per_iteration, digits=1),
+                      shown(after.per_iteration, digits=1)),
+                     ("sync time per iteration", shown(per(before.sync_ms, before.iterations), " ms", 1),
+                      shown(per(after.sync_ms, after.iterations), " ms", 1)),
+                     *([("  after warm-up", shown(before.steady_sync_ms, " ms", 1),
+                         shown(after.steady_sync_ms, " ms", 1))] if steady else [])]
     width = max(len(r[0]) for r in rows)
     left = max(len(r[1]) for r in rows + [("", "before", "")])
     lines = [f"  {'':{width}}  {'before':>{left}}  after"]
     lines += [f"  {label:{width}}  {old:>{left}}  {new}" for label, old, new in rows]
-    old_keys, new_keys = _by_key(before.findings), _by_key(after.findings)
+    old_keys, new_keys = by_key(before.findings), by_key(after.findings)
     gone = [group for key, group in old_keys.items() if key not in new_keys]
     appeared = [group for key, group in new_keys.items() if key not in old_keys]
     kept = [group for key, group in new_keys.items() if key in old_keys]
@@ -468,7 +429,9 @@ def comparison(before: Measures, after: Measures, expected: Sequence[str] = ()) 
     ok, ending = crash_verdict(before, after)
     if ending:
         lines.insert(0, f"  {ending}")
-    output = compare_output(before.output, after.output, original_crashed=bool(before.crash and ok))
+    if checked is None:
+        checked = check_output(before.output, after.output, original_crashed=bool(before.crash and ok))
+    output = checked.verdict
     lines.append(f"  output: {output}")
     random = sorted({*before.random_ops, *after.random_ops})
     if output.startswith("differs") and expected:
@@ -484,7 +447,8 @@ def comparison(before: Measures, after: Measures, expected: Sequence[str] = ()) 
     return "\n".join(lines)
 
 
-def trial_record(before: Measures, after: Measures, bound: Bound, edits: Sequence[str]) -> dict:
+def trial_record(before: Measures, after: Measures, bound: Bound, edits: Sequence[str],
+                 checked: OutputCheck | None = None) -> dict:
     """What `--try` measured, as the trace keeps it (run field fix_trial) for the HTML
     report, the notebook summary and the API."""
     def side(m: Measures) -> dict:
@@ -495,12 +459,12 @@ def trial_record(before: Measures, after: Measures, bound: Bound, edits: Sequenc
                 "steady_sync_ms": None if m.steady_sync_ms is None else round(m.steady_sync_ms, 3),
                 "collective_bytes": None if m.collective_bytes is None else round(m.collective_bytes)}
 
-    old, new = _by_key(before.findings), _by_key(after.findings)
+    old, new = by_key(before.findings), by_key(after.findings)
     return {
         "steps": bound.count, "bound": str(bound), "edits": list(edits), "before": side(before), "after": side(after),
         "gone": [group[0].short or group[0].message for key, group in old.items() if key not in new],
         "appeared": [group[0].short or group[0].message for key, group in new.items() if key not in old],
-        "output": compare_output(before.output, after.output, original_crashed=bool(before.crash)),
+        "output": (checked or check_output(before.output, after.output, original_crashed=bool(before.crash))).verdict,
         "ending": crash_verdict(before, after)[1],
     }
 
@@ -525,189 +489,83 @@ def measured_text(trial: Mapping) -> str:
     return ", ".join(parts) or "no change measured"
 
 
+class Original:
+    """The unmodified original, run on a copy under the trial's bound: its first run, and
+    a second only when a verdict needs what moves between two runs of the same code (the
+    printed measurements, the noise of its sync time)."""
+
+    def __init__(self, info: RunInfo, root: Path, work: Path, bound: Bound, timeout: float | None,
+                 recorded_executions: int | None = None) -> None:
+        self.above = reached_above(info, root)
+        self._start = (info, root, work, bound, timeout)
+        self.first = run_side(prepared_side("before", root, work, {}, {}, self.above), info, root, bound, timeout)
+        problem = broken_trial(self.first, recorded_executions)
+        if problem:
+            raise LazyvizError(problem)
+        self._again: Measures | None = None
+
+    def again(self) -> Measures:
+        if self._again is None:
+            info, root, work, bound, timeout = self._start
+            self._again = run_side(prepared_side("before again", root, work, {}, {}, self.above), info, root, bound,
+                                   timeout)
+        return self._again
+
+    def output_check(self, after: Measures, reference: Measures | None = None) -> OutputCheck:
+        """The copy's output against the reference's (the original's, or the first copy that
+        ran where the original crashed). Numbers that differ are checked against a second
+        run of the original: those that move there too are measurements or random draws."""
+        reference = reference or self.first
+        crashed = bool(reference.crash) and crash_verdict(reference, after)[0]
+        random = sorted({*reference.random_ops, *after.random_ops})
+        checked = check_output(reference.output, after.output, original_crashed=crashed, random_ops=random)
+        if not checked.same and reference is self.first and checked.verdict.startswith("differs: the words"):
+            checked = check_output(reference.output, after.output, original_crashed=crashed,
+                                   again=self.again().output, random_ops=random)
+        return checked
+
+    def noise(self, value: Callable[[Measures], float | None]) -> tuple[float, str]:
+        """How much a sync time moves with nothing changed, relative: the original's two
+        runs, its own spread from step to step (twice the standard error of the mean), and
+        never under MIN_NOISE; with a phrase saying which it was."""
+        first, second = value(self.first), value(self.again())
+        two_runs = abs(first - second) / min(first, second) if first and second else 0.0
+        samples = self.first.sync_samples
+        spread = (2 * statistics.stdev(samples) / statistics.fmean(samples) / len(samples) ** 0.5
+                  if len(samples) >= 3 and statistics.fmean(samples) > 0 else 0.0)
+        relative = max(two_runs, spread, MIN_NOISE)
+        how = ("the original's two runs" if relative == two_runs else
+               "the original's spread from step to step" if relative == spread else "the floor for a shared machine")
+        return relative, how
+
+
 def try_patch(info: RunInfo, patched: Mapping[str, str], bound: Bound, timeout: float | None,
-              keep: bool = False, expected: Sequence[str] = ()) -> tuple[str, Measures, Measures]:
-    """Copy, patch the copy, run both sides; (the comparison, before, after)."""
+              keep: bool = False, expected: Sequence[str] = (), originals: Mapping[str, str] | None = None,
+              recorded_executions: int | None = None) -> tuple[str, Measures, Measures, OutputCheck]:
+    """Copy, patch the copy, run both sides; (the comparison, before, after, the output's check).
+    originals: the patched files' texts as they are (read from the files where not given)."""
     root = copy_root(info, list(patched))
     work = Path(tempfile.mkdtemp(prefix="lazyviz-fix-"))
     try:
-        sides = []
-        for name in ("before", "after"):
-            folder = make_copy(root, work / name)
-            sides.append(Side(name, folder, work / f"{name}.trace"))
-        for file, text in patched.items():
-            target = _in_copy(Path(file), root, sides[1].folder)
-            target.write_bytes(text.encode("utf-8"))
-        before = run_side(sides[0], info, root, bound, timeout)
-        after = run_side(sides[1], info, root, _after_bound(before, bound), timeout)
-        text = comparison(before, after, expected)
+        if originals is None:
+            originals = {file: Path(file).read_bytes().decode("utf-8") if Path(file).exists() else ""
+                         for file in patched}
+        original = Original(info, root, work, bound, timeout, recorded_executions)
+        before = original.first
+        after = run_side(prepared_side("after", root, work, originals, patched, original.above), info, root,
+                         after_bound(before, bound), timeout)
+        checked = original.output_check(after)
+        text = comparison(before, after, expected, checked)
         if keep:
             text += f"\n  the copies and their traces: {work}"
-        return text, before, after
+        return text, before, after, checked
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _after_bound(before: Measures, bound: Bound) -> Bound | None:
+def after_bound(before: Measures, bound: Bound) -> Bound | None:
     """The patched side's bound: the original's. An original bounded by steps that had
     none ran to its end, and so does the copy (an edit that gives it steps would cut it
     short); iterations are counted the same with or without steps."""
     return bound if bound.unit == "iterations" or before.steps else None
-
-
-# -- round after round ----------------------------------------------------------------------
-@dataclass(frozen=True)
-class Round:
-    """One round of --until-clean: the edits it added and the run with every edit so far."""
-
-    edits: list[str]
-    measures: Measures
-    kept: bool
-    why_not: str = ""  # why the round was not kept (worse, output changed, did not end as before)
-    output: str = ""  # what the round showed beyond the counts: a crash gone, the output and why it may differ
-
-
-def _worse(new: Measures, old: Measures) -> str:
-    """Why a round made things worse than the last kept one, or ""."""
-    ok, ending = crash_verdict(old, new)
-    if not ok and old.crash and new.crash and ran_further(old, new):
-        return ""  # one crash traded for a later one: the next round's edit is for that one
-    if not ok:
-        return ending if old.crash else f"it ended {_ending(new.state)}, not {_ending(old.state)}"
-    if ending:  # the crash is gone: whatever the counts, the copy now runs
-        return ""
-    if new.per_step is not None and old.per_step is not None and new.per_step > old.per_step + 1e-9:
-        return f"executions per step {old.per_step:.1f} -> {new.per_step:.1f}"
-    if by_iteration(old, new) and new.iterations and old.iterations and \
-            new.other_syncs / new.iterations > old.other_syncs / old.iterations + 1e-9:
-        # A step-ending call adds one execution an iteration by design: the syncs it
-        # should not add are the others (reads, fallbacks).
-        return (f"syncs other than the step's per iteration {old.other_syncs / old.iterations:.1f} -> "
-                f"{new.other_syncs / new.iterations:.1f}")
-    if new.steps and old.steps and new.recompiles > old.recompiles:
-        return f"recompiles after warm-up {old.recompiles} -> {new.recompiles}"
-    return ""
-
-
-@dataclass(frozen=True)
-class RoundEdits:
-    """A round's edits, all applied together."""
-
-    summaries: list[str]
-    patched: dict[str, str]  # file -> its text with the edits
-    alters: list[str]  # how the edits change the script's results, where they do
-
-
-def until_clean(info: RunInfo, texts: Mapping[str, str], first: RoundEdits, bound: Bound, timeout: float | None,
-                rounds: int, keep: bool = False, propose_next: Callable[[Run], RoundEdits | None] | None = None,
-                ) -> tuple[str, Measures, list[Round], dict[str, str]]:
-    """--until-clean: the first round's edits, then, round after round, the edits lazyviz
-    proposes for the last kept run's findings, each round run on a fresh copy with every
-    edit kept so far. Stops when no edit is left, a round makes things worse or changes
-    the output (that round is not kept), or after `rounds`. An output that differs is
-    kept where an edit says it changes results (drop_last) or the script draws random
-    numbers on the device (cut into other graphs, they draw others): then it cannot be
-    compared, and the table says so. propose_next(run) gives a kept run's edits with
-    files in its copy. Returns (the table, the original's measures, the rounds, the
-    files' texts with every kept edit)."""
-    root = copy_root(info, list(texts))
-    work = Path(tempfile.mkdtemp(prefix="lazyviz-fix-"))
-    try:
-        original = Side("before", make_copy(root, work / "before"), work / "before.trace")
-        before = run_side(original, info, root, bound, timeout)
-        kept_texts = dict(texts)
-        last = reference = before
-        done: list[Round] = []
-        pending: RoundEdits | None = first
-        stopped = f"after {rounds} round{'s' * (rounds != 1)} (--rounds)"
-        for number in range(1, rounds + 1):
-            if pending is None or not pending.patched:
-                stopped = "no edit left for the findings left"
-                break
-            candidate = {**kept_texts, **pending.patched}
-            side = Side(f"round {number}", make_copy(root, work / f"round{number}"), work / f"round{number}.trace")
-            for file, text in candidate.items():
-                _in_copy(Path(file), root, side.folder).write_bytes(text.encode("utf-8"))
-            measures = run_side(side, info, root, _after_bound(before, bound), timeout)
-            done.append(_judged(pending, measures, last, reference))
-            if not done[-1].kept:
-                stopped = f"round {number} was not kept: the last kept round is the result"
-                break
-            kept_texts, last = candidate, measures
-            if reference.crash and not measures.crash:  # the first copy that runs: what later rounds print against
-                reference = measures
-            pending = None
-            if propose_next is not None:
-                with open_trace(side.trace) as trace:
-                    proposed = propose_next(Run(trace).analysed())
-                outside = [f for f in (proposed.patched if proposed else {}) if not Path(f).is_relative_to(side.folder)]
-                if outside:  # a module imported from outside the copied folder: not this round's to edit
-                    stopped = f"the next edits are for {outside[0]}, outside the copied folder {root}"
-                    break
-                if proposed is not None:  # the copy's paths back to the user's files
-                    pending = RoundEdits(proposed.summaries, {str(root / Path(file).relative_to(side.folder)): text
-                                                              for file, text in proposed.patched.items()},
-                                         proposed.alters)
-        if pending is None and done and done[-1].kept and not stopped.startswith("the next edits"):
-            stopped = "no edit left for the findings left"
-        text = rounds_table(before, done) + f"\n  stopped: {stopped}"
-        if keep:
-            text += f"\n  the copies and their traces: {work}"
-        return text, before, done, kept_texts
-    finally:
-        if not keep:
-            shutil.rmtree(work, ignore_errors=True)
-
-
-def _judged(pending: RoundEdits, measures: Measures, last: Measures, reference: Measures) -> Round:
-    """A round against the last kept run (worse or not) and its output against the
-    reference's (the original's, or the first copy that ran where it crashed)."""
-    checked = check_output(reference.output, measures.output, original_crashed=bool(reference.crash))
-    output, differs = checked.verdict, not checked.same
-    random = sorted({*reference.random_ops, *measures.random_ops})
-    excuse = (f"expected: {pending.alters[0]}" if pending.alters else
-              f"the script draws random numbers on the device ({', '.join(random[:2])}): not comparable"
-              if random else "")
-    why = _worse(measures, last) or (f"the output {output}" if differs and not excuse else "")
-    ending = crash_verdict(last, measures)[1]
-    said = [ending] if ending and not why else []
-    if differs and excuse:
-        said.append(f"output {output}; {excuse}")
-    elif not differs and checked.left_out:
-        said.append(f"output {output}")
-    return Round(pending.summaries, measures, kept=not why, why_not=why, output="; ".join(said))
-
-
-def rounds_table(before: Measures, rounds: Sequence[Round]) -> str:
-    """Each round's edits and what they changed, then the whole way from the first run to
-    the last kept one."""
-    kept = [r for r in rounds if r.kept]
-    lines = []
-    previous = before
-    for number, done in enumerate(rounds, 1):
-        state = "kept" if done.kept else f"not kept: {done.why_not}"
-        lines.append(f"  round {number} ({state}):")
-        lines += [f"    edit: {summary[:150]}" for summary in done.edits]
-        m = done.measures
-        if by_iteration(before, m):  # a loop without steps: per iteration, after warm-up where it has one
-            steady = previous.steady_sync_ms is not None or m.steady_sync_ms is not None
-            old, new = ((previous.steady_sync_ms, m.steady_sync_ms) if steady else
-                        (_per(previous.sync_ms, previous.iterations), _per(m.sync_ms, m.iterations)))
-            lines.append(f"    executions per iteration {_shown(previous.per_iteration, digits=1)} -> "
-                         f"{_shown(m.per_iteration, digits=1)}, sync per iteration{' after warm-up' * steady} "
-                         f"{_shown(old, ' ms', 1)} -> {_shown(new, ' ms', 1)}, largest graph "
-                         f"{_shown(previous.max_nodes)} -> {_shown(m.max_nodes)} nodes")
-        else:
-            lines.append(f"    executions per step {_shown(previous.per_step, digits=1)} -> {_shown(m.per_step, digits=1)}, "
-                         f"recompiles after warm-up {_shown(previous.recompiles)} -> {_shown(m.recompiles)}, "
-                         f"sync {_shown(previous.sync_ms, ' ms', 1)} -> {_shown(m.sync_ms, ' ms', 1)}, "
-                         f"step {_shown(previous.step_ms, ' ms', 1)} -> {_shown(m.step_ms, ' ms', 1)}")
-        if done.output:
-            lines.append(f"    {done.output[:300]}")
-        if done.kept:
-            previous = m
-    last = kept[-1].measures if kept else before
-    lines.append(f"  the whole way ({len(kept)} round{'s' * (len(kept) != 1)} kept):")
-    lines.append(comparison(before, last))
-    return "\n".join(lines)
