@@ -188,7 +188,7 @@ def why_text(execution: Execution, recompile: Recompile | PendingRecompile | Non
 # What a finding is, in a word or two: its label before finding_headline.
 KIND_LABELS = {"recompile": "recompile", "dynamic_shape": "shapes", "extra_sync": "extra sync",
                "fallback": "fallback", "missing_mark_step": "no mark_step", "failed_execution": "failed",
-               "crash": "raised", "one_by_one_reads": "host reads"}
+               "crash": "raised", "one_by_one_reads": "host reads", "host_call": "host call"}
 
 
 def finding_headline(finding: Finding, cwd: str | None = None) -> str:

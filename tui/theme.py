@@ -50,7 +50,7 @@ class Palette:
     def kind(self, kind: str) -> str:
         return {"fallback": self.fallback, "recompile": self.miss, "dynamic_shape": self.miss,
                 "extra_sync": self.sync, "missing_mark_step": self.sync, "failed_execution": self.miss,
-                "crash": self.miss, "one_by_one_reads": self.sync}.get(kind, "")
+                "crash": self.miss, "one_by_one_reads": self.sync, "host_call": self.sync}.get(kind, "")
 
 
 DARK = Palette(

@@ -11,6 +11,7 @@ from lazyviz.analysis.collectives import KINDS as COLLECTIVE_KINDS
 from lazyviz.analysis.collectives import Advice, Moved, advice, per_step, run_collectives, whole_batch
 from lazyviz.analysis.failures import crash, explain, headline
 from lazyviz.analysis.graphs import IRGraphs
+from lazyviz.analysis.host_calls import ABSORBED_KINDS, host_calls
 from lazyviz.analysis.ir import IRGraph
 from lazyviz.analysis.library import LibraryLine, Stacks, library_fix, library_line, no_stacks
 from lazyviz.analysis.loops import unsynced_iterations
@@ -234,8 +235,38 @@ def find_all(
     facts = RunFacts(table, steps, recompiles, IRGraphs.of(ir_texts), names, run, quick, stacks)
     findings = [replace(finding, cost_ms=table.sum_at(table.sync_ms, finding.executions))
                 for finder in FINDERS for finding in finder(facts)]
+    findings = _host_call_findings(findings, table, stacks)
     findings = _blame_uncut_graph(_crash_speaks_for_its_op(findings), table, steps)
     return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), f.kind not in ROOT_KINDS, -f.cost_ms))
+
+
+def _host_call_findings(findings: list[Finding], table: ExecutionTable, stacks: Stacks) -> list[Finding]:
+    """A host-side library call (save_image, SummaryWriter.add_image) handed a lazy tensor
+    is one finding at the user's call: the fallbacks, recompiles and syncs its own work
+    made are that finding's, whatever they were (make_grid's copy per image)."""
+    calls = host_calls([table.kind_at(p).stack_id for p in range(len(table))], stacks)
+    absorbed: set[int] = set()
+    made = []
+    for (frame, function), positions in calls.items():
+        indices = set(table.indices(positions))
+        theirs = [n for n, f in enumerate(findings) if f.kind in ABSORBED_KINDS and f.executions
+                  and set(f.executions) <= indices]
+        absorbed.update(theirs)
+        ops: Counter[str] = Counter()
+        for p in positions:
+            ops.update(table.kind_at(p).fallback_ops)
+        inside = ", ".join(f"{op} x{count}" for op, count in ops.most_common(3))
+        made.append(Finding(
+            "host_call", "warning",
+            f"{function}() works on the host and is handed a lazy tensor: {len(positions)} execution"
+            f"{'s' * (len(positions) != 1)} run inside it{f' ({inside} fall back)' if inside else ''}, "
+            f"{table.sum(table.sync_ms, positions):.0f} ms of sync",
+            frame, tuple(sorted(indices)),
+            f"hand {function}() a tensor on the CPU, {function}(x.detach().cpu(), ...): the pending graph runs "
+            "once and the call works on the host, as it was written to",
+            {"call": function, "absorbed": sorted({findings[n].kind for n in theirs})},
+            short=f"{function}() given a lazy tensor ({len(positions)} executions inside it)"))
+    return [f for n, f in enumerate(findings) if n not in absorbed] + made
 
 
 def _crash_speaks_for_its_op(findings: list[Finding]) -> list[Finding]:
@@ -1215,7 +1246,20 @@ def _unrolled_loop(graph: IRGraph | None, blocks: dict[tuple[str, ...], tuple[li
         return None  # side by side, not a loop: an optimizer updating its parameters one by one
     if layer_stack(graph, start, len(block), repeats):
         return None  # a model's layers, each with its own weights: the forward's structure, not a loop
+    if one_call(graph, start, len(block) * repeats):
+        return None  # one call building N copies (make_grid's loop over the images): no iterations piled up
     return block, repeats
+
+
+def one_call(graph: IRGraph, start: int, length: int) -> bool:
+    """Whether a repeated span was built by one line: a library's own Python loop inside one
+    call of the user's (torchvision's make_grid copying each image into the grid inside
+    save_image), or a comprehension, not a training loop's iterations, which build on
+    several lines (the forward, the loss, the update). Where the backend records no
+    lines, unknown: False."""
+    ops = [node for node in graph.nodes if not node.is_input][start:start + length]
+    lines = {node.source_line for node in ops}
+    return len(lines) == 1 and all(node.location for node in ops)
 
 
 def _also_in(finding: Finding) -> Finding:

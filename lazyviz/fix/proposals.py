@@ -16,7 +16,8 @@ the changes applied and shown as a unified diff.
 - split_pieces.py: a split/chunk/unbind whose fallback handed back host pieces, by narrow/select;
 - cpu_state.py: torch.save of lazy tensors, the state moved to the CPU after one sync;
 - lowered_attention.py: the user's own scaled_dot_product_attention falling back, from ops that lower;
-- sharding_spec.py: an SPMD annotation that forces a gather, the partition spec that avoids it.
+- sharding_spec.py: an SPMD annotation that forces a gather, the partition spec that avoids it;
+- host_tensor.py: a host-side library call (save_image) handed a lazy tensor, given x.detach().cpu().
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from lazyviz.fix import (
     device_branch,
     drop_last,
     eager_attention,
+    host_tensor,
     lowered_attention,
     lowered_clip,
     mark_step,
@@ -68,6 +70,7 @@ EDITS: list[tuple[Callable[[Finding, Context], bool], Callable[[Finding, Context
     (cpu_state.answers, cpu_state.propose),
     (lowered_attention.answers, lowered_attention.propose),
     (sharding_spec.answers, sharding_spec.propose),
+    (host_tensor.answers, host_tensor.propose),
 ]
 
 

@@ -10,7 +10,7 @@ import torch
 import torch._lazy
 import torch._lazy.ts_backend
 import torch.nn as nn
-from gridlib import save_image
+from torchvision.utils import save_image
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--n_batches", type=int, default=8, help="batches of training")

@@ -1,7 +1,8 @@
-"""A stand-in for torchvision.utils.save_image, installed as a library in the tests (a
-folder named site-packages on PYTHONPATH: torchvision does not load beside torch 2.13's
-CPU wheel). It does what torchvision's does: make_grid copies each image into a grid
-with a Python loop over the batch, then the grid is moved to the host and written (PGM)."""
+"""A stand-in for torchvision.utils (torchvision does not load beside torch 2.13's CPU
+wheel), installed in the tests as a library (a folder named site-packages on PYTHONPATH)
+under torchvision's own name. Its save_image does what torchvision's does: make_grid
+copies each image into a grid with a Python loop over the batch, then the grid is moved
+to the host and written (PGM)."""
 import torch
 
 
