@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from lazyviz.analysis.collectives import Row
@@ -61,10 +61,27 @@ def compiles_text(misses: int, after_warmup: int) -> str:
     return text + f", {expected} of them the usual warm-up" if expected else text + ", none of them warm-up"
 
 
-def site_verdict(site: SiteStats, findings: Sequence[Finding]) -> str:
-    """Why a costly sync site costs what it does, in a few words: its finding, the step's
-    own sync, or none (the report says so rather than leave the largest costs unexplained)."""
+def findings_by_site(findings: Sequence[Finding], site_of: Callable[[int], str | None]) -> dict[str, Finding]:
+    """Each sync site's finding, by the executions it points at (two optimizers' step() in
+    one fallback finding, the reads a growing graph explains): a finding about the site's
+    own sync (a fallback, a read) before the root one (a missing mark_step()), which
+    explains every sync of its loop. site_of: an execution's index -> its site."""
+    found: dict[str, Finding] = {}
+    for finding in sorted(findings, key=lambda f: f.kind == "missing_mark_step"):
+        for index in finding.executions:
+            site = site_of(index)
+            if site is not None:
+                found.setdefault(site, finding)
+    return found
+
+
+def site_verdict(site: SiteStats, findings: Sequence[Finding], by_site: Mapping[str, Finding] | None = None) -> str:
+    """Why a costly sync site costs what it does, in a few words: its finding (named at
+    the site, or pointing at its executions), the step's own sync, or none (the report
+    says so rather than leave the largest costs unexplained)."""
     found = next((f for f in findings if f.frame and f.frame.site == site.site), None)
+    if found is None and by_site is not None:
+        found = by_site.get(site.site)
     if found is not None:
         label = f"{KIND_LABELS.get(found.kind, found.kind)} {found.details.get('op', '')}".rstrip()
         return f"finding: {found.short or label}"

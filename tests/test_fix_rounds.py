@@ -180,6 +180,10 @@ def test_until_clean_on_a_gan_keeps_only_measured_rounds_and_adds_each_line_once
     # is not a training loop without mark_step().
     assert report.stdout.count("save_image() works on the host and is handed a lazy tensor") == 1
     assert "aten::slice_copy" not in report.stdout and "recompiled" not in report.stdout
+    # Each of the costliest sites names the finding that explains it: both optimizers'
+    # step(), the reads, save_image's line.
+    slowest = report.stdout.split("slowest sync sites")[1].split("trace:")[0]
+    assert "no finding" not in slowest and slowest.count("finding: ") == 3, slowest
     result = cli("fix", trace, "--try", "--until-clean", cwd=folder, env=env)
     assert result.status == 0, result.stderr
     added = [line[1:].strip() for line in result.stdout.splitlines() if line.startswith("+") and not line.startswith("+++")]

@@ -7,7 +7,7 @@ import json
 import os
 import re
 import textwrap
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TextIO
 
 from lazyviz.analysis.collectives import Row, collective_rows, per_step
@@ -26,6 +26,7 @@ from lazyviz.present import (
     compiles_text,
     divergence_text,
     finding_groups,
+    findings_by_site,
     memory_text,
     plural,
     short_path,
@@ -253,6 +254,14 @@ def _findings_lines(recorded: Run, all_findings: bool) -> list[str]:
     return lines
 
 
+def _site_of(table: ExecutionTable) -> Callable[[int], str | None]:
+    """An execution's index -> its sync site."""
+    def site(index: int) -> str | None:
+        position = table.position_of(index)
+        return table.kind_at(position).site if position is not None else None
+    return site
+
+
 def text_report(recorded: Run, all_findings: bool = False) -> str:
     """Findings first, each with its line and fix, then the run's figures. Findings of
     one kind at one site are grouped, and the top few shown, unless all_findings."""
@@ -292,10 +301,11 @@ def text_report(recorded: Run, all_findings: bool = False) -> str:
             causes = ", ".join(f"{c} {n}" for c, n in site.causes.items())
             lines.append(f"    {site.executions:6d}x  {short_path(site.site, run.cwd)} in {site.function} ({causes})")
         lines.append("  slowest sync sites (total sync ms):")
+        by_site = findings_by_site(analysis.findings, _site_of(executions))
         for site in summary.slowest_sites[:3]:
             lines.append(
                 f"    {site.total_ms:9.1f} ms  {short_path(site.site, run.cwd)} "
-                f"({site.executions}x, {site.mean_ms:.2f} ms each): {site_verdict(site, analysis.findings)}"
+                f"({site.executions}x, {site.mean_ms:.2f} ms each): {site_verdict(site, analysis.findings, by_site)}"
             )
     if run.tracer_errors:
         lines.append(f"  lazyviz's own errors while tracing (the script was not affected): {run.tracer_errors[0]}")
