@@ -9,6 +9,7 @@ the changes applied and shown as a unified diff.
 - step_closure.py: a per-step `.item()`/`print` moved into a step closure;
 - device_branch.py: `if tensor:` choosing a value, the choice made on the device;
 - lowered_clip.py: clip_grad_norm_'s fallback, the same clipping from ops that lower;
+- lowered_adam.py: Adam/AdamW's lerp_ fallback per parameter, the same update from ops that lower;
 - eager_attention.py: transformers' scaled_dot_product_attention fallback, attn_implementation="eager";
 - padding.py: per-batch padding given pad_to_multiple_of;
 - drop_last.py: a last short batch, drop_last=True on the DataLoader;
@@ -32,6 +33,7 @@ from lazyviz.fix import (
     drop_last,
     eager_attention,
     host_tensor,
+    lowered_adam,
     lowered_attention,
     lowered_clip,
     mark_step,
@@ -62,6 +64,7 @@ EDITS: list[tuple[Callable[[Finding, Context], bool], Callable[[Finding, Context
     (step_closure.answers, step_closure.propose),
     (device_branch.answers, device_branch.propose),
     (lowered_clip.answers, lowered_clip.propose),
+    (lowered_adam.answers, lowered_adam.propose),
     (eager_attention.answers, eager_attention.propose),
     (padding.answers, padding.propose),
     (drop_last.answers, drop_last.propose),

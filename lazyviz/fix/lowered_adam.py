@@ -1,0 +1,122 @@
+"""Adam and AdamW falling back once per parameter on TS (their moments' lerp_): the same
+update from ops that lower (mul_, add_, addcmul_, addcdiv_). The optimizer is made from a
+subclass whose step() is that update, a function put once in the user's file wrapping
+the class at each construction (`with_lowered_step(torch.optim.Adam)(params, ...)`): its
+state is the optimizer's own (step, exp_avg, exp_avg_sq, max_exp_avg_sq), so a checkpoint
+of optimizer.state_dict() saves and loads the same; its options come from each param
+group (lr as a scheduler sets it, betas, eps, weight_decay, amsgrad, maximize); and
+torch's step hooks still run (lazyviz counts optimizer steps by them)."""
+from __future__ import annotations
+
+import ast
+
+from lazyviz.analysis.findings import Finding
+from lazyviz.fix.source import Change, Context, Proposal, Source, call_name, define_once
+
+LOWERED_ADAM_NAME = "with_lowered_step"
+LOWERED_ADAM = """\
+
+
+def with_lowered_step(optimizer_class):
+    \"\"\"torch.optim.Adam or AdamW with its step() from ops that lower on the lazy device:
+    torch's updates the moments with lerp_, which falls back there once per parameter.
+    The same arithmetic as torch's single-tensor step, the same state, the same hooks.\"\"\"
+    decoupled = issubclass(optimizer_class, {torch}.optim.AdamW)
+
+    class Lowered(optimizer_class):
+        @{torch}.no_grad()
+        def step(self, closure=None):
+            loss = None
+            if closure is not None:
+                with {torch}.enable_grad():
+                    loss = closure()
+            for group in self.param_groups:
+                beta1, beta2 = group["betas"]
+                lr, eps, weight_decay = group["lr"], group["eps"], group["weight_decay"]
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    grad = -p.grad if group.get("maximize") else p.grad
+                    state = self.state[p]
+                    if not state:
+                        state["step"] = {torch}.tensor(0.0)
+                        state["exp_avg"] = {torch}.zeros_like(p, memory_format={torch}.preserve_format)
+                        state["exp_avg_sq"] = {torch}.zeros_like(p, memory_format={torch}.preserve_format)
+                        if group["amsgrad"]:
+                            state["max_exp_avg_sq"] = {torch}.zeros_like(p, memory_format={torch}.preserve_format)
+                    state["step"] += 1
+                    step = float(state["step"])
+                    if weight_decay and decoupled:
+                        p.mul_(1 - lr * weight_decay)
+                    elif weight_decay:
+                        grad = grad.add(p, alpha=weight_decay)
+                    exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                    exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+                    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                    second = exp_avg_sq
+                    if group["amsgrad"]:
+                        # A new tensor, not copy_ into the old one: copy_ falls back on TS.
+                        state["max_exp_avg_sq"] = {torch}.maximum(state["max_exp_avg_sq"], exp_avg_sq)
+                        second = state["max_exp_avg_sq"]
+                    denom = (second.sqrt() / (1 - beta2 ** step) ** 0.5).add_(eps)
+                    p.addcdiv_(exp_avg, denom, value=-lr / (1 - beta1 ** step))
+            return loss
+
+    Lowered.__name__ = Lowered.__qualname__ = f"{{optimizer_class.__name__}}Lowered"
+    return Lowered
+"""
+
+
+# torch 2.13's AdamW inherits Adam's step(): a finding "in Adam.step()" is either's.
+ADAMS = ("Adam", "AdamW")
+
+
+def _constructions(source: Source) -> list[ast.Call]:
+    """Calls that make the optimizer: `torch.optim.Adam(...)`, `optim.Adam(...)`, `Adam(...)`,
+    their class named on one line (one made through with_lowered_step is not such a call)."""
+    found = []
+    for node in ast.walk(source.tree):
+        if isinstance(node, ast.Call) and node.func.lineno == node.func.end_lineno and \
+                (node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")) in ADAMS:
+            found.append(node)
+    return sorted(found, key=lambda call: (call.lineno, call.col_offset))
+
+
+def propose(finding: Finding, context: Context) -> Proposal:
+    """Every construction of the optimizer class the finding names in the file of its line
+    (a GAN's two Adams), made through with_lowered_step."""
+    frame = finding.frame
+    source = context.source(frame.file) if frame is not None else None
+    name = "/".join(ADAMS)
+    if source is None or frame is None:
+        return Proposal(finding, finding.fix)
+    calls = _constructions(source)
+    if not calls and LOWERED_ADAM_NAME in source.text:
+        return Proposal(finding, f"every {name} in {source.name} is made through {LOWERED_ADAM_NAME}() already, and "
+                                 "lerp_ still falls back: another optimizer of that class is made elsewhere",
+                        outlived=True)
+    if not calls:
+        return Proposal(finding, f"{finding.fix} (no {name}(...) made in {source.name} to edit)")
+    by_line: dict[int, list[ast.Call]] = {}
+    for call in calls:
+        by_line.setdefault(call.func.lineno, []).append(call)
+    changes: list[Change] = []
+    for line, here in sorted(by_line.items()):
+        text = source.line(line)
+        for call in sorted(here, key=lambda c: c.func.col_offset, reverse=True):
+            start, end = call.func.col_offset, call.func.end_col_offset or 0
+            text = f"{text[:start]}{LOWERED_ADAM_NAME}({text[start:end]}){text[end:]}"
+        changes.append(Change(source.path, line, line + 1, (text,)))
+    torch, imports = call_name(source, "torch.optim", "torch")
+    defined = define_once(source, LOWERED_ADAM_NAME, LOWERED_ADAM.format(torch=torch.rpartition(".")[0]))
+    where = ", ".join(f"{source.name}:{change.start}" for change in changes)
+    if defined:
+        changes += [*imports, *defined]
+    return Proposal(finding, f"the optimizer at {where} made through {LOWERED_ADAM_NAME}(): its step() from ops that "
+                             "lower (the same update, options, state and hooks), defined once in the file: no lerp_ "
+                             "fallback, no sync per parameter", tuple(changes))
+
+
+def answers(finding: Finding, context: Context) -> bool:
+    return finding.kind == "fallback" and finding.details.get("op") == "aten::lerp.Scalar" \
+        and (finding.details.get("call") or "").rpartition(".")[0] in ADAMS
