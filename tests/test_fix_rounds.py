@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, cli
 
+from lazyviz.analysis.host_calls import host_call
 from lazyviz.fix.output_check import check_output, moving_numbers
 from lazyviz.fix.rounds import RoundEdits, _judged, gains
 from lazyviz.fix.trial import Measures, Original, crash_verdict
 from lazyviz.fix.workspace import make_copy, original_line, paths_above
+from lazyviz.trace.model import Frame
 
 PROGRAMS = ROOT / "tests" / "programs"
 
@@ -113,6 +115,21 @@ def test_the_copy_reads_data_above_its_folder_and_writes_only_in_the_mirror(tmp_
     done = subprocess.run([sys.executable, "main.py"], cwd=copy, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert (copy / ".." / "data" / "cache").is_dir() and not (repo / "data" / "cache").exists()
+
+
+def test_a_host_side_call_is_named_at_the_users_line_through_torchs_wrappers() -> None:
+    """PyTorch-GAN's save_image(gen_imgs.data[:25], ...): torchvision's save_image is
+    decorated with torch.no_grad(), whose wrapper sits between the user's line and it."""
+    site = "/venv/lib/python3.11/site-packages/"
+    user = Frame("/work/gan/gan.py", 174, "<module>")
+    stack = [user, Frame(site + "torch/utils/_contextlib.py", 120, "decorate_context"),
+             Frame(site + "torchvision/utils.py", 150, "save_image"),
+             Frame(site + "torchvision/utils.py", 121, "make_grid"), Frame(site + "torch/_tensor.py", 40, "copy_")]
+    assert host_call(stack) == (user, "save_image")
+    assert host_call([user, Frame(site + "torch/utils/tensorboard/writer.py", 600, "add_image")]) == (user, "add_image")
+    # A library that is not host-side (a model's forward in transformers) is not one.
+    assert host_call([user, Frame(site + "transformers/models/bert/modeling_bert.py", 10, "forward")]) is None
+    assert host_call([user, Frame(site + "torchvision/models/resnet.py", 10, "forward")]) is None
 
 
 # -- real programs --------------------------------------------------------------------------

@@ -29,10 +29,10 @@ ABSORBED_KINDS = frozenset({"fallback", "recompile", "dynamic_shape", "extra_syn
 
 def _package_path(file: str) -> str | None:
     """The file under its package folder, torch's TensorBoard writer included (torch's
-    own files are plumbing to frame_owner)."""
+    own files are plumbing to frame_owner); "" for plumbing, None for the user's own."""
     if "torch/utils/tensorboard/" in file:
         return "torch/utils/tensorboard/" + file.rpartition("torch/utils/tensorboard/")[2]
-    return frame_owner(file) or None
+    return frame_owner(file)
 
 
 def _host_side(path: str, function: str) -> bool:
@@ -50,7 +50,7 @@ def host_call(stack: Sequence[Frame]) -> tuple[Frame, str] | None:
         path = _package_path(frame.file)
         if path is None:
             user = frame
-        elif _host_side(path, frame.function):
+        elif path and _host_side(path, frame.function):  # torch's plumbing between (no_grad's wrapper): skipped
             return (user, frame.function) if user is not None else None
     return None
 
