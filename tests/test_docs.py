@@ -35,3 +35,13 @@ def test_the_site_builds_strictly(tmp_path) -> None:
     assert done.returncode == 0, done.stderr
     pages = sorted(p.relative_to(tmp_path / "site").parts[0] for p in (tmp_path / "site").glob("*/index.html"))
     assert len(pages) >= 6, pages
+
+
+def test_the_layout_names_every_module() -> None:
+    """docs/how-it-works.md's Layout is how a contributor finds their way: every module of
+    lazyviz/ and tui/ is named there (a new one without a line fails here)."""
+    doc = (ROOT / "docs" / "how-it-works.md").read_text()
+    layout = doc.split("## Layout")[1].split("\n## ")[0]
+    missing = [str(path.relative_to(ROOT)) for folder in ("lazyviz", "tui") for path in sorted((ROOT / folder).rglob("*.py"))
+               if path.name != "__init__.py" and not re.search(rf"[`/]{re.escape(path.name)}`", layout)]
+    assert missing == []
