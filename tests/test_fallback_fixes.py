@@ -249,3 +249,53 @@ def test_adam_written_from_ops_that_lower_is_torchs_adam_without_a_fallback() ->
         assert case["torch_falls_back"] >= 5 * 4, case  # 4 parameters, 5 steps
         assert case["fallbacks"] == [] and case["hooks"] == 5, case
         assert case["params"] < 1e-6 and case["state"] < 1e-6, case
+
+
+LSTM_CHECK = """import json, torch, torch._lazy, torch._lazy.ts_backend, torch._lazy.metrics as metrics
+from lazyviz.fix.lowered_lstm import LOWERED_LSTM
+ns = {"torch": torch}
+exec(LOWERED_LSTM.format(torch="torch"), ns)
+Lowered = ns["LSTMLowered"]
+torch._lazy.ts_backend.init()
+found = []
+for options, shape, given in [({"input_size": 5, "hidden_size": 6}, (7, 3, 5), False),
+                              ({"input_size": 5, "hidden_size": 6, "batch_first": True, "num_layers": 2}, (3, 7, 5), True),
+                              ({"input_size": 5, "hidden_size": 4, "bidirectional": True, "num_layers": 2,
+                                "bias": False}, (7, 3, 5), False),
+                              ({"input_size": 5, "hidden_size": 6}, (7, 5), False)]:
+    torch.manual_seed(0)
+    reference = torch.nn.LSTM(**options)
+    lowered = Lowered(**options)
+    lowered.load_state_dict(reference.state_dict())
+    x = torch.randn(*shape, requires_grad=True)
+    d = 2 if options.get("bidirectional") else 1
+    hx = (torch.randn(options.get("num_layers", 1) * d, 3, options["hidden_size"]),) * 2 if given else None
+    out, (h, c) = reference(x, hx)
+    out.sum().backward()
+    grad = x.grad.clone(); x.grad = None
+    metrics.reset()
+    lazy = lowered.to("lazy")
+    xl = x.detach().to("lazy").requires_grad_()
+    lo, (lh, lc) = lazy(xl, tuple(t.to("lazy") for t in hx) if hx else None)
+    lo.sum().backward()
+    torch._lazy.mark_step()
+    fallbacks = [n for n in metrics.counter_names() if n.startswith("aten::") and metrics.counter_value(n)]
+    found.append({"out": (out - lo.cpu()).abs().max().item(), "h": (h - lh.cpu()).abs().max().item(),
+                  "c": (c - lc.cpu()).abs().max().item(), "grad": (grad - xl.grad.cpu()).abs().max().item(),
+                  "fallbacks": fallbacks})
+print(json.dumps(found))
+"""
+
+
+def test_an_lstm_written_as_its_cell_over_the_time_steps_is_torchs_lstm_without_a_fallback() -> None:
+    """The lowered nn.LSTM edit (fix/lowered_lstm.py), for the options it reads (layers,
+    batch_first, bidirectional without bias, an unbatched input, a given (h0, c0)): with
+    nn.LSTM's own weights loaded, the output, h_n, c_n and the input's gradient on the lazy
+    device are torch's on the CPU, and nothing falls back (LTC's counters)."""
+    done = subprocess.run([sys.executable, "-c", LSTM_CHECK], capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    cases = json.loads(done.stdout)
+    assert len(cases) == 4
+    for case in cases:
+        assert case["fallbacks"] == [], case
+        assert max(case["out"], case["h"], case["c"], case["grad"]) < 1e-5, case

@@ -464,7 +464,7 @@ def test_until_clean_takes_the_word_lm_to_edits_by_hand_only_proved_against_ltcs
                              cwd=folder, capture_output=True)
     assert written.returncode == 0, written.stderr + result.stdout
     err = result.stderr
-    assert "  round 1 (kept):" in err and "stopped: no edit left for the findings left" in err
+    assert "  round 1 (kept: " in err and "stopped: no edit left for the findings left" in err
     assert "+def clip_grad_norm_lowered(parameters, max_norm):" in result.stdout
     assert "+        clip_grad_norm_lowered(model.parameters(), 0.25)" in result.stdout
     assert "+        torch._lazy.mark_step()" in result.stdout and ".index_select(0, torch.arange(" in result.stdout

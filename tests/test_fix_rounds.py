@@ -6,6 +6,7 @@ script's folder). The pure parts without torch; then real programs in the shapes
 pytorch/examples' word_language_model and PyTorch-GAN on torch's lazy backend."""
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -13,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, cli
+from conftest import ROOT, cli, row
 
 from lazyviz.analysis.host_calls import host_call
 from lazyviz.fix.output_check import check_output, moving_numbers
@@ -59,7 +60,7 @@ def test_numbers_that_move_between_two_runs_of_the_original_are_measurements() -
     patched = line.format(" 48.90", "1")
     checked = check_output(first, patched, again=second)
     assert checked.same, checked.verdict
-    assert "2 numbers move between two runs of the original (ms/batch, wait" in checked.verdict
+    assert "2 numbers move between two runs of the original (ms/batch, wait: a measurement of the run" in checked.verdict
     # Without the second run, "wait 3 -> 1" is a result that changed.
     assert not check_output(first, patched).same
     # A loss that changed is still a result: it did not move between the original's runs.
@@ -205,7 +206,9 @@ def test_until_clean_on_a_gan_keeps_only_measured_rounds_and_adds_each_line_once
     assert result.status == 0, result.stderr
     added = [line[1:].strip() for line in result.stdout.splitlines() if line.startswith("+") and not line.startswith("+++")]
     assert added.count("torch._lazy.mark_step()") == 2  # the loop's end, and the helper's own sync
-    assert len(set(line for line in added if line)) == len([line for line in added if line]) - 1
+    assert not [a for a, b in itertools.pairwise(added) if a and a == b]  # no line added twice in a row
+    assert added.count("optimizer_G = with_lowered_step(torch.optim.Adam)(generator.parameters(), lr=0.0002, "
+                       "betas=(0.5, 0.999))") == 1
     assert "+torch.save(state_on_cpu(generator.state_dict()), \"generator.pth\")" in result.stdout
     assert "+torch.save(state_on_cpu(discriminator.state_dict()), \"discriminator.pth\")" in result.stdout
     assert "save_image(gen_imgs.data.view(-1, 1, opt.img_size, opt.img_size).detach().cpu()," in result.stdout
@@ -215,3 +218,24 @@ def test_until_clean_on_a_gan_keeps_only_measured_rounds_and_adds_each_line_once
         assert ("(kept: " in line and len(line.split("kept: ")[1]) > 5) or "(not kept: " in line, line
     assert "exit                          raised RuntimeError  exited 0" in result.stderr
     assert "the edits kept, each once, with what its round measured:" in result.stderr
+
+
+@pytest.mark.torch
+def test_an_lstm_classifier_is_named_by_its_module_and_trains_with_the_lowered_one(tmp_path: Path) -> None:
+    """pytorch/examples' mnist_rnn shape: nn.LSTM's forward unbinds the sequence, which
+    falls back on TS and hands the steps back on the host. The finding names the module,
+    not an unbind the user never wrote; the edit makes it an LSTMLowered and the copy trains."""
+    folder = tmp_path / "mnist_rnn"
+    folder.mkdir()
+    shutil.copy(PROGRAMS / "lstm_classifier.py", folder / "main.py")
+    trace = tmp_path / "rnn.trace"
+    cli("run", "--no-tui", "-o", trace, "main.py", cwd=folder)
+    report = cli("report", trace)
+    assert "torch's recurrent module (nn.LSTM, nn.GRU or nn.RNN" in report.stdout
+    assert "unbind calls" not in report.stdout
+    result = cli("fix", trace, "--try", cwd=folder)
+    assert result.status == 0, result.stderr
+    assert "+        self.rnn = LSTMLowered(input_size=28, hidden_size=32, batch_first=True)" in result.stdout
+    assert "+class LSTMLowered(torch.nn.LSTM):" in result.stdout
+    assert "the crash at main.py:25 (RuntimeError) is gone" in result.stderr
+    assert row(result.stderr, "iterations (optimizer steps)") == ["0", "5"]

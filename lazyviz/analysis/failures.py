@@ -164,6 +164,7 @@ _NO_STORAGE = re.compile(r"data pointer on an invalid python storage")
 # Ops that return several tensors: falling back, they hand back CPU tensors marked lazy.
 _SEVERAL_OUTPUTS = ("split", "chunk", "unbind", "tensor_split", "topk", "sort", "max.dim", "min.dim", "unique")
 _LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ")
+_RECURRENT = "torch/nn/modules/rnn.py"  # nn.LSTM, nn.GRU, nn.RNN: their forward unbinds the sequence
 
 
 def _is_library(file: str) -> bool:
@@ -236,6 +237,16 @@ def _not_lazy(run: RunInfo, table: ExecutionTable, what: str, details: dict,
     op_line = f" at {_short(at)}" if at is not None else ""
     details.update(op=op, call=call, execution=execution, op_line=at.site if at is not None else None)
     several = any(name in op for name in _SEVERAL_OUTPUTS)
+    raised_in = run.error_frames[-1].file if run.error_frames else ""
+    if several and _RECURRENT in raised_in:
+        # Not the user's unbind: the module's own forward. The module is what to change.
+        details["module"] = "recurrent"
+        return (f"{what}: torch's recurrent module (nn.LSTM, nn.GRU or nn.RNN, in {_RECURRENT}) cannot run on this "
+                f"backend as it is: its forward takes the sequence apart with {op}, which falls back{in_call} and "
+                "hands the time steps back as CPU tensors, and its next op raises"), (
+            "make the module from ops that lower: the same module, its own weights, written as its cell over the "
+            "time steps with narrow (lazyviz's edit does it for nn.LSTM; nn.GRU and nn.RNN the same way by hand)"), \
+            details, user
     if several:
         return (f"{what}: a tensor that is not lazy reached a lazy op. It came from {op}{op_line}, which falls back "
                 f"to the CPU{in_call} ({when}): an op without a lowering that returns several tensors hands them back "

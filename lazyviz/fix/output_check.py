@@ -142,8 +142,8 @@ def _aside(labels: list[str], moved: list[str], random_ops: Sequence[str]) -> st
     parts = []
     if moved:
         shown = ", ".join(dict.fromkeys(label for label in moved if label != "#")) or "unlabelled"
-        why = (f"the original draws random numbers on the device ({', '.join(random_ops[:2])}) or measures time"
-               if random_ops else "they measure the run")
+        why = (f"random numbers drawn on the device ({', '.join(random_ops[:2])}), or a measurement of the run"
+               if random_ops else "a measurement of the run, or random numbers drawn without a seed")
         parts.append(f"{len(moved)} {'number moves' if len(moved) == 1 else 'numbers move'} between two runs of "
                      f"the original ({shown[:60]}: {why}): left out")
     if labels:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lazyviz.analysis.run import Run
+from lazyviz.fix.output_check import OutputCheck
 from lazyviz.fix.trial import (
     Bound,
     Measures,
@@ -33,6 +34,8 @@ from lazyviz.fix.trial import (
 from lazyviz.fix.workspace import copy_root
 from lazyviz.trace import open as open_trace
 from lazyviz.trace.model import RunInfo
+
+REPEATED_RECOMPILES = 3  # recompiles of one finding before a round that brought them is worse
 
 
 @dataclass(frozen=True)
@@ -78,9 +81,15 @@ def _worse(new: Measures, old: Measures) -> str:
                 f"{new.other_syncs / new.iterations:.1f}")
     if new.steps and old.steps and new.recompiles > old.recompiles:
         return f"recompiles after warm-up {old.recompiles} -> {new.recompiles}"
-    if by_iteration(old, new) and new.steady_misses is not None and old.steady_misses is not None and \
-            new.steady_misses > old.steady_misses + 1e-9:
-        return f"compiles per iteration after warm-up {old.steady_misses:.1f} -> {new.steady_misses:.1f}"
+    # A recompile the round brought again and again (mnist_forward_forward's mark_step()
+    # in a loop that indexes by its counter: a graph per index, every step): worse,
+    # whatever else moved. One new graph (a step that also prints) is the cut's shape.
+    old_keys = by_key(old.findings)
+    brought = [group[0] for key, group in by_key(new.findings).items()
+               if key not in old_keys and group[0].kind in ("recompile", "dynamic_shape")
+               and len(group[0].executions) >= REPEATED_RECOMPILES]
+    if brought:
+        return f"it brought a recompile: {(brought[0].short or brought[0].message)[:150]}"
     return ""
 
 
@@ -108,7 +117,7 @@ def gains(new: Measures, old: Measures, original: Original) -> tuple[list[str], 
     if ok and ending:
         found.append(ending)
     elif old.crash and new.crash != old.crash and ran_further(old, new):
-        found.append(f"the crash at {old.crash} is gone; the copy ran further")
+        found.append(ending)  # "... is gone, but the copy crashed further on (4 optimizer steps) at ..."
     old_keys, new_keys = by_key(old.findings), by_key(new.findings)
     fixed = [group[0].short or group[0].message for key, group in old_keys.items() if key not in new_keys]
     if fixed:
@@ -127,7 +136,7 @@ def gains(new: Measures, old: Measures, original: Original) -> tuple[list[str], 
     a, b = sync_rate(old, per_iteration, steady), sync_rate(new, per_iteration, steady)
     within = ""
     if a and b is not None and b < a and not (ok and ending):
-        noise, how = original.noise(lambda m: sync_rate(m, per_iteration, steady))
+        noise, how = original.noise(lambda m: sync_rate(m, per_iteration, steady), old)
         moved = f"{label} {a:,.1f} -> {b:,.1f} ms"
         if (a - b) / a > noise:
             found.append(f"{moved} (beyond the noise of ±{noise:.0%}, {how})")
@@ -191,7 +200,9 @@ def until_clean(info: RunInfo, texts: Mapping[str, str], first: RoundEdits, boun
             outlived += [o for o in pending.outlived if o not in outlived]
         if pending is None and done and done[-1].kept and not stopped.startswith("the next edits"):
             stopped = "no edit left for the findings left"
-        text = rounds_table(before, done, outlived) + f"\n  stopped: {stopped}"
+        kept = [r.measures for r in done if r.kept]
+        whole = original.output_check(kept[-1]) if kept else None
+        text = rounds_table(before, done, outlived, whole) + f"\n  stopped: {stopped}"
         if keep:
             text += f"\n  the copies and their traces: {work}"
         return text, before, done, kept_texts
@@ -240,7 +251,8 @@ def _round_counts(previous: Measures, m: Measures, before: Measures) -> str:
             f"step {shown(previous.step_ms, ' ms', 1)} -> {shown(m.step_ms, ' ms', 1)}")
 
 
-def rounds_table(before: Measures, rounds: Sequence[Round], outlived: Sequence[str] = ()) -> str:
+def rounds_table(before: Measures, rounds: Sequence[Round], outlived: Sequence[str] = (),
+                 checked: OutputCheck | None = None) -> str:
     """Each round's edits and what they changed, the whole way from the first run to the
     last kept one, then the kept edits as a reviewer reads them."""
     kept = [r for r in rounds if r.kept]
@@ -257,7 +269,7 @@ def rounds_table(before: Measures, rounds: Sequence[Round], outlived: Sequence[s
             previous = done.measures
     last = kept[-1].measures if kept else before
     lines.append(f"  the whole way ({len(kept)} round{'s' * (len(kept) != 1)} kept):")
-    lines.append(comparison(before, last))
+    lines.append(comparison(before, last, checked=checked))
     if kept:
         lines.append("  the edits kept, each once, with what its round measured:")
         for number, done in enumerate(rounds, 1):

@@ -66,7 +66,6 @@ class Measures:
     # Sync time of each step (each iteration where it has no steps) after warm-up: the
     # run's own spread, part of the noise a gain must exceed.
     sync_samples: tuple[float, ...] = ()
-    steady_misses: float | None = None  # compiles per iteration after warm-up, by optimizer steps
     error: str = ""  # what the script raised, its first line
     # Where it raised, in the original's lines: (file relative to the copied folder, line),
     # line None where the statement is one an edit added.
@@ -170,16 +169,6 @@ def sync_samples(run: Run) -> tuple[float, ...]:
     return tuple(sum(table.sync_ms[a:b]) for a, b in itertools.pairwise(marks[WARMUP_STEPS:]))
 
 
-def steady_misses(run: Run) -> float | None:
-    """Compiles (cache misses) per optimizer step after warm-up: a mark_step() put in a loop
-    that indexes by its counter compiles a graph per index, every iteration."""
-    marks, table = run.info.optimizer_marks, run.executions
-    if len(marks) < WARMUP_STEPS + 2:
-        return None
-    misses = sum(1 for p in range(marks[WARMUP_STEPS], marks[-1]) if table.kind_at(p).cache == "miss")
-    return misses / (len(marks) - 1 - WARMUP_STEPS)
-
-
 def measure(run: Run, output: str) -> Measures:
     table = run.executions
     steps = run.steps
@@ -198,7 +187,6 @@ def measure(run: Run, output: str) -> Measures:
         other_syncs=sum(1 for p in range(len(table)) if table.kind_at(p).cause != "mark_step"),
         collective_bytes=per_step(run.collectives, steps) if run.collectives else None,
         steady_sync_ms=steady_sync(table.sync_ms, run.info.optimizer_marks), sync_samples=sync_samples(run),
-        steady_misses=steady_misses(run),
         error=(run.info.error or "").strip().split("\n")[0],
     )
 
@@ -516,7 +504,7 @@ class Original:
         ran where the original crashed). Numbers that differ are checked against a second
         run of the original: those that move there too are measurements or random draws."""
         reference = reference or self.first
-        crashed = bool(reference.crash) and crash_verdict(reference, after)[0]
+        crashed = bool(reference.crash)  # then only what it printed before its crash is compared
         random = sorted({*reference.random_ops, *after.random_ops})
         checked = check_output(reference.output, after.output, original_crashed=crashed, random_ops=random)
         if not checked.same and reference is self.first and checked.verdict.startswith("differs: the words"):
@@ -524,18 +512,21 @@ class Original:
                                    again=self.again().output, random_ops=random)
         return checked
 
-    def noise(self, value: Callable[[Measures], float | None]) -> tuple[float, str]:
+    def noise(self, value: Callable[[Measures], float | None], last: Measures | None = None) -> tuple[float, str]:
         """How much a sync time moves with nothing changed, relative: the original's two
-        runs, its own spread from step to step (twice the standard error of the mean), and
-        never under MIN_NOISE; with a phrase saying which it was."""
-        first, second = value(self.first), value(self.again())
-        two_runs = abs(first - second) / min(first, second) if first and second else 0.0
-        samples = self.first.sync_samples
+        runs (where it ran: one that crashed has no sync time to compare), the spread from
+        step to step of the run compared against (`last`, else the original: twice the
+        standard error of the mean), and never under MIN_NOISE; with a phrase saying which."""
+        two_runs = 0.0
+        if not self.first.crash:
+            first, second = value(self.first), value(self.again())
+            two_runs = abs(first - second) / min(first, second) if first and second else 0.0
+        samples = (last or self.first).sync_samples
         spread = (2 * statistics.stdev(samples) / statistics.fmean(samples) / len(samples) ** 0.5
                   if len(samples) >= 3 and statistics.fmean(samples) > 0 else 0.0)
         relative = max(two_runs, spread, MIN_NOISE)
         how = ("the original's two runs" if relative == two_runs else
-               "the original's spread from step to step" if relative == spread else "the floor for a shared machine")
+               "the spread from step to step" if relative == spread else "the floor for a shared machine")
         return relative, how
 
 
