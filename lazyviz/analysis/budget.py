@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from lazyviz.analysis.collectives import Moved, run_collectives
 from lazyviz.analysis.findings import collective_findings, crash_findings, failure_findings, missing_mark_step_findings
 from lazyviz.analysis.graphs import IRGraphs
+from lazyviz.analysis.library import Stacks, no_stacks
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
 from lazyviz.trace.model import Execution, RunInfo
 from lazyviz.trace.table import ExecutionTable, Kind
@@ -82,7 +83,7 @@ def _steady_positions(table: ExecutionTable, run: RunInfo, warmup_steps: int) ->
 
 
 def check_budget(run: RunInfo, executions: Sequence[Execution], recompiles: list[Recompile | PendingRecompile], budget: Budget,
-                 ir_texts: Mapping[str, str] | None = None) -> list[str]:
+                 ir_texts: Mapping[str, str] | None = None, stacks: Stacks = no_stacks) -> list[str]:
     breaches = []
     if not run.complete and not budget.allow_unfinished:
         breaches.append(f"the trace is unfinished: {run.state}; --allow-unfinished checks what it holds")
@@ -93,7 +94,7 @@ def check_budget(run: RunInfo, executions: Sequence[Execution], recompiles: list
     breaches += [f"the script raised: {finding.message}" for finding in crash_findings(run, executions, ir_texts or {})]
     # The report's missing-mark_step warnings (both forms) fail the check too: the two must agree.
     for finding in missing_mark_step_findings(executions, ir_texts or {}, run.names,
-                                              optimizer_marks=() if run.steps else run.optimizer_marks):
+                                              optimizer_marks=() if run.steps else run.optimizer_marks, stacks=stacks):
         where = f" at {finding.frame.site}" if finding.frame else ""
         breaches.append(f"missing mark_step(){where}: {finding.message}")
     table = ExecutionTable.of(executions)

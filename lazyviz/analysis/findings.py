@@ -11,7 +11,7 @@ from lazyviz.analysis.collectives import KINDS as COLLECTIVE_KINDS
 from lazyviz.analysis.collectives import Advice, Moved, advice, per_step, run_collectives, whole_batch
 from lazyviz.analysis.failures import crash, explain, headline
 from lazyviz.analysis.graphs import IRGraphs
-from lazyviz.analysis.host_calls import ABSORBED_KINDS, host_calls
+from lazyviz.analysis.host_calls import ABSORBED_KINDS, host_call, host_calls
 from lazyviz.analysis.ir import IRGraph
 from lazyviz.analysis.library import LibraryLine, Stacks, library_fix, library_line, no_stacks
 from lazyviz.analysis.loops import unsynced_iterations
@@ -136,7 +136,8 @@ FINDERS: tuple[Callable[[RunFacts], list[Finding]], ...] = (
                                     facts.run.fallbacks_after_last_execution if facts.run else {}, facts.stacks),
     lambda facts: one_by_one_read_findings(facts.executions, facts.names),
     lambda facts: missing_mark_step_findings(facts.executions, facts.graphs, facts.names, facts.quick,
-                                             facts.run.optimizer_marks if facts.run and not facts.steps else ()),
+                                             facts.run.optimizer_marks if facts.run and not facts.steps else (),
+                                             facts.stacks),
     lambda facts: collective_findings(facts.executions, facts.graphs, facts.run.annotations if facts.run else [],
                                       facts.steps or (facts.run.optimizer_steps if facts.run else 0)),
 )
@@ -185,7 +186,7 @@ def crash_findings(run: RunInfo, executions: Sequence[Execution], ir_texts: Mapp
 
 def missing_mark_step_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str],
                                names: Mapping[str, str] = TS_NAMES, quick: bool = False,
-                               optimizer_marks: Sequence[int] = ()) -> list[Finding]:
+                               optimizer_marks: Sequence[int] = (), stacks: Stacks = no_stacks) -> list[Finding]:
     """The forms of a loop without mark_step(): optimizer steps that no sync separated, a
     graph that grows at every sync of one site, and a loop unrolled into one graph (report
     and check ask the same question). quick: not the last (it searches every graph's ops).
@@ -193,7 +194,7 @@ def missing_mark_step_findings(executions: Sequence[Execution], ir_texts: Mappin
     graphs = IRGraphs.of(ir_texts)
     growing = growing_site_findings(executions, names, graphs)
     if not quick:
-        growing += growth_findings(executions, graphs, names, skip=growing_graphs(executions))
+        growing += growth_findings(executions, graphs, names, skip=growing_graphs(executions), stacks=stacks)
     # Last: where the graphs show the loop, they say it; the optimizer's count joins them.
     return _one_per_loop(growing + stepless_loop_findings(executions, optimizer_marks, names))
 
@@ -1181,10 +1182,13 @@ def _ops_text(block: list[str], limit: int = 6) -> str:
 
 
 def growth_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str],
-                    names: Mapping[str, str] = TS_NAMES, skip: set[str] = frozenset()) -> list[Finding]:
+                    names: Mapping[str, str] = TS_NAMES, skip: set[str] = frozenset(),
+                    stacks: Stacks = no_stacks) -> list[Finding]:
     """A graph that repeats one block of ops many times over: a loop ran without
     mark_step() and its iterations piled up into one graph. skip: graphs a finding
-    already covers (a growing site)."""
+    already covers (a growing site). A graph run only inside a host-side library call
+    (make_grid's copy of each image into the grid inside save_image) is that library's
+    own loop within one call of the user's: the host-call finding says it."""
     table = ExecutionTable.of(executions)
     graphs = IRGraphs.of(ir_texts)
     findings = []
@@ -1192,7 +1196,13 @@ def growth_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str]
     # that recompiles at every step has thousands of them, parsed once already.
     loops: dict[int, tuple[list[str], int] | None] = {}  # structure -> (the block, its repeats)
     blocks: dict[tuple[str, ...], tuple[list[str], int, int] | None] = {}  # the same ops, searched once
+    inside: dict[int | None, bool] = {}
+    for kind in table.kinds:
+        if kind.stack_id not in inside:
+            inside[kind.stack_id] = kind.stack_id is not None and host_call(stacks(kind.stack_id)) is not None
     runs_of = table.kinds_by(lambda kind: kind.graph if kind.graph not in skip else None)
+    runs_of = {graph: numbers for graph, numbers in runs_of.items()
+               if not all(inside[table.kinds[n].stack_id] for n in numbers)}
     by_block: dict[tuple[str, ...], int] = {}  # one finding per repeated block, however many graphs hold it
     for graph_id, numbers in runs_of.items():
         summary = graphs.summary(graph_id)
@@ -1246,20 +1256,7 @@ def _unrolled_loop(graph: IRGraph | None, blocks: dict[tuple[str, ...], tuple[li
         return None  # side by side, not a loop: an optimizer updating its parameters one by one
     if layer_stack(graph, start, len(block), repeats):
         return None  # a model's layers, each with its own weights: the forward's structure, not a loop
-    if one_call(graph, start, len(block) * repeats):
-        return None  # one call building N copies (make_grid's loop over the images): no iterations piled up
     return block, repeats
-
-
-def one_call(graph: IRGraph, start: int, length: int) -> bool:
-    """Whether a repeated span was built by one line: a library's own Python loop inside one
-    call of the user's (torchvision's make_grid copying each image into the grid inside
-    save_image), or a comprehension, not a training loop's iterations, which build on
-    several lines (the forward, the loss, the update). Where the backend records no
-    lines, unknown: False."""
-    ops = [node for node in graph.nodes if not node.is_input][start:start + length]
-    lines = {node.source_line for node in ops}
-    return len(lines) == 1 and all(node.location for node in ops)
 
 
 def _also_in(finding: Finding) -> Finding:

@@ -10,7 +10,7 @@ from lazyviz.analysis.budget import BASELINE_VERSION, Budget, baseline_of, basel
 from lazyviz.analysis.collectives import run_collectives
 from lazyviz.analysis.ranks import find_divergence
 from lazyviz.analysis.recompiles import explain_recompiles
-from lazyviz.analysis.run import with_hlo
+from lazyviz.analysis.run import stacks_of, with_hlo
 from lazyviz.analysis.summary import summarize
 from lazyviz.commands.base import CliError, add_force, count, open_ranks, open_trace, regular_file, write_output
 from lazyviz.present import divergence_text
@@ -86,7 +86,7 @@ class CheckCommand:
             unasked_collectives=strict and not options.allow_unasked_collectives,
         )
         recompiles = explain_recompiles(executions, ir_texts, options.warmup_steps)
-        breaches = check_budget(run, executions, recompiles, budget, ir_texts)
+        breaches = check_budget(run, executions, recompiles, budget, ir_texts, stacks_of(trace))
         if baseline is not None:
             breaches += check_baseline(run, executions, baseline, collectives)
         steps = summarize(executions, run.steps).steps
