@@ -6,9 +6,7 @@ noise. The result reads as a reviewer would: each kept edit once, what its round
 and which findings it fixed, and the rounds not kept with why."""
 from __future__ import annotations
 
-import shutil
 import statistics
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +29,7 @@ from lazyviz.fix.trial import (
     run_side,
     shown,
 )
-from lazyviz.fix.workspace import copy_root
+from lazyviz.fix.workspace import copy_root, work_folder
 from lazyviz.trace import open as open_trace
 from lazyviz.trace.model import RunInfo
 
@@ -157,8 +155,7 @@ def until_clean(info: RunInfo, texts: Mapping[str, str], first: RoundEdits, boun
     with files in its copy. Returns (the table, the original's measures, the rounds, the
     files' texts with every kept edit)."""
     root = copy_root(info, list(texts))
-    work = Path(tempfile.mkdtemp(prefix="lazyviz-fix-"))
-    try:
+    with work_folder(keep) as work:
         original = Original(info, root, work, bound, timeout, recorded_executions)
         before = original.first
         kept_texts = dict(texts)
@@ -206,9 +203,6 @@ def until_clean(info: RunInfo, texts: Mapping[str, str], first: RoundEdits, boun
         if keep:
             text += f"\n  the copies and their traces: {work}"
         return text, before, done, kept_texts
-    finally:
-        if not keep:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 def _judged(pending: RoundEdits, measures: Measures, last: Measures, reference: Measures,

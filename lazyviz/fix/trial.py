@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import itertools
 import re
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,7 +23,7 @@ from lazyviz.analysis.run import Run
 from lazyviz.analysis.units import size_text
 from lazyviz.errors import LazyvizError
 from lazyviz.fix.output_check import OutputCheck, check_output
-from lazyviz.fix.workspace import copy_root, in_copy, make_copy, original_line, paths_above
+from lazyviz.fix.workspace import copy_root, in_copy, make_copy, original_line, paths_above, work_folder
 from lazyviz.trace import TraceError
 from lazyviz.trace import open as open_trace
 from lazyviz.trace.files import launch_folder, rank_trace
@@ -536,8 +534,7 @@ def try_patch(info: RunInfo, patched: Mapping[str, str], bound: Bound, timeout: 
     """Copy, patch the copy, run both sides; (the comparison, before, after, the output's check).
     originals: the patched files' texts as they are (read from the files where not given)."""
     root = copy_root(info, list(patched))
-    work = Path(tempfile.mkdtemp(prefix="lazyviz-fix-"))
-    try:
+    with work_folder(keep) as work:
         if originals is None:
             originals = {file: Path(file).read_bytes().decode("utf-8") if Path(file).exists() else ""
                          for file in patched}
@@ -550,9 +547,6 @@ def try_patch(info: RunInfo, patched: Mapping[str, str], bound: Bound, timeout: 
         if keep:
             text += f"\n  the copies and their traces: {work}"
         return text, before, after, checked
-    finally:
-        if not keep:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 def after_bound(before: Measures, bound: Bound) -> Bound | None:

@@ -9,7 +9,9 @@ import ast
 import difflib
 import os
 import shutil
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path, PurePath
 
 from lazyviz.errors import LazyvizError
@@ -23,6 +25,17 @@ MAX_LEVELS_UP = 3
 # Links made for one path at most; past it a folder is linked whole (its files read the
 # same, but a file the script creates there lands in the user's folder, not the copy's).
 MAX_LINKS = 20_000
+
+
+@contextmanager
+def work_folder(keep: bool = False) -> Iterator[Path]:
+    """A temporary folder for a trial's copies and traces: removed after, unless kept."""
+    work = Path(tempfile.mkdtemp(prefix="lazyviz-fix-"))
+    try:
+        yield work
+    finally:
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def copy_root(info: RunInfo, files: list[str]) -> Path:
