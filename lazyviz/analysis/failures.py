@@ -238,8 +238,11 @@ def _not_lazy(run: RunInfo, table: ExecutionTable, what: str, details: dict,
     details.update(op=op, call=call, execution=execution, op_line=at.site if at is not None else None)
     several = any(name in op for name in _SEVERAL_OUTPUTS)
     raised_in = run.error_frames[-1].file if run.error_frames else ""
-    if several and _RECURRENT in raised_in:
-        # Not the user's unbind: the module's own forward. The module is what to change.
+    own_pieces = at is None or user is None or (at.file, at.line) == (user.file, user.line)
+    if several and _RECURRENT in raised_in and own_pieces:
+        # Not the user's unbind: the module's own forward took the sequence apart on the
+        # line that called it. The module is what to change. (A split of the user's whose
+        # pieces reach an LSTMCell raises in rnn.py too, but the pieces came from their line.)
         details["module"] = "recurrent"
         return (f"{what}: torch's recurrent module (nn.LSTM, nn.GRU or nn.RNN, in {_RECURRENT}) cannot run on this "
                 f"backend as it is: its forward takes the sequence apart with {op}, which falls back{in_call} and "
