@@ -10,7 +10,7 @@ from pathlib import Path
 
 from lazyviz.analysis.collectives import Row
 from lazyviz.analysis.diff import GraphDiff
-from lazyviz.analysis.findings import ROOT_KINDS, SEVERITIES, Finding
+from lazyviz.analysis.findings import KIND_LABELS, ROOT_KINDS, SEVERITIES, Finding
 from lazyviz.analysis.ranks import Divergence
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile, is_compared
 from lazyviz.analysis.summary import SiteStats, Summary
@@ -203,9 +203,6 @@ def why_text(execution: Execution, recompile: Recompile | PendingRecompile | Non
 
 
 # What a finding is, in a word or two: its label before finding_headline.
-KIND_LABELS = {"recompile": "recompile", "dynamic_shape": "shapes", "extra_sync": "extra sync",
-               "fallback": "fallback", "missing_mark_step": "no mark_step", "failed_execution": "failed",
-               "crash": "raised", "one_by_one_reads": "host reads", "host_call": "host call"}
 
 
 def finding_headline(finding: Finding, cwd: str | None = None) -> str:

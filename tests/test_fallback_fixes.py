@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from lazyviz.analysis.findings import CALL_FIXES, FALLBACK_FIXES
+from lazyviz.analysis.findings.fallback import CALL_FIXES, FALLBACK_FIXES
 
 pytestmark = pytest.mark.torch
 

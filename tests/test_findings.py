@@ -5,9 +5,12 @@ from __future__ import annotations
 from builders import IR16, IR24, clean, ex, run_info
 
 from lazyviz.analysis import analyze
+from lazyviz.analysis.blocks import repeated_block
 from lazyviz.analysis.budget import Budget, check_budget
 from lazyviz.analysis.failures import headline, promoted_scalars
-from lazyviz.analysis.findings import extra_sync_findings, fallback_findings, growth_findings, repeated_block
+from lazyviz.analysis.findings.extra_sync import extra_sync_findings
+from lazyviz.analysis.findings.fallback import fallback_findings
+from lazyviz.analysis.findings.missing_mark_step import growth_findings
 from lazyviz.analysis.ir import parse_ir
 from lazyviz.analysis.recompiles import explain_recompiles
 from lazyviz.trace.model import Failure, Frame

@@ -11,6 +11,8 @@ from functools import cached_property
 
 from rich.style import Style
 
+from lazyviz.analysis.findings import KINDS
+
 
 @dataclass(frozen=True)
 class Palette:
@@ -48,9 +50,9 @@ class Palette:
         return {"error": f"bold {self.miss}", "warning": f"bold {self.sync}", "info": self.info}.get(severity, "")
 
     def kind(self, kind: str) -> str:
-        return {"fallback": self.fallback, "recompile": self.miss, "dynamic_shape": self.miss,
-                "extra_sync": self.sync, "missing_mark_step": self.sync, "failed_execution": self.miss,
-                "crash": self.miss, "one_by_one_reads": self.sync, "host_call": self.sync}.get(kind, "")
+        """A finding kind's colour, by the role its module declares (analysis.findings.KINDS)."""
+        info = KINDS.get(kind)
+        return str(getattr(self, info.colour)) if info is not None else ""
 
 
 DARK = Palette(

@@ -9,7 +9,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lazyviz.analysis.collectives import Moved, run_collectives
-from lazyviz.analysis.findings import collective_findings, crash_findings, failure_findings, missing_mark_step_findings
+from lazyviz.analysis.findings.collective import collective_findings
+from lazyviz.analysis.findings.crash import crash_findings
+from lazyviz.analysis.findings.failed_execution import failure_findings
+from lazyviz.analysis.findings.missing_mark_step import missing_mark_step_findings
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.library import Stacks, no_stacks
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile

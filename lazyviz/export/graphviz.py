@@ -14,7 +14,7 @@ import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 
-from lazyviz.analysis.findings import repeated_block
+from lazyviz.analysis.blocks import repeated_block
 from lazyviz.analysis.ir import IRGraph, Node
 from lazyviz.analysis.recompiles import Recompile, explain_execution
 from lazyviz.analysis.run import Run

@@ -5,7 +5,8 @@ from __future__ import annotations
 import ast
 import re
 
-from lazyviz.analysis.findings import Finding, shape_change
+from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.findings.recompile import shape_change
 from lazyviz.fix.source import Context, Proposal, Source, enclosing_loops, keyword_set, loop_reads, path_to_line
 
 _LEADING = re.compile(r"\[(\d+)")  # the first dimension of a shape such as Float[16,32]

@@ -1,0 +1,111 @@
+"""Findings: what a user should fix, with where and how. Pure functions of trace data.
+
+One module per kind (or a pair a finder tells apart, as recompile's): each declares its
+KINDS (name, label, colour role) and one `find(facts)`; FINDERS lists them, and the
+report's labels and the UI's colours are read from KINDS. A new kind of finding is a
+new module and a line in FINDERS."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from lazyviz.analysis.findings import (
+    collective,
+    crash,
+    extra_sync,
+    failed_execution,
+    fallback,
+    host_call,
+    missing_mark_step,
+    one_by_one_reads,
+    recompile,
+)
+from lazyviz.analysis.findings.base import SEVERITIES, Finding, FindingKind, KindInfo, RunFacts
+from lazyviz.analysis.graphs import IRGraphs
+from lazyviz.analysis.library import Stacks, no_stacks
+from lazyviz.analysis.recompiles import PendingRecompile, Recompile
+from lazyviz.trace.model import TS_NAMES, Execution, RunInfo
+from lazyviz.trace.table import ExecutionTable
+
+__all__ = ["FINDERS", "KINDS", "KIND_LABELS", "ROOT_KINDS", "SEVERITIES", "Finding", "FindingKind", "KindInfo",
+           "RunFacts", "find_all"]
+
+# The finders, in the order their findings list at equal rank (host calls last: they take
+# in what the others found inside them).
+FINDERS = (failed_execution, crash, recompile, extra_sync, fallback, one_by_one_reads, missing_mark_step, collective,
+           host_call)
+KINDS: dict[str, KindInfo] = {info.kind: info for finder in FINDERS for info in finder.KINDS}
+KIND_LABELS: dict[str, str] = {kind: info.label for kind, info in KINDS.items()}
+
+
+def find_all(
+    executions: Sequence[Execution], steps: int, recompiles: list[Recompile | PendingRecompile],
+    ir_texts: Mapping[str, str], names: Mapping[str, str] = TS_NAMES, run: RunInfo | None = None,
+    quick: bool = False, stacks: Stacks = no_stacks,
+) -> list[Finding]:
+    """Every finding, root causes first: by severity, then a missing mark_step() before
+    the rest (it multiplies what every other sync costs), then by the time it cost."""
+    table = ExecutionTable.of(executions)
+    facts = RunFacts(table, steps, recompiles, IRGraphs.of(ir_texts), names, run, quick, stacks)
+    findings = [replace(finding, cost_ms=table.sum_at(table.sync_ms, finding.executions))
+                for finder in FINDERS for finding in finder.find(facts)]
+    findings = _absorbed(findings)
+    findings = _blame_uncut_graph(_crash_speaks_for_its_op(findings), table, steps)
+    return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), f.kind not in ROOT_KINDS, -f.cost_ms))
+
+
+
+def _crash_speaks_for_its_op(findings: list[Finding]) -> list[Finding]:
+    """The fallback a crash names (split's pieces left on the CPU) is that crash's cause:
+    one finding says it, with the op's line, not a second one about the same op."""
+    named = {f.details.get("op") for f in findings if f.kind == FindingKind.CRASH} - {None}
+    return [f for f in findings if not (f.kind == FindingKind.FALLBACK and f.details.get("op") in named)]
+
+
+# Findings whose fix changes what every other finding measures: fixed first.
+ROOT_KINDS = frozenset({FindingKind.MISSING_MARK_STEP})
+MIN_INFLATED_MS = 5.0  # syncs quicker than this are not worth blaming on an uncut graph
+
+
+def _blame_uncut_graph(findings: list[Finding], table: ExecutionTable, steps: int) -> list[Finding]:
+    """A sync that runs a graph a missing mark_step() left uncut pays for all the work
+    pending since the loop began: findings that point at such syncs say so, with what
+    each cost, so the user fixes the root first. In a run without any step every sync
+    is such a sync (word_language_model's clip_grad_norm_ fallbacks, 440 ms each)."""
+    uncut = {e for f in findings if f.kind in ROOT_KINDS for e in f.executions}
+    if not uncut:
+        return findings
+    if not steps:
+        uncut = set(table.indices(range(len(table))))
+    blamed = []
+    for finding in findings:
+        inflated = [e for e in finding.executions if e in uncut]
+        each = table.sum_at(table.sync_ms, inflated) / len(inflated) if inflated else 0.0
+        if finding.kind in ROOT_KINDS or each < MIN_INFLATED_MS:
+            blamed.append(finding)
+            continue
+        note = (f"; {each:.0f} ms per sync because the graph is not cut: "
+                "fix the missing mark_step() finding first")
+        blamed.append(replace(finding, message=finding.message + note,
+                              details={**finding.details, "inflated_by_missing_mark_step": len(inflated)}))
+    return blamed
+
+
+def _absorbed(findings: list[Finding]) -> list[Finding]:
+    """A finding of a kind that absorbs others (KindInfo.absorbs) takes in theirs whose
+    executions are all its own, and says which kinds it took."""
+    taken: set[int] = set()
+    result = []
+    for finding in findings:
+        absorbs = KINDS[finding.kind].absorbs if finding.kind in KINDS else frozenset()
+        if not absorbs:
+            result.append(finding)
+            continue
+        own = set(finding.executions)
+        theirs = [n for n, other in enumerate(findings)
+                  if other.kind in absorbs and other.executions and set(other.executions) <= own]
+        taken.update(theirs)
+        result.append(replace(finding, details={**finding.details,
+                                                "absorbed": sorted({findings[n].kind for n in theirs})}))
+    return [f for f in result if not any(f is findings[n] for n in taken)]
+

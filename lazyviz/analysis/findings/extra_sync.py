@@ -1,0 +1,84 @@
+"""A sync outside the step (`.item()`, `print(loss)`, `if tensor:`) that forces an execution
+of its own at every step: where, how often, and what to read instead."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from lazyviz.analysis.findings._shared import in_test
+from lazyviz.analysis.findings.base import Finding, FindingKind, KindInfo, RunFacts
+from lazyviz.analysis.library import Stacks, library_fix, library_line, no_stacks
+from lazyviz.trace.model import TS_NAMES, Execution
+from lazyviz.trace.table import ExecutionTable
+
+SYNC_FIXES = {
+    "item": "log every N steps, or read the value after the step with "
+            "{step_closure} (it runs after mark_step, without an extra execution)",
+    "tolist": "convert every N steps, or in a step closure ({step_closure})",
+    "print": "print every N steps, or from a step closure ({step_closure})",
+    "cpu": "copy to the host every N steps, or after {mark_step} when the values are ready anyway",
+    "bool": "keep the decision on the device (torch.where) instead of `if tensor:`; "
+            "data-dependent control flow forces an execution each time",
+    "other": "an execution outside mark_step (torch.equal, a data-dependent op, an explicit sync); "
+             "move it out of the step or make it device-side",
+}
+
+# For an op the user calls in their own code: an equivalent from ops that lower. Each lowers
+# on torch 2.13's TorchScript backend and computes the same values: tests/test_fallback_fixes.py
+
+
+def extra_sync_findings(executions: Sequence[Execution], steps: int,
+                        names: Mapping[str, str] = TS_NAMES, stacks: Stacks = no_stacks) -> list[Finding]:
+    if steps == 0:
+        return []  # no mark_step at all: nothing is "extra"; growth_findings says why
+    table = ExecutionTable.of(executions)
+    # Under pytest, per test: a suite's report names the tests that sync more.
+    groups = table.kinds_by(lambda kind: None if kind.cause in ("mark_step", "fallback")
+                            else (kind.context, kind.cause, kind.site))
+    findings = []
+    step_ends = table.where(lambda kind: kind.cause == "mark_step")
+    first_step_end = step_ends[0] if step_ends else len(table)
+    for (context, cause, _), numbers in groups.items():
+        # After the last mark_step() no step runs (an evaluation loop, the final print):
+        # its reads are the script's results, not extra syncs in a step.
+        positions = [p for p in table.merged(numbers) if table.step[p] < steps]
+        if not positions or positions[-1] < first_step_end:
+            continue  # only before the first step's graph: set-up (xm.broadcast_master_param)
+        steps_with = len(set(map(table.step.__getitem__, positions)))
+        per_step = len(positions) / steps_with
+        ms_per_step = table.sum(table.sync_ms, positions) / max(steps, 1)
+        first = table.kinds[numbers[0]]
+        what = first.detail or cause
+        fix = SYNC_FIXES.get(cause, "").format(**names)
+        library = library_line(stacks(first.stack_id))
+        details = {"cause": cause, "count": len(positions), "steps": steps_with, "ms_per_step": round(ms_per_step, 3)}
+        if library is not None and not what.endswith(" in a step closure"):
+            # The read is in a library's code, reached through the user's call: their line has no `if` to change.
+            through = f" inside {first.call}()" if first.call else ""
+            what = f"{what}{through} at {library}"
+            fix = library_fix(library) or (
+                f"the read is {library.package}'s, not in your code ({library}): no edit of your line removes it; "
+                f"look for an option of {first.call or library.package + ' call'} that avoids it, or it costs "
+                f"{ms_per_step:.2f} ms every step")
+            details.update(library_line=f"{library.path}:{library.frame.line}", call=first.call)
+        elif what.endswith(" in a step closure"):
+            # A closure reads what the step computed for free: an execution there ran new ops.
+            fix = ("the step closure computes something new on the device before it reads it (torch.isnan(loss)"
+                   ".item()): compute it in the step, so the closure only reads a result, or read the value first "
+                   "and compute on the host (math.isnan(loss.item()))")
+        elif what.startswith("distributed."):
+            fix = ("a collective on a lazy tensor runs the pending graph first, once per call: flatten the "
+                   f"gradients into one bucket (one collective per step) or reduce after {names['mark_step']}")
+        findings.append(Finding(
+            FindingKind.EXTRA_SYNC, "warning" if steps_with >= max(2, steps // 2) else "info",
+            f"{in_test(context)}{what} forces {per_step:g} extra execution{'s' if per_step != 1 else ''} per step "
+            f"in {steps_with} of {max(steps, steps_with)} steps ({ms_per_step:.2f} ms per step)",
+            first.frame, table.indices(positions), fix, details,
+        ))
+    return findings
+
+
+KINDS = (KindInfo(FindingKind.EXTRA_SYNC, "extra sync", "sync"),)
+
+
+def find(facts: RunFacts) -> list[Finding]:
+    return extra_sync_findings(facts.executions, facts.steps, facts.names, facts.stacks)

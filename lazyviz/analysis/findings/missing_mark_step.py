@@ -1,0 +1,234 @@
+"""A loop without mark_step(): optimizer steps no sync separated, a graph that grows at
+every sync of one site, a loop unrolled into one graph; one finding per loop."""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from lazyviz.analysis.blocks import iterations_chain, layer_stack, repeated_block
+from lazyviz.analysis.findings._shared import growing_graphs, growing_sites, lines_that_built
+from lazyviz.analysis.findings.base import Finding, FindingKind, KindInfo, RunFacts
+from lazyviz.analysis.graphs import IRGraphs
+from lazyviz.analysis.host_calls import host_call
+from lazyviz.analysis.ir import IRGraph
+from lazyviz.analysis.library import Stacks, no_stacks
+from lazyviz.analysis.loops import unsynced_iterations
+from lazyviz.trace.model import TS_NAMES, Execution
+from lazyviz.trace.table import ExecutionTable
+
+
+def missing_mark_step_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str],
+                               names: Mapping[str, str] = TS_NAMES, quick: bool = False,
+                               optimizer_marks: Sequence[int] = (), stacks: Stacks = no_stacks) -> list[Finding]:
+    """The forms of a loop without mark_step(): optimizer steps that no sync separated, a
+    graph that grows at every sync of one site, and a loop unrolled into one graph (report
+    and check ask the same question). quick: not the last (it searches every graph's ops).
+    optimizer_marks: of a run without steps (RunInfo.optimizer_marks)."""
+    graphs = IRGraphs.of(ir_texts)
+    growing = growing_site_findings(executions, names, graphs)
+    if not quick:
+        growing += growth_findings(executions, graphs, names, skip=growing_graphs(executions), stacks=stacks)
+    # Last: where the graphs show the loop, they say it; the optimizer's count joins them.
+    return _one_per_loop(growing + stepless_loop_findings(executions, optimizer_marks, names))
+
+
+def _one_per_loop(findings: list[Finding]) -> list[Finding]:
+    """A loop without mark_step() is one cause however many graphs and sync sites show it
+    (a growing graph at its .item(), the unrolled blocks its fallbacks synced): one finding
+    per function that syncs them, the first (a growing site, else the largest block) saying
+    it, with the graphs and sites it covers."""
+    by_loop: dict[tuple, list[Finding]] = {}
+    for finding in findings:
+        frame = finding.frame
+        by_loop.setdefault((frame.file, frame.function) if frame else None, []).append(finding)
+    merged = []
+    for group in by_loop.values():
+        first = group[0]
+        if len(group) == 1:
+            merged.append(first)
+            continue
+        sites = list(dict.fromkeys(f.frame.site for f in group if f.frame))
+        graphs = list(dict.fromkeys(g for f in group for g in f.details.get("graphs", [f.details.get("graph")]) if g))
+        more = len(group) - 1
+        merged.append(replace(
+            first, executions=tuple(sorted({e for f in group for e in f.executions})),
+            message=f"{first.message} (one cause: {more} more graph{'s' if more > 1 else ''} show the same loop"
+                    f"{f', at {len(sites)} sync sites' if len(sites) > 1 else ''})",
+            details={**first.details, "graphs": graphs, "sites": sites}))
+    return merged
+
+
+
+def stepless_loop_findings(executions: Sequence[Execution], marks: Sequence[int],
+                           names: Mapping[str, str] = TS_NAMES) -> list[Finding]:
+    """A training loop without mark_step(), told by the optimizer's steps (marks: the
+    executions recorded when each returned) however its syncs hide it: iterations that
+    ended with no sync at all (a loss printed every 10 iterations runs 10 as one graph),
+    or a largest graph that grows iteration after iteration (fallbacks that sync every
+    iteration, AdamW's lerp_ once per parameter, never cut the parameters' updates)."""
+    table = ExecutionTable.of(executions)
+    unsynced = unsynced_iterations(marks)
+    bounds = list(zip([0, *marks[:-1]], marks))
+    largest = [max((table.kind_at(p).nodes for p in range(start, min(stop, len(table)))), default=0)
+               for start, stop in bounds if start < len(table)]
+    growing = len(largest) >= 3 and all(a < b for a, b in itertools.pairwise(largest[-3:])) \
+        and largest[-1] >= 1.5 * largest[-3]
+    if unsynced:
+        # The execution that ran each piled-up iteration's work: the first after it.
+        positions = sorted({p for k in unsynced if (p := table.position_of(marks[k])) is not None})
+        held = max((table.kind_at(p).nodes for p in positions), default=0)
+        what = (f"{len(unsynced)} of those iterations ended with no sync at all: a loop runs without "
+                f"{names['mark_step']}, so one graph holds the work of several iterations"
+                + (f"; the graphs that ran them hold up to {held} nodes" if positions else "")
+                + ", compiled again whenever their count changes")
+        details = {"unsynced_iterations": len(unsynced)}
+    elif growing:
+        start, stop = bounds[len(largest) - 1]
+        last = range(start, min(stop, len(table)))
+        positions = [max(last, key=lambda p: table.kind_at(p).nodes)]
+        shown = " -> ".join(map(str, largest[:3])) + (f" -> ... -> {largest[-1]}" if len(largest) > 3 else "")
+        what = (f"the largest graph of each iteration grows ({shown} nodes): a loop runs without "
+                f"{names['mark_step']}, so the parameters' updates are never cut from the graph and each "
+                "iteration's syncs run all of them again")
+        details = {"largest_per_iteration": largest[:50]}
+    else:
+        return []
+    frame = table.kind_at(positions[0]).frame if positions else None
+    return [Finding(
+        FindingKind.MISSING_MARK_STEP, "warning", f"the optimizer stepped {len(marks)} times and {what}",
+        frame, table.indices(positions),
+        f"call {names['mark_step']} at the end of each iteration (after the optimizer step)",
+        {**details, "optimizer_steps": len(marks)},
+        short=f"the optimizer stepped {len(marks)} times and no step ended: "
+              + ("iterations ran with no sync" if unsynced else "its largest graph grows each iteration"),
+    )]
+
+
+def growing_site_findings(executions: Sequence[Execution], names: Mapping[str, str] = TS_NAMES,
+                          ir_texts: Mapping[str, str] | None = None) -> list[Finding]:
+    """The graph synced at one site grows by about the same number of nodes at every
+    sync: a loop runs without mark_step(), so the work of all the iterations so far
+    (an optimizer's updates, say) is still pending and each sync runs it again. Found
+    by size alone, however big an iteration is."""
+    table = ExecutionTable.of(executions)
+    findings = []
+    for positions, growth in growing_sites(table).values():
+        sizes = [table.kind_at(p).nodes for p in positions]
+        shown = " -> ".join(map(str, sizes[:4])) + (f" -> ... -> {sizes[-1]}" if len(sizes) > 4 else "")
+        first = table.kind_at(positions[0])
+        what = first.detail or first.cause
+        largest = table.kind_at(positions[sizes.index(max(sizes))])
+        built = lines_that_built(IRGraphs.of(ir_texts), largest.graph) if ir_texts else ""
+        findings.append(Finding(
+            FindingKind.MISSING_MARK_STEP, "warning",
+            f"the graph {what} runs here grows by about {growth} nodes at every sync ({shown} nodes over "
+            f"{len(positions)} syncs{built}): a loop runs without {names['mark_step']}, so each sync runs all "
+            "the work pending since the loop began",
+            first.frame, table.indices(positions),
+            f"call {names['mark_step']} at the end of each iteration (after the optimizer step); then "
+            f"{what} costs one small execution, or none if read in {names['step_closure']}",
+            {"growth_per_sync": growth, "syncs": len(positions), "nodes": sizes[:50]},
+        ))
+    return findings
+
+
+def _ops_text(block: list[str], limit: int = 6) -> str:
+    shown = ", ".join(block[:limit])
+    return f"[{shown}{f', ... {len(block)} ops' if len(block) > limit else ''}]"
+
+
+def growth_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str],
+                    names: Mapping[str, str] = TS_NAMES, skip: set[str] = frozenset(),
+                    stacks: Stacks = no_stacks) -> list[Finding]:
+    """A graph that repeats one block of ops many times over: a loop ran without
+    mark_step() and its iterations piled up into one graph. skip: graphs a finding
+    already covers (a growing site). A graph run only inside a host-side library call
+    (make_grid's copy of each image into the grid inside save_image) is that library's
+    own loop within one call of the user's: the host-call finding says it."""
+    table = ExecutionTable.of(executions)
+    graphs = IRGraphs.of(ir_texts)
+    findings = []
+    # Graphs of one structure (only shapes or constants differ) are searched once: a run
+    # that recompiles at every step has thousands of them, parsed once already.
+    loops: dict[int, tuple[list[str], int] | None] = {}  # structure -> (the block, its repeats)
+    blocks: dict[tuple[str, ...], tuple[list[str], int, int] | None] = {}  # the same ops, searched once
+    inside: dict[int | None, bool] = {}
+    for kind in table.kinds:
+        if kind.stack_id not in inside:
+            inside[kind.stack_id] = kind.stack_id is not None and host_call(stacks(kind.stack_id)) is not None
+    runs_of = table.kinds_by(lambda kind: kind.graph if kind.graph not in skip else None)
+    runs_of = {graph: numbers for graph, numbers in runs_of.items()
+               if not all(inside[table.kinds[n].stack_id] for n in numbers)}
+    by_block: dict[tuple[str, ...], int] = {}  # one finding per repeated block, however many graphs hold it
+    for graph_id, numbers in runs_of.items():
+        summary = graphs.summary(graph_id)
+        if summary is None:
+            continue
+        if summary.structure not in loops:
+            loops[summary.structure] = _unrolled_loop(graphs.parsed(graph_id), blocks)
+        if loops[summary.structure] is None:
+            continue
+        block, repeats = loops[summary.structure]
+        positions = table.merged(numbers)
+        if tuple(block) in by_block:
+            earlier = findings[by_block[tuple(block)]]
+            holding = earlier.details["graphs"] + [graph_id]
+            findings[by_block[tuple(block)]] = replace(
+                earlier, executions=tuple(sorted({*earlier.executions, *table.indices(positions)})),
+                details={**earlier.details, "graphs": holding})
+            continue
+        by_block[tuple(block)] = len(findings)
+        first = table.kinds[numbers[0]]
+        findings.append(Finding(
+            FindingKind.MISSING_MARK_STEP, "warning",
+            f"graph {graph_id} ({summary.size} nodes{lines_that_built(graphs, graph_id)}) repeats "
+            f"{_ops_text(block)} {repeats} times: "
+            f"a loop ran {repeats} iterations without mark_step() and they piled up into one graph, "
+            f"run by {first.detail or first.cause}",
+            first.frame, table.indices(positions),
+            f"call {names['mark_step']} at the end of each iteration of the loop that builds it "
+            f"(the loop runs before line {first.frame.line if first.frame else '?'})",
+            {"graph": graph_id, "pattern": block, "repeats": repeats, "nodes": summary.size, "graphs": [graph_id]},
+        ))
+    return [_also_in(f) for f in findings]
+
+
+def _unrolled_loop(graph: IRGraph | None, blocks: dict[tuple[str, ...], tuple[list[str], int, int] | None]
+                   ) -> tuple[list[str], int] | None:
+    """(the repeated block, how many times) where the graph is a loop's iterations piled
+    up; None where it is not. blocks: the repeated block of each op sequence, kept."""
+    if graph is None:
+        return None
+    ops = list(graph.ops)
+    if graph.ops not in blocks:
+        blocks[graph.ops] = repeated_block(ops, max_period=1024, min_covered=max(16, len(ops) // 2))
+    found = blocks[graph.ops]
+    if found is None:
+        return None
+    block, repeats, start = found
+    if len(block) * repeats < max(16, len(ops) // 2):
+        return None  # a small repeated motif inside a normal graph
+    if not iterations_chain(graph, start, len(block), repeats):
+        return None  # side by side, not a loop: an optimizer updating its parameters one by one
+    if layer_stack(graph, start, len(block), repeats):
+        return None  # a model's layers, each with its own weights: the forward's structure, not a loop
+    return block, repeats
+
+
+def _also_in(finding: Finding) -> Finding:
+    """A repeated block found in several graphs (the syncs after it ran it too): said once."""
+    more = len(finding.details["graphs"]) - 1
+    if not more:
+        return finding
+    return replace(finding, message=f"{finding.message} (and {more} more graph{'s' if more > 1 else ''} "
+                                    "holding the same repeated block)")
+
+
+KINDS = (KindInfo(FindingKind.MISSING_MARK_STEP, "no mark_step", "sync"),)
+
+
+def find(facts: RunFacts) -> list[Finding]:
+    return missing_mark_step_findings(facts.executions, facts.graphs, facts.names, facts.quick,
+                                      facts.run.optimizer_marks if facts.run and not facts.steps else (),
+                                      facts.stacks)
