@@ -1,7 +1,7 @@
 """lazyviz: a debugger for lazy-tensor PyTorch programs.
 
 From Python: `with lazyviz.trace("run.trace") as recorder:` records the code inside
-(lazyviz.recorder.Recorder), and `recorder.run` is the analysed run. `lazyviz.open(path)`
+(lazyviz.record.recorder.Recorder), and `recorder.run` is the analysed run. `lazyviz.open(path)`
 reads a trace (lazyviz.trace.reader.Trace). In Jupyter: `%load_ext lazyviz`, then
 `%%lazyviz` on a cell.
 """
@@ -14,7 +14,7 @@ from lazyviz.errors import LazyvizError
 from lazyviz.trace.reader import Trace, TraceError, open, open_ranks
 
 if TYPE_CHECKING:
-    from lazyviz.recorder import Recorder
+    from lazyviz.record.recorder import Recorder
 
 __version__ = "0.1.0"
 __all__ = ["LazyvizError", "Recorder", "Trace", "TraceError", "load_ipython_extension", "open", "open_ranks", "trace"]
@@ -33,7 +33,7 @@ def trace(path: str | os.PathLike[str] | None = None, *, capture: str = "full", 
 
     Also a decorator (`@lazyviz.trace("run.trace")`) and, for callbacks,
     `recorder = lazyviz.trace(...).start()` ... `recorder.stop()`. See Recorder."""
-    from lazyviz.recorder import Recorder
+    from lazyviz.record.recorder import Recorder
 
     return Recorder(path, capture=capture, backend=backend, force=force, source_lines=source_lines)
 
@@ -49,7 +49,7 @@ def __getattr__(name: str) -> Any:
     # The recorder (and the analysis it hands its run to) loads when first asked: a command
     # that only reads a trace starts a tenth of a second sooner without it.
     if name == "Recorder":
-        from lazyviz.recorder import Recorder
+        from lazyviz.record.recorder import Recorder
 
         return Recorder
     raise AttributeError(f"module 'lazyviz' has no attribute {name!r}")

@@ -14,7 +14,7 @@ from typing import Any
 from lazyviz.analysis.run import Run
 from lazyviz.errors import LazyvizError
 from lazyviz.export.notebook import summary_html
-from lazyviz.recorder import Recorder
+from lazyviz.record.recorder import Recorder
 from lazyviz.trace import open as open_trace
 
 USAGE = ("%%lazyviz [-o TRACE] [--capture full|light] [--backend ts|xla] [--force] [--no-source-lines]  (on a cell), "

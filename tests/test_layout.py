@@ -9,25 +9,27 @@ from pathlib import Path
 from conftest import ROOT
 
 # Each stage, and the stages it must never import (they come after it in the flow, or
-# beside it: the UI and the commands are two front ends).
+# beside it: the UI and the commands are two front ends). The recording side
+# (lazyviz.record) is the traced process's: nothing downstream imports any of it; within
+# it, the tracer and its parts come before the recorder that drives them.
+_TRACER = ("lazyviz.record.tracer", "lazyviz.record.sync_wrappers", "lazyviz.record.stack_walk",
+           "lazyviz.record.iterations")
+_AFTER_TRACER = ("lazyviz.record.recorder", "lazyviz.record.child", "lazyviz.analysis", "lazyviz.present",
+                 "lazyviz.export", "lazyviz.tui", "lazyviz.commands", "lazyviz.fix")
 STAGES = {
-    "lazyviz.trace": ("lazyviz.tracer", "lazyviz.backends", "lazyviz.recorder", "lazyviz.analysis",
-                      "lazyviz.present", "lazyviz.export", "lazyviz.tui", "lazyviz.commands", "lazyviz.fix"),
-    "lazyviz.backends": ("lazyviz.recorder", "lazyviz.analysis", "lazyviz.present", "lazyviz.export",
-                         "lazyviz.tui", "lazyviz.commands"),
-    "lazyviz.tracer": ("lazyviz.recorder", "lazyviz.analysis", "lazyviz.present", "lazyviz.export",
-                       "lazyviz.tui", "lazyviz.commands"),
-    "lazyviz.analysis": ("lazyviz.tracer", "lazyviz.backends", "lazyviz.recorder", "lazyviz.present",
-                         "lazyviz.export", "lazyviz.tui", "lazyviz.commands", "lazyviz.fix"),
+    "lazyviz.trace": ("lazyviz.record", "lazyviz.backends", "lazyviz.analysis", "lazyviz.present", "lazyviz.export",
+                      "lazyviz.tui", "lazyviz.commands", "lazyviz.fix"),
+    "lazyviz.backends": ("lazyviz.record", "lazyviz.analysis", "lazyviz.present", "lazyviz.export", "lazyviz.tui",
+                         "lazyviz.commands"),
+    **dict.fromkeys(_TRACER, _AFTER_TRACER),
+    "lazyviz.analysis": ("lazyviz.record", "lazyviz.backends", "lazyviz.present", "lazyviz.export", "lazyviz.tui",
+                         "lazyviz.commands", "lazyviz.fix"),
     # Edits from findings and the user's source; their trial re-runs `lazyviz run` as a
     # process, never the tracer in this one.
-    "lazyviz.fix": ("lazyviz.tracer", "lazyviz.backends", "lazyviz.recorder", "lazyviz.tui", "lazyviz.commands",
-                    "lazyviz.export"),
-    "lazyviz.present": ("lazyviz.tracer", "lazyviz.backends", "lazyviz.recorder", "lazyviz.export",
-                        "lazyviz.tui", "lazyviz.commands"),
-    "lazyviz.export": ("lazyviz.tracer", "lazyviz.backends", "lazyviz.recorder", "lazyviz.tui",
-                       "lazyviz.commands"),
-    "lazyviz.tui": ("lazyviz.tracer", "lazyviz.backends", "lazyviz.recorder", "lazyviz.commands"),
+    "lazyviz.fix": ("lazyviz.record", "lazyviz.backends", "lazyviz.tui", "lazyviz.commands", "lazyviz.export"),
+    "lazyviz.present": ("lazyviz.record", "lazyviz.backends", "lazyviz.export", "lazyviz.tui", "lazyviz.commands"),
+    "lazyviz.export": ("lazyviz.record", "lazyviz.backends", "lazyviz.tui", "lazyviz.commands"),
+    "lazyviz.tui": ("lazyviz.record", "lazyviz.backends", "lazyviz.commands"),
 }
 
 

@@ -90,7 +90,7 @@ def test_what_xla_would_print_on_stderr_at_the_users_level() -> None:
     from lazyviz.backends.xla_io import _LAZYVIZ_DIR, echoed
 
     text = (FIXTURES / "analysis.txt").read_text()
-    wrapper = f"Execution Analysis:   sync_site ({_LAZYVIZ_DIR}/tracer.py:182)\n"
+    wrapper = f"Execution Analysis:   sync_site ({_LAZYVIZ_DIR}/record/tracer.py:182)\n"
     first_frame = "Execution Analysis:   sync (/venv/site-packages/torch_xla/torch_xla.py:87)\n"
     assert first_frame in text
     text = text.replace(first_frame, first_frame + wrapper, 1)

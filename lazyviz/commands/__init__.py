@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 # Reading a trace builds hundreds of thousands of long-lived objects (parsed graphs,
 # diffs) and no cycles worth collecting: at the default threshold the cyclic collector
 # rescans them all again and again (a quarter of a 1,500-graph report's time). This is
-# lazyviz's own process; the traced script runs in lazyviz._child, untouched.
+# lazyviz's own process; the traced script runs in lazyviz.record.child, untouched.
 GC_THRESHOLD = (100_000, 50, 100)
 
 

@@ -1,5 +1,5 @@
 """`lazyviz run`: the script runs in a child process under the tracer; this side
-claims the trace, supervises the child (lazyviz._supervisor), and shows the live UI or
+claims the trace, supervises the child (lazyviz.record.supervisor), and shows the live UI or
 prints the summary."""
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lazyviz._source import imported_modules
-from lazyviz._supervisor import Supervised, exit_status_of, record_ending
 from lazyviz.analysis.run import Run
 from lazyviz.backends import BACKENDS, detect_backend, prepare_backend
 from lazyviz.commands.base import CliError, add_force, regular_file, say, step_count
 from lazyviz.export.report import text_report
+from lazyviz.record.imports import imported_modules
+from lazyviz.record.supervisor import Supervised, exit_status_of, record_ending
 from lazyviz.trace import TraceError
 from lazyviz.trace import open as open_trace
 from lazyviz.trace.files import (
@@ -83,7 +83,7 @@ class RunCommand:
         started = False
         try:
             prepare_backend(options.backend)
-            command = [sys.executable, "-m", "lazyviz._child", "--trace", str(trace_path),
+            command = [sys.executable, "-m", "lazyviz.record.child", "--trace", str(trace_path),
                        "--capture", options.capture, "--backend", options.backend]
             if options.module:
                 command.append("--module")

@@ -10,8 +10,8 @@ import torch._lazy.ts_backend
 torch._lazy.ts_backend.init()
 # The execution callback, and the source-line classifier the C++ hook calls while the
 # script builds IR nodes (full capture).
-CALLBACK = {"_on_execution", "_record", "_stack", "_user_frame", "_is_user_file", "on_raw_execution",
-            "_classify_code"}
+CALLBACK = {"_on_execution", "_record", "stack", "user_frame", "is_user_file", "on_raw_execution",
+            "classify_code"}
 landed = []
 
 

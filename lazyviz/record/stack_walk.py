@@ -1,7 +1,11 @@
 """The tracer's walk of the Python stack: which frames are the user's, the call of
-theirs a sync came through, and the stack record kept per execution (full capture)."""
+theirs a sync came through, and the stack record kept per execution (full capture).
+A part of the Tracer with its own state: the caches of frames and files it has seen."""
 from __future__ import annotations
 
+import os
+import sysconfig
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -9,7 +13,9 @@ from lazyviz.backends import OTHER_FRAME, STOP_FRAME, USER_FRAME, Frame
 from lazyviz.trace.model import frame_owner
 from lazyviz.trace.schema import StackRecord
 
-LAZYVIZ_DIR = str(Path(__file__).parent)
+LAZYVIZ_DIR = str(Path(__file__).parents[1])  # the lazyviz package: its frames are never the user's
+# The wrapper every sync site calls through (sync_wrappers.py): never a frame of the stack.
+_SYNC_SITE_FILE = str(Path(__file__).with_name("sync_wrappers.py"))
 
 # What a frame is to the stack walk.
 _USER, _FRAMEWORK, _SKIP, _STOP = "user", "framework", "skip", "stop"
@@ -30,19 +36,39 @@ def _in_library(stack: list[Frame]) -> bool:
 
 
 class StackWalk:
-    """Part of Tracer (lazyviz/tracer.py): its state is set up there."""
+    """Walks the stack of each sync. outer_files: files whose frames are below the traced
+    code (the runner, a notebook's shell): walks stop there. file_label: how to name a
+    code object's file (a notebook cell as "In [3]")."""
 
-    def _calling_stack(self, frame: FrameType | None,
+    def __init__(self, capture: str, outer_files: frozenset[str],
+                 file_label: Callable[[str], str] | None = None) -> None:
+        self.capture = capture
+        self._stack_ids: dict[tuple, int] = {}
+        self._user_file: dict[str, bool] = {}
+        self._frame_entries: dict[tuple[int, int], tuple] = {}
+        self._not_user = [LAZYVIZ_DIR, *_stdlib_paths()]  # + the backend's (add_framework)
+        self._outer_files = outer_files
+        self._file_label = file_label
+
+    def add_framework(self, paths: list[str]) -> None:
+        """The backend's own folders (torch, torch_xla): never the user's frames."""
+        self._not_user += paths
+
+    def user_files(self) -> list[str]:
+        """The user's files whose code ran while recording (real files, not "<string>")."""
+        return [file for file, is_user in self._user_file.items() if is_user and os.path.isabs(file)]
+
+    def calling_stack(self, frame: FrameType | None,
                        backend_stack: list[Frame] | None) -> tuple[list[Frame], tuple | None]:
         """The stack that synced (ours from `frame`, or the backend's own), and what
         identifies its call: the next execution of one fallback comes from the same call."""
         if backend_stack is None:
-            stack = self._stack(frame, to_user_frame=self.capture != "full")
+            stack = self.stack(frame, to_user_frame=self.capture != "full")
             return stack, (id(frame), frame.f_lasti) if frame is not None else None
-        stack = self._clean_stack(backend_stack)
+        stack = self.clean_stack(backend_stack)
         return stack, stack[0][:2] if stack else None
 
-    def _stack_record(self, stack: list[Frame]) -> tuple[int | None, StackRecord | None]:
+    def stack_record(self, stack: list[Frame]) -> tuple[int | None, StackRecord | None]:
         """With capture full, the stack's id, and its record when it is new. Light capture
         keeps only a stack that synced in a library's code (transformers' mask): the
         advice names the library's line, since the user's line has nothing to change."""
@@ -55,7 +81,7 @@ class StackWalk:
         stack_id = self._stack_ids[stack_key] = len(self._stack_ids) + 1
         return stack_id, StackRecord(stack_id, stack[::-1])
 
-    def _clean_stack(self, frames: list[Frame]) -> list[Frame]:
+    def clean_stack(self, frames: list[Frame]) -> list[Frame]:
         """A backend's stack without lazyviz's frames and the runner below the script."""
         stack = []
         for frame in frames:
@@ -66,7 +92,7 @@ class StackWalk:
                 stack.append(frame)
         return stack
 
-    def _stack(self, frame: FrameType | None, to_user_frame: bool) -> list[tuple[str, int, str]]:
+    def stack(self, frame: FrameType | None, to_user_frame: bool) -> list[tuple[str, int, str]]:
         """Innermost first, without lazyviz's wrappers and the runner below the script;
         with to_user_frame, only as far as the user frame."""
         stack = []
@@ -78,12 +104,12 @@ class StackWalk:
             cached = entries.get(key)
             if cached is None:
                 code = frame.f_code
-                if code.co_name == "sync_site" and code.co_filename == __file__:
+                if code.co_name == "sync_site" and code.co_filename == _SYNC_SITE_FILE:
                     kind = _SKIP
                 elif code.co_filename in outer_files:
                     kind = _STOP
                 else:
-                    kind = _USER if self._is_user_file(code.co_filename) else _FRAMEWORK
+                    kind = _USER if self.is_user_file(code.co_filename) else _FRAMEWORK
                 file = label(code.co_filename) if label is not None else code.co_filename
                 # The code object rides along so its id cannot be reused while cached.
                 cached = entries[key] = (kind, (file, frame.f_lineno, code.co_name), code)
@@ -97,7 +123,7 @@ class StackWalk:
             frame = frame.f_back
         return stack
 
-    def _user_call(self, frame: FrameType | None) -> str | None:
+    def user_call(self, frame: FrameType | None) -> str | None:
         """The call the user's line made that led here, as a person would name it: the
         innermost module's forward between the user frame and this execution
         ("GPT2Attention.forward", "MultiheadAttention.forward"), else the outermost public
@@ -108,7 +134,7 @@ class StackWalk:
             code = frame.f_code
             if code.co_filename in self._outer_files:
                 return None
-            if self._is_user_file(code.co_filename):
+            if self.is_user_file(code.co_filename):
                 break
             inner.append(code)
             frame = frame.f_back
@@ -122,19 +148,24 @@ class StackWalk:
             return forwards[-1].co_qualname
         return named[0].co_qualname if named else None
 
-    def _classify_code(self, filename: str, name: str) -> tuple[int, str]:
+    def classify_code(self, filename: str, name: str) -> tuple[int, str]:
         """For the backend's source-line walk, once per code object: the same rules as
         the stack walk below."""
         label = self._file_label(filename) if self._file_label is not None else filename
         if filename in self._outer_files:
             return STOP_FRAME, label
-        return (USER_FRAME if self._is_user_file(filename) else OTHER_FRAME), label
+        return (USER_FRAME if self.is_user_file(filename) else OTHER_FRAME), label
 
-    def _is_user_file(self, file: str) -> bool:
+    def is_user_file(self, file: str) -> bool:
         is_user = self._user_file.get(file)
         if is_user is None:
             is_user = self._user_file[file] = not any(file.startswith(prefix) for prefix in self._not_user)
         return is_user
 
-    def _user_frame(self, stack: list[tuple[str, int, str]]) -> tuple[str, int, str] | None:
-        return next((entry for entry in stack if self._is_user_file(entry[0])), None)
+    def user_frame(self, stack: list[tuple[str, int, str]]) -> tuple[str, int, str] | None:
+        return next((entry for entry in stack if self.is_user_file(entry[0])), None)
+
+
+def _stdlib_paths() -> list[str]:
+    paths = sysconfig.get_paths()
+    return [p for p in {paths["stdlib"], paths["platstdlib"]} if p] + ["<frozen "]

@@ -31,6 +31,7 @@ from lazyviz.errors import LazyvizError
 from lazyviz.export.notebook import summary_html
 from lazyviz.export.report import json_report
 from lazyviz.fix.proposals import Proposal, file_hash, propose
+from lazyviz.record.tracer import Tracer, refuse_if_busy, tracing
 from lazyviz.trace.files import (
     TraceClaim,
     claim_trace_path,
@@ -42,7 +43,6 @@ from lazyviz.trace.files import (
 )
 from lazyviz.trace.reader import Trace
 from lazyviz.trace.writer import TraceWriter
-from lazyviz.tracer import Tracer, refuse_if_busy, tracing
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -410,5 +410,5 @@ def _notebook_frames() -> tuple[frozenset[str], Callable[[str], str] | None]:
         return f"In [{number}]" if isinstance(number, int) else file
 
     # The magics' file, named, not imported: lazyviz.ipython imports this module.
-    magics = str(Path(__file__).with_name("ipython.py"))
+    magics = str(Path(__file__).parents[1] / "ipython.py")
     return frozenset({interactiveshell.__file__, magics}), label

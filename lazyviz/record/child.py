@@ -1,4 +1,4 @@
-"""The traced process: `lazyviz run` starts `python -m lazyviz._child`, which installs
+"""The traced process: `lazyviz run` starts `python -m lazyviz.record.child`, which installs
 the tracer and runs the user's script as `__main__`, as `python script.py` would."""
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ import traceback
 import types
 import warnings
 
-from lazyviz._source import top_level_imports
 from lazyviz.backends import framework_packages
 from lazyviz.errors import LazyvizError
-from lazyviz.recorder import Recorder
-from lazyviz.tracer import LAZYVIZ_DIR, RUNNER_FILES
+from lazyviz.record.imports import top_level_imports
+from lazyviz.record.recorder import Recorder
+from lazyviz.record.stack_walk import LAZYVIZ_DIR
+from lazyviz.record.tracer import RUNNER_FILES
 
 
 def exit_status(exit: SystemExit) -> int:
@@ -90,7 +91,7 @@ def run_script(typed: str, args: list[str]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lazyviz._child")
+    parser = argparse.ArgumentParser(prog="lazyviz.record.child")
     parser.add_argument("--trace", required=True)
     parser.add_argument("--capture", required=True)
     parser.add_argument("--backend", required=True)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import runpy
 import sys
-import sysconfig
-import threading
 import time
 from array import array
 from collections.abc import Callable, Hashable
@@ -20,9 +18,9 @@ from lazyviz.backends import (
     SyncCause,
 )
 from lazyviz.errors import LazyvizError
-from lazyviz.iterations import IterationCounter
-from lazyviz.stack_walk import LAZYVIZ_DIR, StackWalk
-from lazyviz.sync_wrappers import MAX_ERRORS, SyncWrappers, _Process
+from lazyviz.record.iterations import IterationCounter
+from lazyviz.record.stack_walk import StackWalk
+from lazyviz.record.sync_wrappers import MAX_ERRORS, SyncWrappers, _Process
 from lazyviz.trace.schema import ExecutionRecord, GraphRecord, split_row
 from lazyviz.trace.writer import TraceWriter
 from lazyviz.trace.writer import stored as _stored
@@ -31,18 +29,11 @@ from lazyviz.trace.writer import stored as _stored
 _SYNC_OPS = frozenset({"aten::_local_scalar_dense"})
 
 
-
-
-
 MAX_FAILURE_TEXT = 4000  # of a backend's error message (TorchScript's quote whole graphs)
 
 
 class TracerBusy(LazyvizError):
     """A second trace asked for while one records in this process."""
-
-
-
-
 
 
 def tracing() -> bool:
@@ -57,7 +48,10 @@ def refuse_if_busy() -> None:
                          "stop it first (traces do not nest)")
 
 
-class Tracer(SyncWrappers, StackWalk):
+class Tracer:
+    """One recording in this process: the backend's executions as rows for the writer.
+    Its parts: `stacks` (the stack walk) and `wrappers` (the calls it wraps)."""
+
     def __init__(self, backend: LazyBackend, writer: TraceWriter, capture: str = "full",
                  started: float | None = None, outer_files: frozenset[str] = frozenset(),
                  file_label: Callable[[str], str] | None = None, keep_graphs: bool = False,
@@ -75,8 +69,6 @@ class Tracer(SyncWrappers, StackWalk):
         this many optimizer steps have run (`lazyviz run --iterations N`: a loop without
         steps)."""
         self.source_lines = source_lines
-        self._launched = launched
-        self.step_limit = step_limit
         self.backend = backend
         self.writer = writer
         self.capture = capture
@@ -98,26 +90,12 @@ class Tracer(SyncWrappers, StackWalk):
         self._graph_of: dict[int, CompiledGraph] = _Process.graphs if keep_graphs else {}
         self._keep_graphs = keep_graphs
         self._graphs_seen: set[str] = set()
-        self._stack_ids: dict[tuple, int] = {}
-        self._user_file: dict[str, bool] = {}
-        self._frame_entries: dict[tuple[int, int], tuple] = {}
         self._started = time.perf_counter() if started is None else started
         self._last_end: float | None = None  # None until the first execution: start-up is apart
-        self._not_user = [LAZYVIZ_DIR, *self._stdlib_paths()]  # + the backend's, once initialised
-        self._outer_files = RUNNER_FILES | outer_files
-        self._file_label = file_label
-        self._wrapped: list[tuple[object, str, Callable, Callable]] = []  # owner, name, original, wrapper
-        self._lost_pieces: list[list] = []  # [call, file, line, function]: RunInfo.lost_pieces
-        self._annotations: list[dict] = []  # RunInfo.annotations, each distinct one once
-        self._annotations_seen: set[tuple] = set()
-        self._step_calls = threading.local()  # .depth: step-ending calls in progress (xm.optimizer_step calls sync)
-        # Where threads run one replica each of the same steps (a launched process, whose
-        # function runs in a thread per device, backend.replicas of them): the steps each
-        # thread has ended; the run's steps are the fewest.
-        self._replica_steps: dict[int, int] | None = None
-        self.stopped_at_step: int | None = None  # the step after which step_limit ended the script
-        self.stopped_at_iteration: int | None = None  # the optimizer step after which iteration_limit ended it
-        self.iterations = IterationCounter(self._counts, iteration_limit, self._iteration_limit_reached,
+        self.stacks = StackWalk(capture, RUNNER_FILES | outer_files, file_label)
+        self.wrappers = SyncWrappers(self, backend, writer, self._counts, self.stacks, self.errors, self.notes,
+                                     self._sync_raised, step_limit, launched)
+        self.iterations = IterationCounter(self._counts, iteration_limit, self.wrappers.iteration_limit_reached,
                                            lambda fields: writer.set_run(**fields))
 
     @property
@@ -125,71 +103,38 @@ class Tracer(SyncWrappers, StackWalk):
         """Executions recorded so far."""
         return self._counts[0]
 
-    @staticmethod
-    def _stdlib_paths() -> list[str]:
-        paths = sysconfig.get_paths()
-        return [p for p in {paths["stdlib"], paths["platstdlib"]} if p] + ["<frozen "]
+    @property
+    def stopped_at_step(self) -> int | None:
+        """The step after which step_limit ended the script."""
+        return self.wrappers.stopped_at_step
+
+    @property
+    def stopped_at_iteration(self) -> int | None:
+        """The optimizer step after which iteration_limit ended it."""
+        return self.wrappers.stopped_at_iteration
 
     # -- set-up -----------------------------------------------------------------------
     def install(self) -> None:
         refuse_if_busy()
         self.backend.init()
-        self._not_user += self.backend.framework_paths()
+        self.stacks.add_framework(self.backend.framework_paths())
         self.backend.install_hook(self._on_execution, self._on_execute_time)
         self._sync = self.backend.sync_state()
-        if self.backend.after_launch:  # a thread per device, even with one device
-            self._replica_steps = {}
         self._take_repeated = self.backend.record_repeats(self._counts, self._started)
         self.writer.set_source(self._take_repeated)
         if self.capture == "full" and self.source_lines:
-            self.backend.record_source_lines(self._classify_code)
-        for owner, attribute in self.backend.piece_calls():
-            original = getattr(owner, attribute)
-            wrapper = self._wrap_piece_call(original, attribute)
-            setattr(owner, attribute, wrapper)
-            self._wrapped.append((owner, attribute, original, wrapper))
-        for owner, attribute in self.backend.annotation_calls():
-            original = getattr(owner, attribute)
-            wrapper = self._wrap_annotation_call(original)
-            setattr(owner, attribute, wrapper)
-            self._wrapped.append((owner, attribute, original, wrapper))
+            self.backend.record_source_lines(self.stacks.classify_code)
+        self.wrappers.install_calls(self._sync)
         self.iterations.install()
         if not _Process.fork_handler:  # register_at_fork cannot be undone: once per process
             os.register_at_fork(after_in_child=_Process.after_fork_in_child)
             _Process.fork_handler = True
         _Process.current = self
         try:
-            for site in self.backend.sync_sites():
-                original = getattr(site.owner, site.attribute, None)
-                if original is not None:
-                    ends_step = site.cause == "mark_step" and not site.runs_closures
-                    if site.starts_processes:
-                        wrapper = self._wrap_launcher(original, site.label)
-                    elif site.polls_around:
-                        wrapper = self._wrap_poll_point(original)
-                    else:
-                        # The wrapper in Python; the backend's own, where it has one, runs the
-                        # common call without a frame (and may leave the rare ones to it).
-                        slow = self._wrap_closure_runner(original, site.closures_waiting) if site.runs_closures \
-                            else self._wrap_sync_site(original, site, ends_step, isinstance(site.owner, type))
-                        wrapper = self.backend.wrap_sync_site(original, site, self._counts, ends_step, slow,
-                                                              self._sync_raised) or slow
-                    if ends_step and self.step_limit is not None:
-                        wrapper = self._wrap_step_limit(wrapper, self.step_limit)
-                    setattr(site.owner, site.attribute, wrapper)
-                    self._wrapped.append((site.owner, site.attribute, original, wrapper))
+            self.wrappers.install_sync_sites()
         except BaseException:
             self.stop()  # half installed is not installed: unwrap, turn the hook off, free the process
             raise
-
-
-
-
-
-
-
-
-
 
 
     def stop(self) -> None:
@@ -222,10 +167,7 @@ class Tracer(SyncWrappers, StackWalk):
                 self.writer.set_source(None)
                 self.backend.record_repeats(None, 0.0)
                 self._take_repeated = None
-            for owner, name, original, wrapper in reversed(self._wrapped):
-                if getattr(owner, name, None) is wrapper:  # not when wrapped again on top of ours
-                    setattr(owner, name, original)
-            self._wrapped.clear()
+            self.wrappers.remove()
             _Process.current = None
 
     def _after_fork(self) -> None:
@@ -276,7 +218,7 @@ class Tracer(SyncWrappers, StackWalk):
             traceback = error.__traceback__
             while traceback is not None and traceback.tb_next is not None:
                 traceback = traceback.tb_next
-            if traceback is not None and self._is_user_file(traceback.tb_frame.f_code.co_filename):
+            if traceback is not None and self.stacks.is_user_file(traceback.tb_frame.f_code.co_filename):
                 return  # the user's own code raised inside the sync (a step closure)
             message = f"{type(error).__name__}: {error}"
             for index in self.backend.failed_executions():
@@ -296,8 +238,8 @@ class Tracer(SyncWrappers, StackWalk):
         end = self._end_time(ends)
         # Here, not in a helper: the frame count skips _record, _on_execution and the backend adapter's.
         frame = sys._getframe(3) if backend_stack is None else None
-        stack, call = self._calling_stack(frame, backend_stack)
-        user_frame = self._user_frame(stack)
+        stack, call = self.stacks.calling_stack(frame, backend_stack)
+        user_frame = self.stacks.user_frame(stack)
         fallback_ops = {name: n for name, n in counters.items()
                         if name.startswith("aten::") and name not in _SYNC_OPS}
         cause, detail = self._cause(fallback_ops, follows, call)
@@ -317,7 +259,7 @@ class Tracer(SyncWrappers, StackWalk):
         if known is not None and known.graph_id not in self._graphs_seen:  # new to this trace
             self._graphs_seen.add(known.graph_id)
             new_graph = GraphRecord(known.graph_id, known.nodes, known.ir_text, known.backend_text, index)
-        stack_id, new_stack = self._stack_record(stack)
+        stack_id, new_stack = self.stacks.stack_record(stack)
         file, line, function = user_frame or (None, None, None)
         record = ExecutionRecord(
             idx=index,
@@ -328,7 +270,7 @@ class Tracer(SyncWrappers, StackWalk):
             start_ms=(start - self._started) * 1000,
             fallback_ops=fallback_ops, counters=dict(counters) if self.capture == "full" else {},
             # The call of the user's that led here (a library's own sync or fallback inside it).
-            call=self._user_call(frame) if cause != "mark_step" and frame is not None else None,
+            call=self.stacks.user_call(frame) if cause != "mark_step" and frame is not None else None,
             context=_test_running(),
         )
         self.writer.add_execution(record, new_graph, new_stack)
@@ -400,19 +342,12 @@ class Tracer(SyncWrappers, StackWalk):
         self.writer.set_execute_ms(index, execute_ms)
 
 
-
-
-
-
-
     def steps(self) -> int:
         return self._counts[1]
 
     def user_files(self) -> list[str]:
         """The user's files whose code ran while recording (real files, not "<string>")."""
-        return [file for file, is_user in self._user_file.items() if is_user and os.path.isabs(file)]
-
-
+        return self.stacks.user_files()
 
 
 def _test_running() -> str | None:
@@ -423,4 +358,4 @@ def _test_running() -> str | None:
 
 
 # Frames of lazyviz's runner and of runpy below the script: the stack walk stops there.
-RUNNER_FILES = frozenset({str(Path(LAZYVIZ_DIR) / "_child.py"), runpy.__file__, "<frozen runpy>"})
+RUNNER_FILES = frozenset({str(Path(__file__).with_name("child.py")), runpy.__file__, "<frozen runpy>"})

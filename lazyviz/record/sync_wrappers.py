@@ -1,16 +1,20 @@
 """What the tracer puts in place of the backend's sync sites and launchers: wrappers that
 name each sync's cause, count steps, end a bounded run (--steps, --iterations), note the
-pieces a split left on the host, and hand a launched process its own trace."""
+pieces a split left on the host, and hand a launched process its own trace. A part of
+the Tracer with its own state: what it wrapped, the pieces and shardings it noted, the
+steps each replica ended, where a bounded run stopped."""
 from __future__ import annotations
 
 import functools
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, MutableSequence
 from pathlib import Path
 from typing import Any
 
-from lazyviz.backends import CompiledGraph, SyncSite, device_flag
+from lazyviz.backends import CompiledGraph, LazyBackend, SyncCause, SyncSite, device_flag
+from lazyviz.record.stack_walk import StackWalk
+from lazyviz.trace.writer import TraceWriter
 
 MAX_ANNOTATIONS = 4096  # distinct shardings asked for: FSDPv2 asks one per parameter
 MAX_ERRORS = 20  # lazyviz's own errors kept for the end-of-run message; also the backend failures kept
@@ -29,7 +33,7 @@ class _Process:
     records now. Tracers come and go (lazyviz.trace runs several one after another);
     the backend's hook stays and reports to the current one."""
 
-    current: SyncWrappers | None = None  # the Tracer recording now
+    current: Any = None  # the Tracer recording now
     fork_handler = False
     # Compiled graphs by the backend's key, kept by tracers that ask (lazyviz.trace): a
     # graph compiled during an earlier trace is a cache hit in a later one, and the later
@@ -44,7 +48,79 @@ class _Process:
 
 
 class SyncWrappers:
-    """Part of Tracer (lazyviz/tracer.py): its state is set up there."""
+    """The wrappers one tracer puts in place: install() wraps, remove() puts the originals
+    back. owner: the tracer, whose wrappers pass calls on once another one records (a
+    wrapper someone kept by wrapping it again). counts: the tracer's [executions, steps];
+    errors and notes: its lists, appended to; on_raise: what a sync site that raised tells it."""
+
+    def __init__(self, owner: object, backend: LazyBackend, writer: TraceWriter, counts: MutableSequence[int],
+                 stacks: StackWalk, errors: list[str], notes: list[str], on_raise: Callable[[Exception], None],
+                 step_limit: int | None = None, launched: Callable[[Callable], Callable] | None = None) -> None:
+        self._owner = owner
+        self.backend = backend
+        self.writer = writer
+        self._counts = counts
+        self._stacks = stacks
+        self.errors = errors
+        self.notes = notes
+        self._on_raise = on_raise
+        self.step_limit = step_limit
+        self._launched = launched
+        self._sync = SyncCause()  # the backend's, from install()
+        self._wrapped: list[tuple[object, str, Callable, Callable]] = []  # owner, name, original, wrapper
+        self._lost_pieces: list[list] = []  # [call, file, line, function]: RunInfo.lost_pieces
+        self._annotations: list[dict] = []  # RunInfo.annotations, each distinct one once
+        self._annotations_seen: set[tuple] = set()
+        self._step_calls = threading.local()  # .depth: step-ending calls in progress (xm.optimizer_step calls sync)
+        # Where threads run one replica each of the same steps (a launched process, whose
+        # function runs in a thread per device, backend.replicas of them): the steps each
+        # thread has ended; the run's steps are the fewest.
+        self._replica_steps: dict[int, int] | None = None
+        self.stopped_at_step: int | None = None  # the step after which step_limit ended the script
+        self.stopped_at_iteration: int | None = None  # the optimizer step after which iteration_limit ended it
+
+    def install_calls(self, sync: SyncCause) -> None:
+        """The calls that are not syncs: a split's (pieces left on the host), a sharding's."""
+        self._sync = sync
+        if self.backend.after_launch:  # a thread per device, even with one device
+            self._replica_steps = {}
+        for owner, attribute in self.backend.piece_calls():
+            self._put(owner, attribute, self._wrap_piece_call(getattr(owner, attribute), attribute))
+        for owner, attribute in self.backend.annotation_calls():
+            self._put(owner, attribute, self._wrap_annotation_call(getattr(owner, attribute)))
+
+    def install_sync_sites(self) -> None:
+        for site in self.backend.sync_sites():
+            original = getattr(site.owner, site.attribute, None)
+            if original is None:
+                continue
+            ends_step = site.cause == "mark_step" and not site.runs_closures
+            if site.starts_processes:
+                wrapper = self._wrap_launcher(original, site.label)
+            elif site.polls_around:
+                wrapper = self._wrap_poll_point(original)
+            else:
+                # The wrapper in Python; the backend's own, where it has one, runs the
+                # common call without a frame (and may leave the rare ones to it).
+                slow = self._wrap_closure_runner(original, site.closures_waiting) if site.runs_closures \
+                    else self._wrap_sync_site(original, site, ends_step, isinstance(site.owner, type))
+                wrapper = self.backend.wrap_sync_site(original, site, self._counts, ends_step, slow,
+                                                      self._on_raise) or slow
+            if ends_step and self.step_limit is not None:
+                wrapper = self._wrap_step_limit(wrapper, self.step_limit)
+            self._put(site.owner, site.attribute, wrapper, original)
+
+    def _put(self, owner: object, attribute: str, wrapper: Callable, original: Callable | None = None) -> None:
+        original = getattr(owner, attribute) if original is None else original
+        setattr(owner, attribute, wrapper)
+        self._wrapped.append((owner, attribute, original, wrapper))
+
+    def remove(self) -> None:
+        """The originals back, last wrapped first; not where someone wrapped ours again."""
+        for owner, name, original, wrapper in reversed(self._wrapped):
+            if getattr(owner, name, None) is wrapper:
+                setattr(owner, name, original)
+        self._wrapped.clear()
 
     def _wrap_piece_call(self, original: Callable, name: str) -> Callable:
         """A call that may hand back its pieces on the host (a split that fell back): the
@@ -84,7 +160,7 @@ class SyncWrappers:
         if len(self._annotations) >= MAX_ANNOTATIONS:
             return
         frame = sys._getframe(2)
-        while frame is not None and not self._is_user_file(frame.f_code.co_filename):
+        while frame is not None and not self._stacks.is_user_file(frame.f_code.co_filename):
             frame = frame.f_back
         described = self.backend.describe_annotation(args, kwargs)
         if frame is None or described is None:
@@ -98,7 +174,7 @@ class SyncWrappers:
 
     def _note_lost_pieces(self, name: str) -> None:
         frame = sys._getframe(2)
-        while frame is not None and not self._is_user_file(frame.f_code.co_filename):
+        while frame is not None and not self._stacks.is_user_file(frame.f_code.co_filename):
             frame = frame.f_back
         if frame is None:
             return
@@ -111,7 +187,7 @@ class SyncWrappers:
     def _wrap_sync_site(self, original: Callable, site: SyncSite, ends_step: bool,
                         is_method: bool = False) -> Callable:
         """The sync-site wrapper in Python, for backends without their own (wrap_sync_site)."""
-        tracer = self
+        wrappers, owner = self, self._owner
         cause, detail, mid_step = site.cause, site.label, site.mid_step
         poll = self.backend.poll if self.backend.polls else None
         device = self.backend.device
@@ -128,12 +204,13 @@ class SyncWrappers:
         empty_sync_ends_step = self.backend.empty_sync_ends_step
         replicas = self._replica_steps
         syncing = self.backend.syncing
+        on_raise = self._on_raise
 
         @functools.wraps(original)
         def sync_site(*args: object, **kwargs: object) -> object:
             # The outermost cause wins (print calls item); a stopped tracer's wrapper that
             # someone kept (wrapped again on top of it) only passes the call on.
-            if sync.cause is not None or _Process.current is not tracer:
+            if sync.cause is not None or _Process.current is not owner:
                 return original(*args, **kwargs)
             if poll is not None and is_method and not on_device(args[0]):
                 # A CPU tensor's .item() (AdamW's step counts) syncs nothing: skip the polls.
@@ -164,11 +241,11 @@ class SyncWrappers:
                     if replicas is None:
                         counts[1] += 1
                     else:
-                        tracer._replica_step_ended(thread)
+                        wrappers._replica_step_ended(thread)
                 return result
             except Exception as error:
                 if poll is not None:  # a polling backend learns of a failed graph only here
-                    tracer._sync_raised(error)
+                    on_raise(error)
                 raise
             finally:
                 sync.cause = None
@@ -181,7 +258,7 @@ class SyncWrappers:
         step-ending call of the main thread, after its step is recorded, so the script's
         own `finally` blocks and atexit handlers run as at any exit. In a launched process,
         from each device thread's own: the launcher hands the exit back to the script."""
-        tracer, counts, calls = self, self._counts, self._step_calls
+        wrappers, owner, counts, calls = self, self._owner, self._counts, self._step_calls
 
         @functools.wraps(wrapper)
         def step_limit(*args: object, **kwargs: object) -> object:
@@ -191,25 +268,25 @@ class SyncWrappers:
                 result = wrapper(*args, **kwargs)
             finally:
                 calls.depth = depth
-            if depth or _Process.current is not tracer:
+            if depth or _Process.current is not owner:
                 return result
-            replicas = tracer._replica_steps
+            replicas = wrappers._replica_steps
             if replicas is None:
                 steps = counts[1] if threading.current_thread() is threading.main_thread() else 0
             else:  # each device thread ends its replica at the same step, so none waits for another
                 steps = replicas.get(threading.get_ident(), 0)
             if steps >= limit:
-                if tracer.stopped_at_step is None:
-                    tracer.stopped_at_step = steps
+                if wrappers.stopped_at_step is None:
+                    wrappers.stopped_at_step = steps
                 raise StepLimitReached()
             return result
 
         return step_limit
 
-    def _iteration_limit_reached(self, iterations: int) -> None:
+    def iteration_limit_reached(self, iterations: int) -> None:
         """`lazyviz run --iterations N`: out of the optimizer's step, after its update, as
         --steps ends a script out of mark_step()."""
-        if _Process.current is self:
+        if _Process.current is self._owner:
             if self.stopped_at_iteration is None:
                 self.stopped_at_iteration = iterations
             raise StepLimitReached()
@@ -218,26 +295,26 @@ class SyncWrappers:
         """A call that starts processes to run a function (its first argument, or `fn`):
         they inherit the environment as untraced, and the function they get is the one
         `launched` makes of it, which records each process's own trace."""
-        tracer = self
+        wrappers, owner = self, self._owner
 
         @functools.wraps(original)
         def launcher(*args: object, **kwargs: object) -> object:
-            if _Process.current is not tracer:
+            if _Process.current is not owner:
                 return original(*args, **kwargs)
             folder = None
-            if tracer._launched is not None:
+            if wrappers._launched is not None:
                 if args:
-                    args = (launched := tracer._launched(args[0]), *args[1:])  # type: ignore[arg-type]
+                    args = (launched := wrappers._launched(args[0]), *args[1:])  # type: ignore[arg-type]
                     folder = getattr(launched, "folder", None)
                 elif "fn" in kwargs:
-                    kwargs["fn"] = launched = tracer._launched(kwargs["fn"])  # type: ignore[arg-type]
+                    kwargs["fn"] = launched = wrappers._launched(kwargs["fn"])  # type: ignore[arg-type]
                     folder = getattr(launched, "folder", None)
-            executed = tracer._counts[0]
+            executed = wrappers._counts[0]
             try:
-                with tracer.backend.children_untraced(label, args, kwargs):
+                with wrappers.backend.children_untraced(label, args, kwargs):
                     return original(*args, **kwargs)
             finally:
-                tracer._note_launch(folder, ran_here=tracer._counts[0] > executed)
+                wrappers._note_launch(folder, ran_here=wrappers._counts[0] > executed)
 
         return launcher
 
@@ -267,12 +344,12 @@ class SyncWrappers:
     def _wrap_poll_point(self, original: Callable) -> Callable:
         """Poll before and after a call that may run graphs without a Python frame: what
         ran during it is reported while its caller's frame is on the stack."""
-        tracer = self
+        wrappers, owner = self, self._owner
         poll = self.backend.poll
 
         @functools.wraps(original)
         def poll_point(*args: object, **kwargs: object) -> object:
-            if _Process.current is not tracer or not tracer.backend.polls:
+            if _Process.current is not owner or not wrappers.backend.polls:
                 return original(*args, **kwargs)
             poll()
             try:
@@ -287,18 +364,18 @@ class SyncWrappers:
         executions are handed on first, then each sync inside a closure is its own.
         waiting: whether any closure waits; with none, the step's executions are handed
         on by the step-ending call's own poll, after this."""
-        tracer = self
+        wrappers, owner = self, self._owner
         poll = self.backend.poll if self.backend.polls else None
         sync = self._sync
 
         @functools.wraps(original)
         def run_closures(*args: object, **kwargs: object) -> object:
-            if _Process.current is not tracer or sync.in_closure or (waiting is not None and not waiting()):
+            if _Process.current is not owner or sync.in_closure or (waiting is not None and not waiting()):
                 return original(*args, **kwargs)
             if poll is not None:
                 poll()
             outer = sync.cause, sync.detail
-            sync.closures_from = tracer._counts[0]
+            sync.closures_from = wrappers._counts[0]
             sync.cause, sync.detail, sync.in_closure = None, None, True
             try:
                 return original(*args, **kwargs)
