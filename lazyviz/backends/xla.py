@@ -56,7 +56,6 @@ from lazyviz.backends.xla_counters import XlaCounters
 from lazyviz.backends.xla_hand_on import XlaHandOn
 from lazyviz.backends.xla_io import (
     _ANALYSIS_FRAMES,
-    _EXECUTE_METRICS,
     OUR_SETTINGS,
     _closures_waiting,
     _debug_level,
@@ -72,7 +71,7 @@ from lazyviz.backends.xla_polls import XlaPolls
 from lazyviz.backends.xla_reports import GraphDumpParser, Report, ReportParser
 
 
-class XlaBackend(XlaPolls, XlaCounters, XlaHandOn, LazyBackend):
+class XlaBackend(XlaPolls, XlaHandOn, LazyBackend):
     name = "xla"
     device = "xla"
     polls = True
@@ -103,15 +102,9 @@ class XlaBackend(XlaPolls, XlaCounters, XlaHandOn, LazyBackend):
         self._compiles: deque[Report] = deque()  # compile reports awaiting their execution
         self._ir: dict[str, str] = {}  # graph hash -> IR text, from the tensors dump
         self._compile_ms: deque[float] = deque()
-        self._compile_samples = 0
-        self._execute_samples = dict.fromkeys(_EXECUTE_METRICS, 0)  # samples seen of each
+        self._xla_counters = XlaCounters(capture_ir)  # XLA's counters and metrics, as last read
         self._awaiting_execute: deque[int] = deque()  # executions without an execute time yet
         self._execute_read_at = 0.0  # perf_counter() of the last read of ExecuteTime
-        self._transfers_read_at = 0.0  # and of the copies' metrics
-        self._counters: dict[str, int] = {}
-        self._counter_value: Callable[[str], int | None] = lambda name: 0  # XLA's, from install_hook
-        self._fallback_ops: list[str] = []  # XLA's counters of the ops that fell back, as last listed
-        self._counter_names: list[str] = []  # and all its counters (full capture), as last listed
         self._last_index: int | None = None  # the last execution handed on
         # Executions and compiles as XLA counts them (CachedCompile + UncachedCompile, one
         # per execution; UncachedCompile): more than its reports say are frameless ones.
@@ -163,7 +156,7 @@ class XlaBackend(XlaPolls, XlaCounters, XlaHandOn, LazyBackend):
         if imported and not self.after_launch:
             shutil.rmtree(self._folder, ignore_errors=True)
             raise BackendError("torch_xla was imported before lazyviz could set XLA's debug reports up")
-        if imported and any(self._xla_counts()):
+        if imported and any(self._xla_counters.xla_counts()):
             shutil.rmtree(self._folder, ignore_errors=True)
             raise BackendError("this process ran XLA graphs before lazyviz could set XLA's debug reports up")
         self._set_up_reports(os.environ)
@@ -267,16 +260,20 @@ class XlaBackend(XlaPolls, XlaCounters, XlaHandOn, LazyBackend):
     def differences(self) -> list[str]:
         return list(self._notes)
 
+    def counters(self) -> dict[str, int]:
+        """XLA's counters, and its host<->device copies (counted as metrics) as counters of
+        lazyviz's naming (analysis.summary.TRANSFERS): how many, and their bytes."""
+        return self._xla_counters.counters()
+
+    def counters_since_last_execution(self) -> dict[str, int]:
+        if not self.capture_ir or not self._enabled:
+            return {}
+        return self._xla_counters.since_last_execution()
+
     def install_hook(self, on_execution: ExecutionHook, on_execute_time: ExecuteTimeHook) -> None:
-        import torch_xla
-
         self._on_execution, self._on_execute_time = on_execution, on_execute_time
-        self._counter_value = torch_xla._XLAC._xla_counter_value
-
-        self._counters = self.counters() if self.capture_ir else self._watched_counters()
-        self._compile_samples = self._new_samples("CompileTime", 0)[0]
-        self._execute_samples = {name: self._new_samples(name, 0)[0] for name in _EXECUTE_METRICS}
-        self._executed, self._compiled = self._xla_counts()
+        self._xla_counters.start()
+        self._executed, self._compiled = self._xla_counters.xla_counts()
         self._enabled = True
 
     def record_source_lines(self, classify: CodeClassifier | None) -> None:

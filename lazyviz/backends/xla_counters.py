@@ -1,8 +1,10 @@
-"""XlaBackend's reading of XLA's counters and metrics: the cache lookups, the
-counters each execution moved, compile and execute times, the host<->device copies."""
+"""XLA's counters and metrics as the XLA backend reads them: the cache lookups, the
+counters each execution moved, compile and execute times, the host<->device copies. A
+part of XlaBackend with its own state: what it read last, and how far into each metric."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from lazyviz.backends.xla_io import (
     _EXECUTE_METRICS,
@@ -15,9 +17,33 @@ from lazyviz.backends.xla_io import (
 
 
 class XlaCounters:
-    """Part of XlaBackend (lazyviz/backends/xla.py): its state is set up there."""
+    """capture_ir: full capture reads every counter; light capture only the fallbacks'."""
 
-    def _xla_counts(self) -> tuple[int, int]:
+    def __init__(self, capture_ir: bool) -> None:
+        self.capture_ir = capture_ir
+        self.value: Callable[[str], int | None] = lambda name: 0  # XLA's, from start()
+        self.last: dict[str, int] = {}  # the counters as last read: what an execution moved is measured from them
+        self.fallback_ops: list[str] = []  # XLA's counters of the ops that fell back, as last listed
+        self._names: list[str] = []  # and all its counters (full capture), as last listed
+        self.transfers_read_at = 0.0  # perf_counter() of the last read of the copies' metrics
+        self._compile_samples = 0
+        self._execute_samples = dict.fromkeys(_EXECUTE_METRICS, 0)  # samples seen of each
+
+    def start(self) -> None:
+        """From now: the counters as they are, the metrics' samples taken so far."""
+        import torch_xla
+
+        self.value = torch_xla._XLAC._xla_counter_value
+        self.last = self.counters() if self.capture_ir else self.watched()
+        self._compile_samples = self._new_samples("CompileTime", 0)[0]
+        self._execute_samples = {name: self._new_samples(name, 0)[0] for name in _EXECUTE_METRICS}
+
+    def read(self, final: bool, compiled: bool) -> dict[str, int]:
+        """The counters now: all of them in full capture (see _all), the fallbacks' in light."""
+        return self._all(final, compiled) if self.capture_ir else self.watched()
+
+    @staticmethod
+    def xla_counts() -> tuple[int, int]:
         """(executions, compiles) as XLA counts them: every execution looks its graph up."""
         import torch_xla
 
@@ -25,24 +51,24 @@ class XlaCounters:
         uncached = value("UncachedCompile") or 0
         return (value("CachedCompile") or 0) + uncached, uncached
 
-    def _lookups(self) -> int:
-        """_xla_counts()'s executions alone, at the least cost: every poll asks."""
-        value = self._counter_value
+    def lookups(self) -> int:
+        """xla_counts()'s executions alone, at the least cost: every poll asks."""
+        value = self.value
         return (value("CachedCompile") or 0) + (value("UncachedCompile") or 0)
 
-    def _watched_counters(self) -> dict[str, int]:
+    def watched(self) -> dict[str, int]:
         """The counters light capture keeps: the ops that fell back (`aten::`), one value
         each. XLA lists those (the fallback's counters that are not zero) for a fraction
         of what listing all its counters costs."""
         import torch_xla
 
         ops = torch_xla._XLAC._get_executed_fallback_ops()
-        if len(ops) != len(self._fallback_ops):  # a first fallback of an op (XLA never drops one)
-            self._fallback_ops = list(ops)
-        value = self._counter_value
-        return {name: value(name) or 0 for name in self._fallback_ops}
+        if len(ops) != len(self.fallback_ops):  # a first fallback of an op (XLA never drops one)
+            self.fallback_ops = list(ops)
+        value = self.value
+        return {name: value(name) or 0 for name in self.fallback_ops}
 
-    def _all_counters(self, final: bool, compiled: bool) -> dict[str, int]:
+    def _all(self, final: bool, compiled: bool) -> dict[str, int]:
         """Full capture: every counter of XLA's. Listing their names costs more than
         reading them (10 us): the names are listed again after a compile (new ops, new
         graph), when an op first falls back, and at most a second after any other new
@@ -55,33 +81,31 @@ class XlaCounters:
         import torch_xla
 
         now = time.perf_counter()
-        due = final or now - self._transfers_read_at >= _TRANSFERS_READ_S
-        watched = self._watched_counters()
-        if due or compiled or not self._counter_names or any(name not in self._counters for name in watched):
-            self._counter_names = list(torch_xla._XLAC._xla_counter_names())
-        value = self._counter_value
-        names = self._counter_names
+        due = final or now - self.transfers_read_at >= _TRANSFERS_READ_S
+        watched = self.watched()
+        if due or compiled or not self._names or any(name not in self.last for name in watched):
+            self._names = list(torch_xla._XLAC._xla_counter_names())
+        value = self.value
+        names = self._names
         counters = dict(zip(names, map(value, names)))  # a C loop: every sync reads them all
         if None in counters.values():  # a counter XLA no longer has
             counters = {name: count or 0 for name, count in counters.items()}
         if due:
-            self._transfers_read_at = now
-            counters.update(self._transfer_counts())
+            self.transfers_read_at = now
+            counters.update(self.transfer_counts())
         else:  # not read this time: as they were
-            counters.update({name: self._counters[name] for name in _READ_EACH_SECOND if name in self._counters})
+            counters.update({name: self.last[name] for name in _READ_EACH_SECOND if name in self.last})
         return counters
 
-    def counters_since_last_execution(self) -> dict[str, int]:
+    def since_last_execution(self) -> dict[str, int]:
         """Full capture: the copies and runs XLA counted since they were last read (after
-        the poll with final=True: the run's last ones, no execution left to carry them)."""
-        if not self.capture_ir or not self._enabled:
-            return {}
-        value = self._counter_value
-        counts = self._transfer_counts()
+        the last poll: the run's last ones, no execution left to carry them)."""
+        value = self.value
+        counts = self.transfer_counts()
         counts.update({name: count for name in _RAN_NAMES if (count := value(name)) is not None})
-        moved = {name: value - self._counters.get(name, 0) for name, value in counts.items()
-                 if value != self._counters.get(name, 0)}
-        self._counters.update(counts)
+        moved = {name: value - self.last.get(name, 0) for name, value in counts.items()
+                 if value != self.last.get(name, 0)}
+        self.last.update(counts)
         return moved
 
     def _new_samples(self, name: str, seen: int) -> tuple[int, list[float]]:
@@ -97,40 +121,31 @@ class XlaCounters:
         new = min(count - seen, len(samples))
         return count, [value / _NS_PER_MS for _timestamp, value in samples[len(samples) - new:]] if new > 0 else []
 
-    def _take_compile_times(self) -> None:
+    def new_compile_times(self) -> list[float]:
+        """The compile times (ms) XLA sampled since the last call."""
         self._compile_samples, values = self._new_samples("CompileTime", self._compile_samples)
-        self._compile_ms.extend(values)
+        return values
 
-    def _take_execute_times(self) -> None:
+    def new_execute_times(self) -> list[float]:
+        """The execute times (ms) XLA sampled since the last call, of every kind of execution."""
         values = []
         for name in _EXECUTE_METRICS:
             self._execute_samples[name], new = self._new_samples(name, self._execute_samples[name])
             values += new
-        assert self._on_execute_time is not None
-        for execute_ms in values:
-            if not self._awaiting_execute:
-                break
-            index = self._awaiting_execute.popleft()
-            with self._rows_lock:
-                row = self._row_at.get(index)
-                if row is not None:  # a repeated row the writer has not taken: timed in place
-                    row[3], row[6] = row[5] + execute_ms, execute_ms  # sync_ms, execute_ms
-            if row is None and not (self._fast is not None and self._fast.xla_time_row(index, execute_ms)):
-                self._on_execute_time(index, execute_ms)
+        return values
 
-    # -- what the tracer asks ----------------------------------------------------------
     def counters(self) -> dict[str, int]:
         """XLA's counters, and its host<->device copies (counted as metrics) as counters of
         lazyviz's naming (analysis.summary.TRANSFERS): how many, and their bytes."""
-        return {**self._counter_values(), **self._transfer_counts()}
+        return {**self._counter_values(), **self.transfer_counts()}
 
     def _counter_values(self) -> dict[str, int]:
         import torch_xla
 
-        value = self._counter_value
+        value = self.value
         return {name: value(name) or 0 for name in torch_xla._XLAC._xla_counter_names()}
 
-    def _transfer_counts(self) -> dict[str, int]:
+    def transfer_counts(self) -> dict[str, int]:
         import torch_xla
 
         counters = {}

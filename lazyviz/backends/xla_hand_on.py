@@ -55,10 +55,10 @@ class XlaHandOn:
         lazyviz can tell."""
         counters = self._counters_read
         if counters is None or final or compiles:
-            counters = self._all_counters(final, compiles > 0) if self.capture_ir else self._watched_counters()
-        moved = {name: value - self._counters.get(name, 0) for name, value in counters.items()
-                 if value != self._counters.get(name, 0)}
-        self._counters = counters
+            counters = self._xla_counters.read(final, compiles > 0)
+        moved = {name: value - self._xla_counters.last.get(name, 0) for name, value in counters.items()
+                 if value != self._xla_counters.last.get(name, 0)}
+        self._xla_counters.last = counters
         # Backward ops that fell back ran on autograd's thread: the frameless executions'.
         backward = {name: n for name, n in moved.items() if frameless and name.endswith("_backward")}
         moved = {name: n for name, n in moved.items() if name not in backward}

@@ -25,13 +25,13 @@ class XlaPolls:
                 return
             with self._polling:
                 self._settle()
-                if final or self._pending or self._reports.descriptor() is None or self._lookups() != self._executed:
+                if final or self._pending or self._reports.descriptor() is None or self._xla_counters.lookups() != self._executed:
                     self._poll(final)
                 elif self._awaiting_execute and self._execute_times_due():
                     self._take_execute_times()
                 self._arm()
             return
-        if not final and not self._pending and self._lookups() == self._executed:
+        if not final and not self._pending and self._xla_counters.lookups() == self._executed:
             # Nothing ran since the last poll (the poll before a sync, a step's closures):
             # XLA writes an execution's analysis before it counts the execution's cache
             # lookup. Most polls end here, without the lock (a stale look only polls again).
@@ -57,7 +57,7 @@ class XlaPolls:
             self._executed += count
             self._awaiting_execute.extend(range(first, first + count))
             self._last_index, self._last_end = first + count - 1, last_end
-            self._counters.update(values)
+            self._xla_counters.last.update(values)
 
     def _arm(self) -> None:
         """After a poll here, the polls after it are lazyviz's hook's, as long as they are
@@ -82,9 +82,9 @@ class XlaPolls:
                                             steady.stack, steady.site[0].graph_hash)
                     self._fast_texts[text] = steady
         # The copies' metrics, read here once a second (full capture), are not the hook's.
-        transfers_due = self._transfers_read_at + _TRANSFERS_READ_S if self.capture_ir else math.inf
-        counters = {name: value for name, value in self._counters.items() if name not in _READ_EACH_SECOND}
-        self._fast.xla_arm(descriptor, self._executed, self._compiled, counters, len(self._fallback_ops),
+        transfers_due = self._xla_counters.transfers_read_at + _TRANSFERS_READ_S if self.capture_ir else math.inf
+        counters = {name: value for name, value in self._xla_counters.last.items() if name not in _READ_EACH_SECOND}
+        self._fast.xla_arm(descriptor, self._executed, self._compiled, counters, len(self._xla_counters.fallback_ops),
                            self._last_end, transfers_due, self._execute_read_at + _EXECUTE_READ_S,
                            len(self._awaiting_execute))
 
@@ -116,7 +116,7 @@ class XlaPolls:
             # Another thread is inside a sync (a launcher's thread per device): what ran is
             # handed on by that thread's own poll, with its cause, not this one's.
             return False
-        executed, compiled = self._xla_counts()
+        executed, compiled = self._xla_counters.xla_counts()
         frameless = executed - self._executed - len(self._pending)
         if frameless > 0 and len(self.syncing) > 1:
             # Another thread is inside a sync: what XLA counted beyond the reports may be
@@ -163,20 +163,20 @@ class XlaPolls:
                 or self._last_compile is not None or self._unexpected is not None
                 or not self._report_parser.idle):
             return False
-        counter = self._counter_value
+        counter = self._xla_counters.value
         compiled = counter("UncachedCompile") or 0
         executed = (counter("CachedCompile") or 0) + compiled
         if executed != self._executed + 1 or compiled != self._compiled:
             return False
-        counters = self._all_counters(False, False) if self.capture_ir else self._watched_counters()
-        if counters != self._counters or steady.moved:
-            before = self._counters
+        counters = self._xla_counters.read(False, False)
+        if counters != self._xla_counters.last or steady.moved:
+            before = self._xla_counters.last
             moved = {name: value - before.get(name, 0) for name, value in counters.items()
                      if value != before.get(name, 0)}
             if moved != steady.moved:
                 self._counters_read = counters  # read once: the transfers' reads are timed
                 return False
-            self._counters = counters
+            self._xla_counters.last = counters
         self._executed = executed
         sync.cause, sync.detail = steady.site[1], steady.site[2]  # as _hand_on names it
         try:
@@ -186,6 +186,24 @@ class XlaPolls:
         self._awaiting_execute.append(index)
         self._last_index = index
         return True
+
+    def _take_compile_times(self) -> None:
+        self._compile_ms.extend(self._xla_counters.new_compile_times())
+
+    def _take_execute_times(self) -> None:
+        """Each execute time XLA sampled to the execution that awaits it, oldest first: in
+        place where its row is a repeated one the writer has not taken."""
+        assert self._on_execute_time is not None
+        for execute_ms in self._xla_counters.new_execute_times():
+            if not self._awaiting_execute:
+                break
+            index = self._awaiting_execute.popleft()
+            with self._rows_lock:
+                row = self._row_at.get(index)
+                if row is not None:  # a repeated row the writer has not taken: timed in place
+                    row[3], row[6] = row[5] + execute_ms, execute_ms  # sync_ms, execute_ms
+            if row is None and not (self._fast is not None and self._fast.xla_time_row(index, execute_ms)):
+                self._on_execute_time(index, execute_ms)
 
     def _execute_times_due(self) -> bool:
         """Reading XLA's ExecuteTime converts every sample it keeps (35 us once it holds
