@@ -85,6 +85,13 @@ def test_item_per_step_moves_into_a_step_closure_proved_on_a_copy(tmp_path: Path
     html = page.read_text()
     assert "proposed edit: move the read at item_in_loop.py" in html and "+        torch._lazy.add_step_closure" in html
     assert "executions per step 2.0 -&gt; 1.0" in html and "1 finding gone" in html
+    # The text and JSON reports read the same typed record back.
+    text = cli("report", trace).stdout
+    assert "lazyviz fix --try measured move the read at item_in_loop.py" in text
+    assert "executions per step 2.0 -> 1.0" in text and "1 finding gone" in text
+    kept = json.loads(cli("report", trace, "--format", "json").stdout)["run"]["fix_trial"]
+    assert kept["before"]["per_step"] == 2.0 and kept["after"]["per_step"] == 1.0 and len(kept["gone"]) == 1
+    assert kept["output"].startswith("the same")
 
 
 @pytest.mark.torch

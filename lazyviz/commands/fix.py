@@ -29,7 +29,7 @@ from lazyviz.fix.trial import (
 from lazyviz.fix.workspace import copy_root
 from lazyviz.present import KIND_LABELS
 from lazyviz.trace.files import add_run_fields
-from lazyviz.trace.model import RunInfo
+from lazyviz.trace.model import RunInfo, TrialRecord
 
 
 class FixCommand:
@@ -180,10 +180,10 @@ class FixCommand:
         return 0 if self._ended_alike(before, after) else 1
 
     @staticmethod
-    def _keep(trace: str, info: RunInfo, record: dict) -> None:
+    def _keep(trace: str, info: RunInfo, record: TrialRecord) -> None:
         """The measurement kept with the run: the HTML report and the notebook summary show it."""
         if info.finished:
-            problem = add_run_fields(Path(trace), {"fix_trial": json.dumps(record)})
+            problem = add_run_fields(Path(trace), {"fix_trial": json.dumps(record.to_json())})
             if problem:
                 say(f"lazyviz: could not keep the measurement in the trace: {problem}")
 

@@ -19,7 +19,6 @@ from lazyviz.analysis.summary import chart_scale, step_times
 from lazyviz.export import Renderer, RenderOptions
 from lazyviz.export.graphviz import ExportError, execution_dot, render_svg
 from lazyviz.fix.proposals import Proposal, propose
-from lazyviz.fix.trial import measured_text
 from lazyviz.present import (
     ADDED,
     CARRIED,
@@ -35,7 +34,7 @@ from lazyviz.present import (
     size_text,
     why_text,
 )
-from lazyviz.trace.model import Execution
+from lazyviz.trace.model import Execution, TrialRecord
 
 MAX_DRAWN = 8  # graphs the problems point at, drawn with Graphviz; the rest say how to draw them
 # Boxes per drawing on the page (`lazyviz export` draws up to 300): dot's time grows
@@ -203,7 +202,7 @@ def _diff_block(execution: Execution, executions: list[Execution],
             f"<pre>{chr(10).join(lines)}</pre>"), recompile
 
 
-def _edit_html(proposal: Proposal | None, trial: dict, cwd: str, proposals: list[Proposal]) -> str:
+def _edit_html(proposal: Proposal | None, trial: TrialRecord | None, cwd: str, proposals: list[Proposal]) -> str:
     """The proposed edit (its diff behind a click) and, once `lazyviz fix --try` ran, what it measured."""
     if proposal is not None and proposal.stale:
         return (f'<br><span class="fix">no edit: {escape(os.path.basename(proposal.stale))} changed since the trace '
@@ -221,8 +220,8 @@ def _edit_html(proposal: Proposal | None, trial: dict, cwd: str, proposals: list
         if diff:
             html += f"<details><summary>the diff (<code>lazyviz fix</code>)</summary><pre>{escape(diff)}</pre></details>"
     if trial:
-        html += (f'<br><span class="fix">measured by <code>lazyviz fix --try</code> ({trial.get("steps")} steps, all '
-                 f"edits): {escape(measured_text(trial))}</span>")
+        html += (f'<br><span class="fix">measured by <code>lazyviz fix --try</code> ({trial.steps} steps, all '
+                 f"edits): {escape(trial.measured_text())}</span>")
     return html
 
 
@@ -293,7 +292,7 @@ def html_report(recorded: Run, draw: bool = True) -> str:
     proposals = propose(recorded)
     fixed, edits = sum(p.mechanical for p in proposals), sum(bool(p.changes) for p in proposals)
     if fixed:
-        measured = (f"; measured by <code>lazyviz fix --try</code>: {escape(measured_text(run.fix_trial))}"
+        measured = (f"; measured by <code>lazyviz fix --try</code>: {escape(run.fix_trial.measured_text())}"
                     if run.fix_trial else "; <code>lazyviz fix --try</code> measures them on a copy")
         parts.append(f"<p>{fixed} of these {'have' if fixed > 1 else 'has'} a proposed edit ({edits} "
                      f"edit{'s' if edits > 1 else ''}: <code>lazyviz fix</code> prints the diff){measured}</p>")

@@ -13,7 +13,6 @@ from lazyviz.errors import LazyvizError
 from lazyviz.export import RenderOptions
 from lazyviz.export.graphviz import SvgRenderer
 from lazyviz.fix.proposals import propose
-from lazyviz.fix.trial import measured_text
 from lazyviz.present import CLEAN_RUN, compiles_text, plural, site_text, steps_text
 
 DRAWN_NODES = 120  # a larger graph is drawn collapsed: a notebook output should stay small
@@ -70,7 +69,7 @@ def summary_html(recorded: Run, draw: bool = True) -> str:
     ]
     edits = sum(p.mechanical for p in propose(recorded))
     if edits:
-        measured = (f"; measured: {escape(measured_text(run.fix_trial))}" if run.fix_trial
+        measured = (f"; measured: {escape(run.fix_trial.measured_text())}" if run.fix_trial
                     else "; <code>--try</code> measures them on a copy")
         parts.append(f"<div style='color:#1a7f37'>{edits} finding{'s have' if edits != 1 else ' has'} a proposed edit: "
                      f"<code>lazyviz fix {escape(str(recorded.path))}</code>{measured}</div>")

@@ -187,6 +187,8 @@ def json_report(recorded: Run, lines: bool = False) -> dict:
             # Executions the backend failed to compile or run, with the message the script got.
             "failures": [{"execution": f.execution, "error": f.error} for f in run.failures],
             "rank": run.rank,
+            # What `lazyviz fix --try` measured on this run's script, where it ran (TrialRecord).
+            "fix_trial": run.fix_trial.to_json() if run.fix_trial else None,
         },
         "steps": summary.steps,
         "executions": ExecutionLines(executions) if lines else _executions_json(executions),
@@ -307,6 +309,10 @@ def text_report(recorded: Run, all_findings: bool = False) -> str:
                 f"    {site.total_ms:9.1f} ms  {short_path(site.site, run.cwd)} "
                 f"({site.executions}x, {site.mean_ms:.2f} ms each): {site_verdict(site, analysis.findings, by_site)}"
             )
+    if run.fix_trial:
+        trial = run.fix_trial
+        lines.append(f"  lazyviz fix --try measured {', '.join(trial.edits)} ({trial.bound} each side): "
+                     f"{trial.measured_text()}" + (f"; {trial.ending}" if trial.ending else ""))
     if run.tracer_errors:
         lines.append(f"  lazyviz's own errors while tracing (the script was not affected): {run.tracer_errors[0]}")
     lines += [f"  note: {note}" for note in run.notes]

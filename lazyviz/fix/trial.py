@@ -27,7 +27,7 @@ from lazyviz.fix.workspace import copy_root, in_copy, make_copy, original_line, 
 from lazyviz.trace import TraceError
 from lazyviz.trace import open as open_trace
 from lazyviz.trace.files import launch_folder, rank_trace
-from lazyviz.trace.model import RunInfo, frame_owner
+from lazyviz.trace.model import RunInfo, TrialRecord, TrialSide, frame_owner
 
 DEFAULT_STEPS = WARMUP_STEPS + 3  # a few steps past warm-up: recompiles after it show
 # Ops that draw random numbers on the device. Cut into other graphs, they draw other
@@ -434,45 +434,22 @@ def comparison(before: Measures, after: Measures, expected: Sequence[str] = (),
 
 
 def trial_record(before: Measures, after: Measures, bound: Bound, edits: Sequence[str],
-                 checked: OutputCheck | None = None) -> dict:
-    """What `--try` measured, as the trace keeps it (run field fix_trial) for the HTML
+                 checked: OutputCheck | None = None) -> TrialRecord:
+    """What `--try` measured, as the trace keeps it (RunInfo.fix_trial) for the HTML
     report, the notebook summary and the API."""
-    def side(m: Measures) -> dict:
-        return {"state": m.state, "steps": m.steps, "executions": m.executions, "per_step": m.per_step,
-                "misses": m.misses, "recompiles": m.recompiles if m.steps else None, "max_nodes": m.max_nodes,
-                "iterations": m.iterations, "per_iteration": m.per_iteration,
-                "sync_ms": round(m.sync_ms, 3), "step_ms": None if m.step_ms is None else round(m.step_ms, 3),
-                "steady_sync_ms": None if m.steady_sync_ms is None else round(m.steady_sync_ms, 3),
-                "collective_bytes": None if m.collective_bytes is None else round(m.collective_bytes)}
+    def side(m: Measures) -> TrialSide:
+        return TrialSide(m.state, m.steps, m.executions, m.per_step, m.misses, m.recompiles if m.steps else None,
+                         m.max_nodes, m.iterations, m.per_iteration, m.sync_ms, m.step_ms, m.steady_sync_ms,
+                         m.collective_bytes)
 
     old, new = by_key(before.findings), by_key(after.findings)
-    return {
-        "steps": bound.count, "bound": str(bound), "edits": list(edits), "before": side(before), "after": side(after),
-        "gone": [group[0].short or group[0].message for key, group in old.items() if key not in new],
-        "appeared": [group[0].short or group[0].message for key, group in new.items() if key not in old],
-        "output": (checked or check_output(before.output, after.output, original_crashed=bool(before.crash))).verdict,
-        "ending": crash_verdict(before, after)[1],
-    }
-
-
-def measured_text(trial: Mapping) -> str:
-    """The measurement in one line: "executions per step 2.0 -> 1.0, largest graph ..."."""
-    before, after = trial.get("before", {}), trial.get("after", {})
-    parts = []
-    for key, label, unit in (("per_step", "executions per step", ""), ("recompiles", "recompiles after warm-up", ""),
-                             ("max_nodes", "largest graph", " nodes"), ("sync_ms", "sync time", " ms"),
-                             ("steady_sync_ms", "sync time per iteration after warm-up", " ms"),
-                             ("collective_bytes", "collective bytes per step", " B")):
-        old, new = before.get(key), after.get(key)
-        if isinstance(old, (int, float)) and isinstance(new, (int, float)) and old != new:
-            digits = 1 if isinstance(old, float) or isinstance(new, float) else 0
-            parts.append(f"{label} {old:,.{digits}f} -> {new:,.{digits}f}{unit}")
-        elif key == "per_step" and new is not None and old is None:
-            parts.append(f"steps {before.get('steps', 0)} -> {after.get('steps', 0)}")
-    gone = len(trial.get("gone", []))
-    if gone:
-        parts.append(f"{gone} finding{'s' if gone != 1 else ''} gone")
-    return ", ".join(parts) or "no change measured"
+    return TrialRecord(
+        bound.count, str(bound), tuple(edits), side(before), side(after),
+        tuple(group[0].short or group[0].message for key, group in old.items() if key not in new),
+        tuple(group[0].short or group[0].message for key, group in new.items() if key not in old),
+        (checked or check_output(before.output, after.output, original_crashed=bool(before.crash))).verdict,
+        crash_verdict(before, after)[1],
+    )
 
 
 class Original:

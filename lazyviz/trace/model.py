@@ -173,6 +173,115 @@ class Failure(NamedTuple):
     error: str  # the backend's message
 
 
+def _number(value: object) -> float | None:
+    """A number as JSON kept it (bool is not one), else None."""
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class TrialSide:
+    """One side of `lazyviz fix --try` (the original, or the patched copy) as measured
+    under the trial's bound. None: not measured (no steps, no collectives)."""
+
+    state: str = ""  # how it ended: "exited 0", "raised RuntimeError", "timed out"
+    steps: int = 0
+    executions: int = 0
+    per_step: float | None = None  # executions per step after warm-up
+    misses: int = 0
+    recompiles: int | None = None  # after warm-up, where the run has steps
+    max_nodes: int = 0
+    iterations: int = 0  # optimizer steps, where the run has no steps
+    per_iteration: float | None = None
+    sync_ms: float = 0.0
+    step_ms: float | None = None
+    steady_sync_ms: float | None = None  # sync time per iteration after warm-up
+    collective_bytes: float | None = None  # per step, SPMD
+
+    # The measures a user compares, each with its label and unit (measured_text's order).
+    COMPARED = (("per_step", "executions per step", ""), ("recompiles", "recompiles after warm-up", ""),
+                ("max_nodes", "largest graph", " nodes"), ("sync_ms", "sync time", " ms"),
+                ("steady_sync_ms", "sync time per iteration after warm-up", " ms"),
+                ("collective_bytes", "collective bytes per step", " B"))
+
+    def to_json(self) -> dict:
+        def rounded(value: float | None, digits: int | None = 3) -> float | None:
+            return None if value is None else round(value, digits)
+
+        return {"state": self.state, "steps": self.steps, "executions": self.executions, "per_step": self.per_step,
+                "misses": self.misses, "recompiles": self.recompiles, "max_nodes": self.max_nodes,
+                "iterations": self.iterations, "per_iteration": self.per_iteration,
+                "sync_ms": round(self.sync_ms, 3), "step_ms": rounded(self.step_ms),
+                "steady_sync_ms": rounded(self.steady_sync_ms), "collective_bytes": rounded(self.collective_bytes, None)}
+
+    @classmethod
+    def from_json(cls, data: object) -> TrialSide:
+        """As the trace kept it; a field of the wrong type reads as not measured."""
+        if not isinstance(data, Mapping):
+            return cls()
+
+        def whole(name: str) -> int:
+            value = data.get(name)
+            return value if type(value) is int else 0
+
+        recompiles = data.get("recompiles")
+        return cls(str(data.get("state", "")), whole("steps"), whole("executions"), _number(data.get("per_step")),
+                   whole("misses"), recompiles if type(recompiles) is int else None, whole("max_nodes"),
+                   whole("iterations"), _number(data.get("per_iteration")), _number(data.get("sync_ms")) or 0.0,
+                   _number(data.get("step_ms")), _number(data.get("steady_sync_ms")),
+                   _number(data.get("collective_bytes")))
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """What `lazyviz fix --try` measured on a run's script, kept with the run (RunInfo.fix_trial):
+    the edits tried, the bound each side ran under, both sides, the findings gone and new,
+    and the verdicts on the output and the ending."""
+
+    steps: int  # the bound's count
+    bound: str  # as said: "6 steps", "3 optimizer steps"
+    edits: tuple[str, ...]
+    before: TrialSide
+    after: TrialSide
+    gone: tuple[str, ...] = ()  # findings the edits removed, each in a few words
+    appeared: tuple[str, ...] = ()
+    output: str = ""  # the output check's verdict
+    ending: str = ""  # how the two ended, compared
+
+    def to_json(self) -> dict:
+        return {"steps": self.steps, "bound": self.bound, "edits": list(self.edits), "before": self.before.to_json(),
+                "after": self.after.to_json(), "gone": list(self.gone), "appeared": list(self.appeared),
+                "output": self.output, "ending": self.ending}
+
+    @classmethod
+    def from_json(cls, data: object) -> TrialRecord | None:
+        """None where nothing was kept (or what was is not a trial)."""
+        if not isinstance(data, Mapping) or not data:
+            return None
+
+        def texts(name: str) -> tuple[str, ...]:
+            value = data.get(name)
+            return tuple(str(item) for item in value) if isinstance(value, list) else ()
+
+        steps = data.get("steps")
+        return cls(steps if type(steps) is int else 0, str(data.get("bound", "")), texts("edits"),
+                   TrialSide.from_json(data.get("before")), TrialSide.from_json(data.get("after")),
+                   texts("gone"), texts("appeared"), str(data.get("output", "")), str(data.get("ending", "")))
+
+    def measured_text(self) -> str:
+        """The measurement in one line: "executions per step 2.0 -> 1.0, largest graph ..."."""
+        parts = []
+        for name, label, unit in TrialSide.COMPARED:
+            old, new = getattr(self.before, name), getattr(self.after, name)
+            if old is not None and new is not None and old != new:
+                digits = 1 if isinstance(old, float) or isinstance(new, float) else 0
+                parts.append(f"{label} {old:,.{digits}f} -> {new:,.{digits}f}{unit}")
+            elif name == "per_step" and new is not None and old is None:
+                parts.append(f"steps {self.before.steps} -> {self.after.steps}")
+        if self.gone:
+            parts.append(f"{len(self.gone)} finding{'s' if len(self.gone) != 1 else ''} gone")
+        return ", ".join(parts) or "no change measured"
+
+
 @dataclass(frozen=True)
 class RunInfo:
     argv: list[str]
@@ -222,9 +331,8 @@ class RunInfo:
     sources: dict[str, str] = field(default_factory=dict)  # the user's files when the run ended: path -> sha256
     # The shardings the script asked for (SPMD), each distinct (line, shape, spec) once.
     annotations: list[Annotation] = field(default_factory=list)
-    # `lazyviz fix --try`'s measurement of the proposed edits on this run's script
-    # (lazyviz.fix.trial.trial_record): the edits, the bound, before and after.
-    fix_trial: dict = field(default_factory=dict)
+    # `lazyviz fix --try`'s measurement of the proposed edits on this run's script, where it ran.
+    fix_trial: TrialRecord | None = None
 
     @property
     def script(self) -> str:

@@ -23,7 +23,18 @@ from weakref import WeakSet
 from lazyviz.errors import LazyvizError
 from lazyviz.trace.files import SQLITE_MAGIC, read_only_uri
 from lazyviz.trace.lines import StoredLines
-from lazyviz.trace.model import CAUSES, TS_NAMES, Annotation, Execution, Failure, Frame, Graph, GraphTexts, RunInfo
+from lazyviz.trace.model import (
+    CAUSES,
+    TS_NAMES,
+    Annotation,
+    Execution,
+    Failure,
+    Frame,
+    Graph,
+    GraphTexts,
+    RunInfo,
+    TrialRecord,
+)
 from lazyviz.trace.schema import (
     ADDED_COLUMNS,
     COLUMNS,
@@ -493,7 +504,7 @@ class Trace:
             device_used=get("device_used"), stopped_after_steps=get("stopped_after_steps"),
             stopped_after_iterations=get("stopped_after_iterations"), optimizer_steps=get("optimizer_steps"),
             optimizer_marks=[n for n in get("optimizer_marks") if type(n) is int],
-            sources={str(k): str(v) for k, v in get("sources").items()}, fix_trial=get("fix_trial"),
+            sources={str(k): str(v) for k, v in get("sources").items()}, fix_trial=TrialRecord.from_json(get("fix_trial")),
             fallbacks_after_last_execution={str(op): n for op, n in get("fallbacks_after_last_execution").items()
                                             if type(n) is int and n > 0},
             counters_after_last_execution={str(name): n for name, n in get("counters_after_last_execution").items()
