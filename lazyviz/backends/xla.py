@@ -33,9 +33,7 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
-from collections import deque
-from collections.abc import Callable, Iterator, MutableMapping, MutableSequence
+from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
 from types import ModuleType
 
@@ -63,15 +61,14 @@ from lazyviz.backends.xla_io import (
     _HloDump,
     _runs_here,
     _set_environment,
-    _Steady,
     _Tail,
     launchers,
 )
 from lazyviz.backends.xla_polls import XlaPolls
-from lazyviz.backends.xla_reports import GraphDumpParser, Report, ReportParser
+from lazyviz.backends.xla_read import XlaReads
 
 
-class XlaBackend(XlaPolls, XlaHandOn, LazyBackend):
+class XlaBackend(LazyBackend):
     name = "xla"
     device = "xla"
     polls = True
@@ -82,70 +79,21 @@ class XlaBackend(XlaPolls, XlaHandOn, LazyBackend):
     def __init__(self, capture_ir: bool = True) -> None:
         super().__init__(capture_ir)
         self._folder = Path(tempfile.mkdtemp(prefix="lazyviz-xla-"))
-        self._on_execution: ExecutionHook | None = None
-        self._on_execute_time: ExecuteTimeHook | None = None
         self._enabled = False
-        self._reports = _Tail(self._folder / "analysis.txt")
-        self._graphs: _Tail | None = None
-        self._dump: Path | None = None  # the tensors dump lazyviz reads (full capture)
+        # Its parts: XLA's counters, what XLA wrote (set up by _set_up), and from
+        # install_hook, the hand-on of each execution and the polls that drive it.
+        self._xla_counters = XlaCounters(capture_ir)
+        self._reads = XlaReads(_Tail(self._folder / "analysis.txt"))
+        self._hand_on: XlaHandOn | None = None
+        self._polls: XlaPolls | None = None
         self._hlo: _HloDump | None = None  # the compiler's dump of each graph's HLO
         self._ir_from_hlo = False  # full capture: each graph's IR written from its HLO (hlo_as_ir)
         self._lines_hook: ModuleType | None = None  # lazyviz's hook, for its frame getter
-        self._echo: int | None = None  # the user's debug level, when lazyviz prints XLA's analyses on stderr
         self._notes: list[str] = []  # how the user's own XLA debug output differs from untraced
         self._users_settings: dict[str, str | None] = {}  # what lazyviz changed in the environment: the user's values
         self._user_ir_debug = False
-        self._dump_sizes: dict[Path, int] = {}
-        self._report_parser = ReportParser()
-        self._graph_parser = GraphDumpParser()
-        self._pending: deque[Report] = deque()  # execution reports not yet handed on
-        self._compiles: deque[Report] = deque()  # compile reports awaiting their execution
-        self._ir: dict[str, str] = {}  # graph hash -> IR text, from the tensors dump
-        self._compile_ms: deque[float] = deque()
-        self._xla_counters = XlaCounters(capture_ir)  # XLA's counters and metrics, as last read
-        self._awaiting_execute: deque[int] = deque()  # executions without an execute time yet
-        self._execute_read_at = 0.0  # perf_counter() of the last read of ExecuteTime
-        self._last_index: int | None = None  # the last execution handed on
-        # Executions and compiles as XLA counts them (CachedCompile + UncachedCompile, one
-        # per execution; UncachedCompile): more than its reports say are frameless ones.
-        self._executed = 0
-        self._compiled = 0
-        self._compile_reports = 0  # Compilation Analyses read, and those handed on
-        self._compile_reports_seen = 0
-        self._frameless_seen = 0
-        self._frameless_graphs: dict[tuple, str] = {}  # light capture: Python stack -> graph last compiled there
-        self._last_compile: Report | None = None  # the last compile report, until an execution follows it
-        self._unexpected: Report | None = None  # a sync inside torch_xla.compile(full_graph=True)
-        # Threads that sync (a launcher's thread per device) poll one at a time: the reports
-        # and counters are the process's.
-        self._polling = threading.RLock()
         self._sync = SyncCause()  # the sync-site call running on each thread, as the tracer's wrappers set it
-        self._line_causes: dict[tuple[str, int] | None, tuple[str, str | None]] = {}  # a thread per device: by line
-        # Repeated rows (record_repeats): a cache hit the tracer has seen from the same
-        # report, cause and graph, with the same counters moving, is a row appended here.
-        self._repeats: dict[tuple, tuple[int, dict[str, int]]] | None = None  # site -> (kind, counters moved)
-        self._rows: list[list] = []  # ROW_FIELDS, a list while its execute time may still come
-        self._row_at: dict[int, list] = {}  # index -> its row, until the writer takes it
-        self._rows_lock = threading.Lock()  # the writer's thread takes the rows
-        self._shared_counts: MutableSequence[int] = [0, 0]  # the tracer's [executions, steps]
-        self._started = 0.0
-        self._last_end: float | None = None  # the previous execution's end, on the tracer's clock
-        self._after_fallback = False  # the last row the tracer made was a fallback's: no repeats
-        # A loop's steady syncs (_Steady) by the report text a poll read: one report, a
-        # cache hit. A poll that reads the same text again, sees one more lookup of XLA's
-        # and the same counters move, hands it on as the same row without the parser. By
-        # text: a decode loop alternates a sync's report with a read's.
-        self._steady: dict[str, _Steady] = {}
-        self._handed: _Steady | None = None  # what _hand_on last handed on that could repeat
-        self._counters_read: dict[str, int] | None = None  # read by a steady check that failed: the poll's
-        # lazyviz's hook (its C part), where it loads: between two polls here, it hands
-        # the steady syncs on itself (hook/xla_steady.h); each poll here first settles
-        # what it handed on (_settle), and arms it again after (_arm).
-        self._hook: ModuleType | BackendError | None = None  # loaded, or why not
-        self._fast: ModuleType | None = None
-        self._fast_texts: dict[str, _Steady] = {}  # the _steady texts it has, as it has them
-        self._fast_tried = -1  # the size of _repeats when the texts it lacks were last tried
-        self._steady_changed = False  # a text of _steady handed on anew since
+        self._hook: ModuleType | BackendError | None = None  # lazyviz's C++ hook, loaded, or why not
 
     # -- set-up -------------------------------------------------------------------
     def init(self) -> None:
@@ -204,14 +152,14 @@ class XlaBackend(XlaPolls, XlaHandOn, LazyBackend):
         user_level = _debug_level(env)
         user_file = env.get("PT_XLA_DEBUG_FILE", "")
         if user_file:
-            self._reports = _Tail.from_end(Path(user_file))
+            self._reads.reports = _Tail.from_end(Path(user_file))
             if user_level < 2:
                 self._notes.append(f"PT_XLA_DEBUG_FILE ({user_file}) also holds XLA's execution analyses, which "
                                    "lazyviz reads (PT_XLA_DEBUG_LEVEL=2); run untraced for the file as you set it")
         else:
             env["PT_XLA_DEBUG_FILE"] = str(self._folder / "analysis.txt")
             # What XLA would have printed on stderr at the user's level, lazyviz prints there.
-            self._echo = user_level
+            self._reads.echo = user_level
             if user_level < 1:  # none printed: the analyses can name the user's line below a library's
                 env.setdefault("PT_XLA_DEBUG_MAX_FRAME", _ANALYSIS_FRAMES)
             else:
@@ -244,16 +192,15 @@ class XlaBackend(XlaPolls, XlaHandOn, LazyBackend):
         if not user_dump:
             env["XLA_SAVE_TENSORS_FILE"] = str(self._folder / "graphs.txt")
             env["XLA_SAVE_TENSORS_FMT"] = "text"
-            self._dump = self._folder / "graphs.txt"
+            self._reads.dump = self._folder / "graphs.txt"
         elif env.get("XLA_SAVE_TENSORS_FMT", "text") == "text":
-            self._dump = Path(user_dump)
+            dump = self._reads.dump = Path(user_dump)
             # XLA appends to a dump that is there: read only what this run adds.
-            self._dump_sizes = {path: path.stat().st_size for path in self._dump.parent.glob(self._dump.name + "*")}
+            self._reads.dump_sizes = {path: path.stat().st_size for path in dump.parent.glob(dump.name + "*")}
             self._notes.append(f"your XLA_SAVE_TENSORS_FILE ({user_dump}) is read for the IR and kept"
                                + ("; its nodes carry locations (XLA_IR_DEBUG=1)" if env["XLA_IR_DEBUG"] == "1"
                                   and not self._user_ir_debug else ""))
         else:
-            self._dump = None
             self._notes.append(f"no IR recorded: your XLA_SAVE_TENSORS_FILE ({user_dump}) is kept in the format you "
                                f"set ({env['XLA_SAVE_TENSORS_FMT']}), and lazyviz reads only text")
 
@@ -271,9 +218,12 @@ class XlaBackend(XlaPolls, XlaHandOn, LazyBackend):
         return self._xla_counters.since_last_execution()
 
     def install_hook(self, on_execution: ExecutionHook, on_execute_time: ExecuteTimeHook) -> None:
-        self._on_execution, self._on_execute_time = on_execution, on_execute_time
         self._xla_counters.start()
-        self._executed, self._compiled = self._xla_counters.xla_counts()
+        self._hand_on = XlaHandOn(self._reads, self._xla_counters, self._hlo, self._ir_from_hlo, self.replicas,
+                                  self._sync, self.syncing, on_execution)
+        self._polls = XlaPolls(self._reads, self._xla_counters, self._hand_on, self.capture_ir, self.replicas,
+                               self.after_launch, self._sync, self.syncing, on_execute_time, self._load_hook,
+                               self._notes)
         self._enabled = True
 
     def record_source_lines(self, classify: CodeClassifier | None) -> None:
@@ -284,7 +234,7 @@ class XlaBackend(XlaPolls, XlaHandOn, LazyBackend):
         line inside torch (its HLO metadata too). XLA's analyses take their frames from
         torch's own walk, not from the getter. Not where the user's own tensors dump is
         read: theirs keeps torch's frames, as untraced."""
-        if self._dump is not None and self._dump.parent != self._folder:
+        if self._reads.dump is not None and self._reads.dump.parent != self._folder:
             return
         import torch_xla
 
@@ -318,39 +268,25 @@ class XlaBackend(XlaPolls, XlaHandOn, LazyBackend):
 
     def set_hook_enabled(self, enabled: bool) -> None:
         self._enabled = enabled
+        if self._polls is not None:
+            self._polls.enabled = enabled
         if not enabled:
-            if self._fast is not None:
-                self._fast.xla_settle()  # disarmed: the descriptor it reads is closed below
+            if self._polls is not None:
+                self._polls.disarm()  # the descriptor the C hook reads is closed below
             self.record_source_lines(None)
-            self._reports.close()
-            if self._graphs is not None:
-                self._graphs.close()
+            self._reads.close()
             shutil.rmtree(self._folder, ignore_errors=True)
 
+    # -- polling: the part that does it ------------------------------------------------
+    def poll(self, final: bool = False) -> None:
+        if self._polls is not None:
+            self._polls.poll(final)
 
+    def failed_executions(self) -> list[int]:
+        return self._polls.failed_executions() if self._polls is not None else []
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
+    def record_repeats(self, counts: object, started: float) -> Callable[[], list[tuple]] | None:
+        return self._polls.record_repeats(counts, started) if self._polls is not None else None
 
     def sync_state(self) -> SyncCause:
         return self._sync
@@ -359,18 +295,17 @@ class XlaBackend(XlaPolls, XlaHandOn, LazyBackend):
                        slow: Callable, on_raise: Callable[[Exception], None]) -> Callable | None:
         """The hook's sync site where the hook hands the steady syncs on (the common call
         without a frame: xla_sync_sites.h); the rare calls go to `slow`."""
-        if self._fast is None:
+        fast = self._polls.fast if self._polls is not None else None
+        if fast is None:
             return None
         import torch_xla.core.xla_model as xm
 
         flag = device_flag(site.owner, self.device)
         contexts = _device_contexts(xm) if site.runs_closures else None
-        wrapper = self._fast.xla_wrap_sync_site(original, slow, site.cause, site.label, counts, ends_step,
+        wrapper = fast.xla_wrap_sync_site(original, slow, site.cause, site.label, counts, ends_step,
                                                 self.empty_sync_ends_step, site.runs_closures,
                                                 dict(site.mid_step) or None, flag, on_raise, contexts)
         return functools.update_wrapper(wrapper, original)  # type: ignore[no-any-return]
-
-
 
 
     def sync_sites(self) -> list[SyncSite]:

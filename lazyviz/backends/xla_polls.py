@@ -1,5 +1,7 @@
-"""XlaBackend's polls: read what XLA wrote since the last sync site, hand on
-what is new, and arm lazyviz's C hook for a loop's steady syncs (hook/xla_steady.h)."""
+"""The XLA backend's polls: read what XLA wrote since the last sync site, hand on what is
+new, and arm lazyviz's C hook for a loop's steady syncs (hook/xla_steady.h). A part of
+XlaBackend with its own state: XLA's counts as last polled, the steady syncs it knows,
+the C hook it arms."""
 from __future__ import annotations
 
 import math
@@ -8,85 +10,137 @@ import time
 from collections.abc import Callable, MutableSequence
 from types import ModuleType
 
+from lazyviz.backends import ExecuteTimeHook, SyncCause
 from lazyviz.backends.ts import REPEATED_ROW
+from lazyviz.backends.xla_counters import XlaCounters
+from lazyviz.backends.xla_hand_on import XlaHandOn
 from lazyviz.backends.xla_io import _AWAITING_MOST, _EXECUTE_READ_S, _READ_EACH_SECOND, _STEADY_KEPT, _TRANSFERS_READ_S, _Steady
+from lazyviz.backends.xla_read import XlaReads
+from lazyviz.backends.xla_rows import RepeatedRows
 
 
 class XlaPolls:
-    """Part of XlaBackend (lazyviz/backends/xla.py): its state is set up there."""
+    """reads, counters and hand_on: the backend's other parts. capture_ir: full capture;
+    replicas and after_launch: a launched process's threads per device; sync and syncing:
+    as the tracer's wrappers set them; on_execute_time: the tracer's hook; load_hook:
+    lazyviz's C hook, or why it cannot load; notes: the backend's, appended to."""
+
+    def __init__(self, reads: XlaReads, counters: XlaCounters, hand_on: XlaHandOn, capture_ir: bool, replicas: int,
+                 after_launch: bool, sync: SyncCause, syncing: dict, on_execute_time: ExecuteTimeHook,
+                 load_hook: Callable[[], ModuleType | Exception], notes: list[str]) -> None:
+        self._reads = reads
+        self._counters = counters
+        self._hand_on = hand_on
+        self._capture_ir = capture_ir
+        self._replicas = replicas
+        self._after_launch = after_launch
+        self._sync = sync
+        self.syncing = syncing
+        self._on_execute_time = on_execute_time
+        self._load_hook = load_hook
+        self._notes = notes
+        self.enabled = True
+        # Executions and compiles as XLA counts them (CachedCompile + UncachedCompile, one
+        # per execution; UncachedCompile): more than its reports say are frameless ones.
+        self._executed, self._compiled = counters.xla_counts()
+        self._execute_read_at = 0.0  # perf_counter() of the last read of ExecuteTime
+        self._counters_read: dict[str, int] | None = None  # read by a steady check that failed: the poll's
+        # Threads that sync (a launcher's thread per device) poll one at a time: the reports
+        # and counters are the process's.
+        self._polling = threading.RLock()
+        self._rows: RepeatedRows | None = None  # while the tracer asks for repeated rows
+        # A loop's steady syncs (_Steady) by the report text a poll read: one report, a
+        # cache hit. A poll that reads the same text again, sees one more lookup of XLA's
+        # and the same counters move, hands it on as the same row without the parser. By
+        # text: a decode loop alternates a sync's report with a read's.
+        self._steady: dict[str, _Steady] = {}
+        # lazyviz's hook (its C part), where it loads: between two polls here, it hands
+        # the steady syncs on itself (hook/xla_steady.h); each poll here first settles
+        # what it handed on (_settle), and arms it again after (_arm).
+        self.fast: ModuleType | None = None
+        self._fast_texts: dict[str, _Steady] = {}  # the _steady texts it has, as it has them
+        self._fast_tried = -1  # the size of the rows' sites when the texts it lacks were last tried
+        self._steady_changed = False  # a text of _steady handed on anew since
 
     # -- polling ------------------------------------------------------------------
     def poll(self, final: bool = False) -> None:
-        if not self._enabled:
+        if not self.enabled:
             return
-        fast = self._fast
+        fast = self.fast
         if fast is not None:
             if not final and fast.xla_poll():  # nothing new, or the steady sync once more
                 return
             with self._polling:
                 self._settle()
-                if final or self._pending or self._reports.descriptor() is None or self._xla_counters.lookups() != self._executed:
+                if (final or self._reads.pending or self._reads.reports.descriptor() is None
+                        or self._counters.lookups() != self._executed):
                     self._poll(final)
-                elif self._awaiting_execute and self._execute_times_due():
+                elif self._hand_on.awaiting_execute and self._execute_times_due():
                     self._take_execute_times()
                 self._arm()
             return
-        if not final and not self._pending and self._xla_counters.lookups() == self._executed:
+        if not final and not self._reads.pending and self._counters.lookups() == self._executed:
             # Nothing ran since the last poll (the poll before a sync, a step's closures):
             # XLA writes an execution's analysis before it counts the execution's cache
             # lookup. Most polls end here, without the lock (a stale look only polls again).
-            if self._awaiting_execute and self._execute_times_due():
+            if self._hand_on.awaiting_execute and self._execute_times_due():
                 with self._polling:
                     self._take_execute_times()
             return
         with self._polling:
             self._poll(final)
 
+    def disarm(self) -> None:
+        """No more polls: the C hook hands nothing on (the descriptor it reads closes)."""
+        self.enabled = False
+        if self.fast is not None:
+            self.fast.xla_settle()
+
     def _settle(self) -> None:
         """What lazyviz's hook handed on since it was armed, as if this poll had (it
         disarms): XLA's lookups, the executions awaiting their time, the last one, the
         counters; and the report text it read and did not take, read first."""
-        assert self._fast is not None
-        settled = self._fast.xla_settle()
+        assert self.fast is not None
+        settled = self.fast.xla_settle()
         if settled is None:
             return
         count, first, last_end, unread, values = settled
         if unread:
-            self._reports.put_back(unread)
+            self._reads.reports.put_back(unread)
         if count:
             self._executed += count
-            self._awaiting_execute.extend(range(first, first + count))
-            self._last_index, self._last_end = first + count - 1, last_end
-            self._xla_counters.last.update(values)
+            self._hand_on.awaiting_execute.extend(range(first, first + count))
+            self._hand_on.last_index, self._hand_on.last_end = first + count - 1, last_end
+            self._counters.last.update(values)
 
     def _arm(self) -> None:
         """After a poll here, the polls after it are lazyviz's hook's, as long as they are
         the steady syncs: only where nothing is half handed on (a report read and not
         handed on, a compile awaiting its execution, an open block, a fallback's row)."""
-        assert self._fast is not None
-        descriptor = self._reports.descriptor()
-        if (not self._steady or descriptor is None or self._pending or self._compiles or self._repeats is None
-                or self._last_compile is not None or self._unexpected is not None or self._after_fallback
-                or not self._report_parser.idle):
+        assert self.fast is not None
+        descriptor = self._reads.reports.descriptor()
+        rows = self._rows
+        if not self._steady or descriptor is None or rows is None or self._hand_on.after_fallback \
+                or not self._reads.settled:
             return
-        if self._steady_changed or len(self._repeats) != self._fast_tried:
+        if self._steady_changed or len(rows.sites) != self._fast_tried:
             # A text is the hook's once the tracer said its row repeats, as _steady has it
             # now (a counter XLA made since may move with it).
-            self._steady_changed, self._fast_tried = False, len(self._repeats)
+            self._steady_changed, self._fast_tried = False, len(rows.sites)
             for text, steady in self._steady.items():
                 if self._fast_texts.get(text) is steady:
                     continue
-                found = self._repeats.get(steady.site)
+                found = rows.sites.get(steady.site)
                 if found is not None and found[1] == steady.moved:
-                    self._fast.xla_add_text(text.encode(), steady.cause, steady.detail, found[0], steady.moved,
+                    self.fast.xla_add_text(text.encode(), steady.cause, steady.detail, found[0], steady.moved,
                                             steady.stack, steady.site[0].graph_hash)
                     self._fast_texts[text] = steady
         # The copies' metrics, read here once a second (full capture), are not the hook's.
-        transfers_due = self._xla_counters.transfers_read_at + _TRANSFERS_READ_S if self.capture_ir else math.inf
-        counters = {name: value for name, value in self._xla_counters.last.items() if name not in _READ_EACH_SECOND}
-        self._fast.xla_arm(descriptor, self._executed, self._compiled, counters, len(self._xla_counters.fallback_ops),
-                           self._last_end, transfers_due, self._execute_read_at + _EXECUTE_READ_S,
-                           len(self._awaiting_execute))
+        transfers_due = self._counters.transfers_read_at + _TRANSFERS_READ_S if self._capture_ir else math.inf
+        counters = {name: value for name, value in self._counters.last.items() if name not in _READ_EACH_SECOND}
+        self.fast.xla_arm(descriptor, self._executed, self._compiled, counters, len(self._counters.fallback_ops),
+                           self._hand_on.last_end, transfers_due, self._execute_read_at + _EXECUTE_READ_S,
+                           len(self._hand_on.awaiting_execute))
 
     def _poll(self, final: bool) -> None:
         if final:
@@ -96,57 +150,56 @@ class XlaPolls:
                 xm.wait_device_ops()
             except Exception:
                 pass
-        text = self._reports.read()
+        text = self._reads.reports.read()
         steady = self._steady.get(text) if text and not final else None
         if steady is None or not self._steady_again(steady):
-            self._read_reports(text)
+            self._reads.read(text)
             handed = self._poll_read(final, text)
             self._counters_read = None
             if not handed:
                 return
-        if self._awaiting_execute and (final or self._execute_times_due()):
+        if self._hand_on.awaiting_execute and (final or self._execute_times_due()):
             self._take_execute_times()
 
     def _poll_read(self, final: bool, text: str) -> bool:
         """Hand on what the reports just read, and what XLA ran without one; False where
         that is left to another thread's poll."""
-        if self.capture_ir:
-            self._read_graphs()
+        if self._capture_ir:
+            self._reads.read_graphs()
         if not final and self.syncing and threading.get_ident() not in self.syncing:
             # Another thread is inside a sync (a launcher's thread per device): what ran is
             # handed on by that thread's own poll, with its cause, not this one's.
             return False
-        executed, compiled = self._xla_counters.xla_counts()
-        frameless = executed - self._executed - len(self._pending)
+        executed, compiled = self._counters.xla_counts()
+        frameless = executed - self._executed - len(self._reads.pending)
         if frameless > 0 and len(self.syncing) > 1:
             # Another thread is inside a sync: what XLA counted beyond the reports may be
             # its execution, whose report is not written yet. Left for a later poll.
             executed -= frameless
             compiled = self._compiled
             frameless = 0
-        if self._pending or frameless > 0:
-            if compiled != self._compiled or self._compile_reports != self._compile_reports_seen:
+        reads, hand_on = self._reads, self._hand_on
+        if reads.pending or frameless > 0:
+            if compiled != self._compiled or reads.compile_reports != reads.compile_reports_seen:
                 self._take_compile_times()
-            reports = len(self._pending)
-            self._handed = None
-            self._hand_on_pending(max(frameless, 0), compiled - self._compiled, final)
+            reports = len(reads.pending)
+            hand_on.handed = None
+            hand_on.hand_on_pending(max(frameless, 0), compiled - self._compiled, final, self._counters_read)
             # One cache hit that can repeat, alone in what was read (and no tensors dump
             # to read: it names each sync's graph).
-            if (reports == 1 and frameless == 0 and compiled == self._compiled and self._handed is not None
-                    and not final and self._dump is None and not self._compiles and self._last_compile is None
-                    and self._unexpected is None and (self._echo is None or self._echo < 1)
-                    and self._report_parser.idle):
+            if (reports == 1 and frameless == 0 and compiled == self._compiled and hand_on.handed is not None
+                    and not final and reads.dump is None and reads.settled and (reads.echo is None or reads.echo < 1)):
                 if len(self._steady) >= _STEADY_KEPT:
                     self._steady.clear()
-                    if self._fast is not None:
-                        self._fast.xla_clear_texts()
+                    if self.fast is not None:
+                        self.fast.xla_clear_texts()
                         self._fast_texts.clear()
                 # The stack XLA wrote it from, where from a sync site of the hook's: the same
                 # stack's steady sync needs no analysis written again (hook/xla_quiet.h). A
                 # text the hook gave back (XLA wrote none) keeps the stack it had.
-                stack = self._fast.xla_analysed(self._handed.site[0].graph_hash, executed) if self._fast else 0
+                stack = self.fast.xla_analysed(hand_on.handed.site[0].graph_hash, executed) if self.fast else 0
                 known = self._steady.get(text)
-                self._steady[text] = self._handed._replace(stack=stack or (known.stack if known else 0))
+                self._steady[text] = hand_on.handed._replace(stack=stack or (known.stack if known else 0))
                 self._steady_changed = True
         self._executed, self._compiled = executed, compiled
         return True
@@ -159,50 +212,46 @@ class XlaPolls:
         if syncing and (len(syncing) > 1 or threading.get_ident() not in syncing):
             return False
         sync = self._sync
-        if (sync.cause != steady.cause or sync.detail != steady.detail or self._pending or self._compiles
-                or self._last_compile is not None or self._unexpected is not None
-                or not self._report_parser.idle):
+        if sync.cause != steady.cause or sync.detail != steady.detail or not self._reads.settled:
             return False
-        counter = self._xla_counters.value
+        counter = self._counters.value
         compiled = counter("UncachedCompile") or 0
         executed = (counter("CachedCompile") or 0) + compiled
         if executed != self._executed + 1 or compiled != self._compiled:
             return False
-        counters = self._xla_counters.read(False, False)
-        if counters != self._xla_counters.last or steady.moved:
-            before = self._xla_counters.last
+        counters = self._counters.read(False, False)
+        if counters != self._counters.last or steady.moved:
+            before = self._counters.last
             moved = {name: value - before.get(name, 0) for name, value in counters.items()
                      if value != before.get(name, 0)}
             if moved != steady.moved:
                 self._counters_read = counters  # read once: the transfers' reads are timed
                 return False
-            self._xla_counters.last = counters
+            self._counters.last = counters
         self._executed = executed
         sync.cause, sync.detail = steady.site[1], steady.site[2]  # as _hand_on names it
         try:
-            index = self._report_execution(steady.site[3], None, steady.moved, steady.site[0].frames, steady.site)
+            index = self._hand_on.report_execution(steady.site[3], None, steady.moved, steady.site[0].frames, steady.site)
         finally:
             sync.cause, sync.detail = steady.cause, steady.detail
-        self._awaiting_execute.append(index)
-        self._last_index = index
+        self._hand_on.awaiting_execute.append(index)
+        self._hand_on.last_index = index
         return True
 
     def _take_compile_times(self) -> None:
-        self._compile_ms.extend(self._xla_counters.new_compile_times())
+        self._hand_on.compile_ms.extend(self._counters.new_compile_times())
 
     def _take_execute_times(self) -> None:
         """Each execute time XLA sampled to the execution that awaits it, oldest first: in
         place where its row is a repeated one the writer has not taken."""
         assert self._on_execute_time is not None
-        for execute_ms in self._xla_counters.new_execute_times():
-            if not self._awaiting_execute:
+        for execute_ms in self._counters.new_execute_times():
+            if not self._hand_on.awaiting_execute:
                 break
-            index = self._awaiting_execute.popleft()
-            with self._rows_lock:
-                row = self._row_at.get(index)
-                if row is not None:  # a repeated row the writer has not taken: timed in place
-                    row[3], row[6] = row[5] + execute_ms, execute_ms  # sync_ms, execute_ms
-            if row is None and not (self._fast is not None and self._fast.xla_time_row(index, execute_ms)):
+            index = self._hand_on.awaiting_execute.popleft()
+            rows, fast = self._rows, self.fast
+            if not (rows is not None and rows.time(index, execute_ms)) and \
+                    not (fast is not None and fast.xla_time_row(index, execute_ms)):
                 self._on_execute_time(index, execute_ms)
 
     def _execute_times_due(self) -> bool:
@@ -211,28 +260,25 @@ class XlaPolls:
         drops a sample not yet read. The times come a window later, as they reach the
         trace anyway (the writer commits every 0.1 s)."""
         now = time.perf_counter()
-        if len(self._awaiting_execute) < _AWAITING_MOST and now - self._execute_read_at < _EXECUTE_READ_S:
+        if len(self._hand_on.awaiting_execute) < _AWAITING_MOST and now - self._execute_read_at < _EXECUTE_READ_S:
             return False
         self._execute_read_at = now
         return True
 
     def record_repeats(self, counts: object, started: float) -> Callable[[], list[tuple]] | None:
         if counts is None:
-            self._repeats = None
-            if self._fast is not None:
-                self._fast.xla_start(None, 0.0, 0.0, None, None, None, None, None)
-                self._fast = None
+            self._rows = self._hand_on.rows = None
+            if self.fast is not None:
+                self.fast.xla_start(None, 0.0, 0.0, None, None, None, None, None)
+                self.fast = None
             return None
         assert isinstance(counts, MutableSequence)
-        self._shared_counts, self._started, self._repeats = counts, started, {}
-        self._fast = self._fast_polls(counts, started)
+        rows = self._rows = self._hand_on.rows = RepeatedRows(counts, started)
+        self.fast = self._fast_polls(counts, started)
 
         def take_rows() -> list[tuple]:
-            with self._rows_lock:
-                rows, self._rows = self._rows, []
-                self._row_at.clear()
-            taken = [tuple(row) for row in rows]
-            fast = self._fast
+            taken = rows.take()
+            fast = self.fast
             if fast is not None and (hooks := fast.xla_take_rows()):
                 taken += REPEATED_ROW.iter_unpack(hooks)
                 taken.sort()  # by index: the writer writes them in order
@@ -240,12 +286,38 @@ class XlaPolls:
 
         return take_rows
 
+    def failed_executions(self) -> list[int]:
+        """A graph that failed to compile left a Compilation Analysis and no execution: it
+        is handed on now, as an execution that never ran. A graph that failed to run was
+        handed on at its sync; the error surfaces at the next read of its results, so it
+        is the last execution."""
+        reads, hand_on = self._reads, self._hand_on
+        with self._polling:  # threads: one at a time
+            if self.fast is not None:
+                self._settle()
+            reads.read()
+            if reads.unexpected is not None:
+                # A sync inside a compiled function that forbids them: XLA refused to run it.
+                report, reads.unexpected = reads.unexpected, None
+                self._executed += 1  # XLA counted its cache lookup: not a frameless execution
+                self.poll()
+                return [hand_on.hand_on(report, {}, ran=False)]
+            if reads.last_compile is not None:
+                report, reads.last_compile = reads.last_compile, None
+                # XLA counted its cache lookup as an execution: not a frameless one.
+                self._executed += 1
+                self.poll()  # the executions reported before it
+                self._take_compile_times()  # XLA times a compile that failed too
+                return [hand_on.hand_on(report, {}, ran=False)]
+            self.poll()
+            return [hand_on.last_index] if hand_on.last_index is not None else []
+
     def _fast_polls(self, counts: MutableSequence[int], started: float) -> ModuleType | None:
         """lazyviz's hook, handing the steady syncs on (see _arm); None where it cannot load,
         or where threads per device sync at once (each poll is their match-up)."""
         import torch_xla
 
-        hook = self._load_hook() if self.replicas == 1 and not self.after_launch else None
+        hook = self._load_hook() if self._replicas == 1 and not self._after_launch else None
         if not isinstance(hook, ModuleType):
             if hook is not None:
                 self._notes.append(f"each sync polled in Python, slower: {hook}")
@@ -259,5 +331,6 @@ class XlaPolls:
             return None
         # Where the analyses are lazyviz's own (not the user's file, nor execution analyses
         # on stderr), a steady sync's is left out: it would only repeat a text lazyviz has.
-        hook.xla_quiet(self._echo is not None and self._echo < 2)
+        echo = self._reads.echo
+        hook.xla_quiet(echo is not None and echo < 2)
         return hook
