@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from lazyviz.analysis.library import library_fix, library_line
+from lazyviz.analysis.library_loops import library_loop
 from lazyviz.trace.model import Frame
 
 SITE = "/usr/lib/python3.11/site-packages"
@@ -25,3 +26,34 @@ def test_the_users_own_line_torchs_and_the_backends_are_no_library() -> None:
     assert library_line([]) is None
     other = library_line([USER, Frame(f"{SITE}/somelib/ops.py", 3, "f")])
     assert other is not None and library_fix(other) is None
+
+
+# generate()'s decode loop as transformers 5.24 runs it: the user's call, its decorator,
+# generate, _sample, and a sync there (the stopping check) or in a stopping criterion.
+CALL = Frame("/repo/generate.py", 20, "<module>")
+CONTEXT = Frame(f"{SITE}/torch/utils/_contextlib.py", 120, "decorate_context")
+WRAPPED = Frame(f"{SITE}/transformers/utils/generic.py", 900, "wrapped_func")
+GENERATE = Frame(f"{SITE}/transformers/generation/utils.py", 2600, "generate")
+SAMPLE = Frame(f"{SITE}/transformers/generation/utils.py", 3289, "_sample")
+CRITERIA = Frame(f"{SITE}/transformers/generation/stopping_criteria.py", 500, "__call__")
+BOOL = Frame(f"{SITE}/torch/_tensor.py", 1000, "__bool__")
+
+
+def test_a_loop_inside_generate_is_transformers_decode_loop_with_its_hook() -> None:
+    loop = library_loop([[CALL, CONTEXT, WRAPPED, GENERATE, SAMPLE, BOOL],
+                         [CALL, CONTEXT, WRAPPED, GENERATE, Frame(SAMPLE.file, 3301, "_sample"), CRITERIA, BOOL]])
+    assert loop is not None and loop.known
+    assert (loop.path, loop.function, loop.line, loop.call) == ("transformers/generation/utils.py", "_sample", 3289,
+                                                                 "generate")
+    assert "stopping_criteria=StoppingCriteriaList([SyncEachToken()])" in loop.hook
+
+
+def test_syncs_from_several_lines_of_the_users_or_from_their_own_code_are_no_library_loop() -> None:
+    # The user's own loop: its syncs leave their code at two lines.
+    assert library_loop([[CALL, CONTEXT, GENERATE, SAMPLE, BOOL],
+                         [Frame(CALL.file, 24, "<module>"), CONTEXT, GENERATE, SAMPLE, BOOL]]) is None
+    assert library_loop([[USER, TORCH], [USER, TORCH]]) is None  # `if tensor:` of theirs: no library
+    assert library_loop([]) is None
+    # A library function lazyviz knows no loop of: named, without a hook to offer.
+    other = library_loop([[USER, Frame(f"{SITE}/somelib/run.py", 40, "fit"), BOOL]])
+    assert other is not None and not other.known and (other.path, other.function) == ("somelib/run.py", "fit")

@@ -5,6 +5,7 @@ gets an edit only where the change is mechanical; otherwise its proposal says wh
 change in words. Here: the registry, the proposals for a run (one edit made once), and
 the changes applied and shown as a unified diff.
 
+- sync_each_token.py: a graph grown over generate()'s decode loop, cut per token by a stopping criterion;
 - mark_step.py: a missing mark_step() at the end of the loop that grows the graph;
 - step_closure.py: a per-step `.item()`/`print` moved into a step closure;
 - device_branch.py: `if tensor:` choosing a value, the choice made on the device;
@@ -43,6 +44,7 @@ from lazyviz.fix import (
     sharding_spec,
     split_pieces,
     step_closure,
+    sync_each_token,
 )
 from lazyviz.fix.source import (
     Change,
@@ -62,6 +64,7 @@ __all__ = ["EDITS", "Change", "Proposal", "Source", "apply_changes", "file_hash"
 # Every kind of edit, in the order a finding is offered to them: (does it answer this
 # finding, the proposal). The first that answers makes the proposal; none: words.
 EDITS: list[tuple[Callable[[Finding, Context], bool], Callable[[Finding, Context], Proposal]]] = [
+    (sync_each_token.answers, sync_each_token.propose),
     (mark_step.answers, mark_step.propose),
     (step_closure.answers, step_closure.propose),
     (device_branch.answers, device_branch.propose),

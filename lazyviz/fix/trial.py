@@ -92,12 +92,17 @@ class Bound:
 
     count: int
     unit: str = "steps"  # or "iterations"
+    # Neither steps nor optimizer steps in the original: both sides run to their end (the
+    # iterations' flag stays, a guard that never ends an unchanged run).
+    whole: bool = False
 
     @property
     def flags(self) -> list[str]:
         return ["--steps" if self.unit == "steps" else "--iterations", str(self.count)]
 
     def __str__(self) -> str:
+        if self.whole:
+            return "run to its end (no steps or optimizer steps to bound it)"
         return f"{self.count} steps" if self.unit == "steps" else f"{self.count} iterations (optimizer steps)"
 
 
@@ -139,7 +144,8 @@ def trial_bound(run: Run, executions: Sequence[int], steps: int | None = None) -
     marks = run.info.optimizer_marks
     seen = [iteration_of(marks, e) for e in executions]
     last = max([DEFAULT_STEPS - 2, *(run.info.optimizer_steps if i is None else i for i in seen)])
-    return Bound(max(last + 2, run.info.optimizer_steps + 1 if crashed else 0), "iterations")
+    return Bound(max(last + 2, run.info.optimizer_steps + 1 if crashed else 0), "iterations",
+                 whole=not run.info.optimizer_steps)
 
 
 def steady_sync(sync_ms: Sequence[float], marks: Sequence[int]) -> float | None:

@@ -1087,9 +1087,10 @@ COUNTED_LOOP = """
 import json, sys
 import lazyviz
 from lazyviz.backends.xla import XlaBackend
+from lazyviz.backends.xla_polls import XlaPolls
 python_polls, backends = [], []
-take_poll, start = XlaBackend._poll, XlaBackend.__init__
-XlaBackend._poll = lambda backend, final: python_polls.append(final) or take_poll(backend, final)
+take_poll, start = XlaPolls._poll, XlaBackend.__init__
+XlaPolls._poll = lambda polls, final: python_polls.append(final) or take_poll(polls, final)
 XlaBackend.__init__ = lambda backend, *args, **kwargs: backends.append(backend) or start(backend, *args, **kwargs)
 with lazyviz.trace(sys.argv[1], capture=sys.argv[2], backend="xla"):
     import torch, torch_xla, torch_xla.core.xla_model as xm, torch_xla.debug.metrics as met
@@ -1171,3 +1172,49 @@ def test_if_tensor_keeping_the_best_loss_becomes_torch_where_proved(tmp_path: Pa
     assert "+    best = torch.where(loss < best, loss.detach(), best)\n" in fixed.stdout
     assert row(fixed.stderr, "executions per step") == ["2.0", "1.0"]
     assert "output: the same" in fixed.stderr
+
+
+def test_generates_decode_loop_is_named_and_cut_per_token_by_a_stopping_criterion(tmp_path: Path) -> None:
+    """Hugging Face generate() with nothing cutting the graph: it grows over transformers'
+    decode loop, inside the one call of the user's. lazyviz names the library's loop (not
+    a loop of the user's, which has none) and edits the call to pass a stopping criterion
+    that syncs once per token; the patched copy, run untraced, makes the same tokens with
+    the executions torch_xla counts and a graph that no longer grows."""
+    folder = tmp_path / "generate"
+    folder.mkdir()
+    program = shutil.copy(PROGRAMS / "hf_generate_xla.py", folder / "generate.py")
+    data, truth, stdout = traced_with_truth(Path(program), tmp_path, "6")
+    assert len(data["executions"]) == truth["CachedCompile"] + truth["UncachedCompile"]
+    [loop] = [f for f in data["findings"] if f["kind"] == "missing_mark_step"]
+    assert loop["details"]["library_loop"] | {"line": 0} == {
+        "path": "transformers/generation/utils.py", "function": "_sample", "call": "generate", "line": 0}
+    assert "(the loop of generate(): transformers/generation/utils.py, in _sample())" in loop["message"]
+    assert "stopping_criteria=StoppingCriteriaList([SyncEachToken()])" in loop["fix"]
+    assert "the loop runs before line" not in loop["fix"]  # no loop of the user's to name
+    # generate()'s end-of-sequence check falls back once a token: what removes it, and when that is right.
+    [isin] = [f for f in data["findings"] if f["kind"] == "fallback"]
+    assert isin["details"]["op"] == "aten::isin.Tensor_Tensor" and isin["details"]["calls"] == truth[
+        "aten::isin.Tensor_Tensor"]
+    assert "EosTokenCriteria" in isin["fix"] and "eos_token_id=None" in isin["fix"]
+    trace = tmp_path / "generate.trace"
+    result = cli("fix", trace, "--try", cwd=folder)
+    assert result.status == 0, result.stderr
+    assert "+class SyncEachToken(transformers.StoppingCriteria):" in result.stdout
+    assert "run to its end (no steps or optimizer steps to bound it) each side" in result.stderr
+    assert "stopping_criteria=transformers.StoppingCriteriaList([SyncEachToken()]))" in result.stdout
+    assert "output: the same" in result.stderr
+    nodes = [int(cell.replace(",", "")) for cell in row(result.stderr, "largest graph (nodes)")]
+    assert nodes[1] * 3 < nodes[0], result.stderr
+    # The truth, untraced: the edit applied, torch_xla's counters of the patched program.
+    written = cli("fix", trace, "--write", cwd=folder)
+    assert written.status == 0, written.stderr
+    assert "class SyncEachToken(transformers.StoppingCriteria):" in (folder / "generate.py").read_text()
+    counts = tmp_path / "patched.json"
+    ran = subprocess.run([sys.executable, "generate.py", "6"], cwd=folder, capture_output=True, text=True,
+                         env={**os.environ, "COUNTERS_FILE": str(counts)}, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == stdout  # the same tokens
+    after = json.loads(counts.read_text())
+    executions = after["CachedCompile"] + after["UncachedCompile"]
+    assert int(row(result.stderr, "executions")[1]) == executions
+    assert after["MarkStep"] >= 6  # a sync per token, from the criterion

@@ -100,7 +100,7 @@ def fallback_findings(executions: Sequence[Execution], steps: int, after: Mappin
             frame, table.indices(positions), fix,
             {"op": op, "calls": count, "executions_forced": len(positions), "per_step": round(per_step, 3),
              "call": call, "library_line": f"{library.path}:{library.frame.line}" if library else None,
-             "library_fix": library_fix(library) is not None},
+             "library_fix": library_fix(library, op) is not None},
         ))
     return _one_per_call(findings, table, steps)
 
@@ -110,7 +110,7 @@ def _fallback_fix(op: str, library: LibraryLine | None, call: str | None, forced
     known path the op marks; an equivalent of the op only where the user calls it
     themselves (torch.where inside MultiheadAttention is not theirs to rewrite)."""
     own = call is None or call.startswith("Tensor.") or call.rpartition(".")[2] in op
-    return (library_fix(library) or (call and CALL_FIXES.get(call.rpartition(".")[2])) or PATH_FIXES.get(op)
+    return (library_fix(library, op) or (call and CALL_FIXES.get(call.rpartition(".")[2])) or PATH_FIXES.get(op)
             or (OP_EQUIVALENTS.get(op) if own else None) or _no_lowering_fix(op, library, call, forced, steps))
 
 
@@ -121,8 +121,9 @@ def _no_lowering_fix(op: str, library: LibraryLine | None, call: str | None, for
     cost = f"it syncs {how_often}" if forced else "it runs on the CPU (its inputs had no pending graph to run first)"
     if library is not None or call is not None:
         where = f" in {library.package}'s code ({library})" if library is not None else ""
-        return (f"{op} has no lowering on this backend and runs{where} inside {call or 'your call'}(), not in your "
-                f"own code: look for an option of that call that avoids it; otherwise {cost}")
+        inside = f"inside {call}()" if call else "inside a call of yours"
+        return (f"{op} has no lowering on this backend and runs{where} {inside}, not in your own code: look for "
+                f"an option of that call that avoids it; otherwise {cost}")
     return (f"{op} has no lowering on this backend and no equivalent lazyviz has checked: write it from ops that "
             f"lower, or move it out of the step; otherwise {cost}")
 

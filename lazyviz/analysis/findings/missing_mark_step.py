@@ -13,8 +13,9 @@ from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.host_calls import host_call
 from lazyviz.analysis.ir import IRGraph
 from lazyviz.analysis.library import Stacks, no_stacks
+from lazyviz.analysis.library_loops import LibraryLoop, library_loop
 from lazyviz.analysis.loops import unsynced_iterations
-from lazyviz.trace.model import TS_NAMES, Execution
+from lazyviz.trace.model import TS_NAMES, Execution, Frame
 from lazyviz.trace.table import ExecutionTable
 
 
@@ -26,7 +27,7 @@ def missing_mark_step_findings(executions: Sequence[Execution], ir_texts: Mappin
     and check ask the same question). quick: not the last (it searches every graph's ops).
     optimizer_marks: of a run without steps (RunInfo.optimizer_marks)."""
     graphs = IRGraphs.of(ir_texts)
-    growing = growing_site_findings(executions, names, graphs)
+    growing = growing_site_findings(executions, names, graphs, stacks)
     if not quick:
         growing += growth_findings(executions, graphs, names, skip=growing_graphs(executions), stacks=stacks)
     # Last: where the graphs show the loop, they say it; the optimizer's count joins them.
@@ -106,7 +107,7 @@ def stepless_loop_findings(executions: Sequence[Execution], marks: Sequence[int]
 
 
 def growing_site_findings(executions: Sequence[Execution], names: Mapping[str, str] = TS_NAMES,
-                          ir_texts: Mapping[str, str] | None = None) -> list[Finding]:
+                          ir_texts: Mapping[str, str] | None = None, stacks: Stacks = no_stacks) -> list[Finding]:
     """The graph synced at one site grows by about the same number of nodes at every
     sync: a loop runs without mark_step(), so the work of all the iterations so far
     (an optimizer's updates, say) is still pending and each sync runs it again. Found
@@ -120,17 +121,54 @@ def growing_site_findings(executions: Sequence[Execution], names: Mapping[str, s
         what = first.detail or first.cause
         largest = table.kind_at(positions[sizes.index(max(sizes))])
         built = lines_that_built(IRGraphs.of(ir_texts), largest.graph) if ir_texts else ""
+        graph = IRGraphs.of(ir_texts).parsed(largest.graph) if ir_texts else None
+        loop = _library_loop(table, positions, stacks, graph)
         findings.append(Finding(
             FindingKind.MISSING_MARK_STEP, "warning",
             f"the graph {what} runs here grows by about {growth} nodes at every sync ({shown} nodes over "
-            f"{len(positions)} syncs{built}): a loop runs without {names['mark_step']}, so each sync runs all "
-            "the work pending since the loop began",
+            f"{len(positions)} syncs{built}): a loop runs without {names['mark_step']}{_loop_named(loop)}, so "
+            "each sync runs all the work pending since the loop began",
             first.frame, table.indices(positions),
-            f"call {names['mark_step']} at the end of each iteration (after the optimizer step); then "
-            f"{what} costs one small execution, or none if read in {names['step_closure']}",
-            {"growth_per_sync": growth, "syncs": len(positions), "nodes": sizes[:50]},
+            _loop_fix(loop, names, first.frame,
+                      f"call {names['mark_step']} at the end of each iteration (after the optimizer step); then "
+                      f"{what} costs one small execution, or none if read in {names['step_closure']}"),
+            {"growth_per_sync": growth, "syncs": len(positions), "nodes": sizes[:50],
+             **({"library_loop": loop.to_json()} if loop else {})},
         ))
     return findings
+
+
+def _library_loop(table: ExecutionTable, positions: Sequence[int], stacks: Stacks,
+                  graph: IRGraph | None = None) -> LibraryLoop | None:
+    """The library loop the syncs come from, where the stacks place them in one (generate()'s).
+    One lazyviz does not know is named only where the graph's nodes were built at the
+    user's call itself: nodes built on other lines of theirs are a loop of theirs at work."""
+    ids = {table.kind_at(p).stack_id for p in positions} - {None}
+    loop = library_loop([stacks(stack_id) for stack_id in sorted(ids)]) if ids else None
+    if loop is None or loop.known:
+        return loop
+    frame = table.kind_at(positions[0]).frame
+    built = graph.built_at.most_common(1) if graph is not None else []
+    call = f"{frame.file.rpartition('/')[2]}:{frame.line}" if frame is not None else None
+    return loop if built and built[0][0] == call else None
+
+
+def _loop_named(loop: LibraryLoop | None) -> str:
+    return f" (the loop of {loop.call}(): {loop.path}, in {loop.function}())" if loop and loop.known else ""
+
+
+def _loop_fix(loop: LibraryLoop | None, names: Mapping[str, str], frame: Frame | None, default: str) -> str:
+    """The fix through the library's own hook where the loop is a known library's; the
+    library function the syncs come from named beside the default where it is not."""
+    if loop is None:
+        return default
+    at = f" at line {frame.line}" if frame else ""
+    if loop.known:
+        return (f"the loop is {loop.path}'s {loop.function}() (line {loop.line}), inside your {loop.call}() call{at}: "
+                + loop.hook.format(mark_step=names["mark_step"]))
+    return (f"{default} (every sync comes from {loop.path}'s {loop.function}() inside your {loop.call}() call{at}: "
+            f"if the loop is that library's, cut it through a per-iteration callback it offers that calls "
+            f"{names['mark_step']})")
 
 
 def _ops_text(block: list[str], limit: int = 6) -> str:
@@ -180,16 +218,19 @@ def growth_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str]
             continue
         by_block[tuple(block)] = len(findings)
         first = table.kinds[numbers[0]]
+        loop = _library_loop(table, positions, stacks, graphs.parsed(graph_id))
         findings.append(Finding(
             FindingKind.MISSING_MARK_STEP, "warning",
             f"graph {graph_id} ({summary.size} nodes{lines_that_built(graphs, graph_id)}) repeats "
             f"{_ops_text(block)} {repeats} times: "
-            f"a loop ran {repeats} iterations without mark_step() and they piled up into one graph, "
-            f"run by {first.detail or first.cause}",
+            f"a loop ran {repeats} iterations without mark_step(){_loop_named(loop)} and they piled up into one "
+            f"graph, run by {first.detail or first.cause}",
             first.frame, table.indices(positions),
-            f"call {names['mark_step']} at the end of each iteration of the loop that builds it "
-            f"(the loop runs before line {first.frame.line if first.frame else '?'})",
-            {"graph": graph_id, "pattern": block, "repeats": repeats, "nodes": summary.size, "graphs": [graph_id]},
+            _loop_fix(loop, names, first.frame,
+                      f"call {names['mark_step']} at the end of each iteration of the loop that builds it "
+                      f"(the loop runs before line {first.frame.line if first.frame else '?'})"),
+            {"graph": graph_id, "pattern": block, "repeats": repeats, "nodes": summary.size, "graphs": [graph_id],
+             **({"library_loop": loop.to_json()} if loop else {})},
         ))
     return [_also_in(f) for f in findings]
 
