@@ -220,6 +220,17 @@ def test_until_clean_on_a_gan_keeps_only_measured_rounds_and_adds_each_line_once
     assert "the edits kept, each once, with what its round measured:" in result.stderr
 
 
+# A script run untraced, then LTC's fallback counters, as the text report writes them.
+LTC_FALLBACKS = """
+import atexit, runpy, sys
+import torch._lazy.metrics as metrics
+atexit.register(lambda: print(", ".join(f"{name} x{metrics.counter_value(name)}" for name in metrics.counter_names()
+                                        if name.startswith("aten::")), file=sys.stderr))
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
 @pytest.mark.torch
 def test_an_lstm_classifier_is_named_by_its_module_and_trains_with_the_lowered_one(tmp_path: Path) -> None:
     """pytorch/examples' mnist_rnn shape: nn.LSTM's forward unbinds the sequence, which
@@ -233,6 +244,12 @@ def test_an_lstm_classifier_is_named_by_its_module_and_trains_with_the_lowered_o
     report = cli("report", trace)
     assert "torch's recurrent module (nn.LSTM, nn.GRU or nn.RNN" in report.stdout
     assert "unbind calls" not in report.stdout
+    # Every fallback as LTC counts it, the one after the last execution (the pieces the
+    # module then raised on) too.
+    untraced = subprocess.run([sys.executable, "-c", LTC_FALLBACKS, "main.py"], cwd=folder, capture_output=True,
+                              text=True, timeout=300)
+    counted = untraced.stderr.strip().splitlines()[-1]
+    assert counted.startswith("aten::unbind_copy.int x") and f"  fallbacks: {counted}\n" in report.stdout
     result = cli("fix", trace, "--try", cwd=folder)
     assert result.status == 0, result.stderr
     assert "+        self.rnn = LSTMLowered(input_size=28, hidden_size=32, batch_first=True)" in result.stdout

@@ -30,7 +30,8 @@ def analyze(run: RunInfo, executions: Sequence[Execution], ir_texts: Mapping[str
     Python stack by its id (Trace.stack), for where in a library a sync happened."""
     executions = ExecutionTable.of(executions)  # once, for every pass below
     ir_texts = IRGraphs.of(ir_texts)  # each graph parsed once, for every pass below
-    summary = summarize(executions, run.steps, after_last_execution=run.counters_after_last_execution)
+    summary = summarize(executions, run.steps, after_last_execution=run.counters_after_last_execution,
+                        fallbacks_after=run.fallbacks_after_last_execution)
     recompiles = [] if quick else explain_recompiles(executions, ir_texts)
     findings = find_all(executions, summary.steps, recompiles, ir_texts, run.names, run, quick=quick, stacks=stacks)
     return Analysis(summary, recompiles, findings, complete=not quick)

@@ -82,9 +82,12 @@ def graph_memory(backend_text: str) -> dict[str, int]:
 
 
 def summarize(executions: Sequence[Execution], steps: int | None = None,
-              after_last_execution: Mapping[str, int] | None = None) -> Summary:
+              after_last_execution: Mapping[str, int] | None = None,
+              fallbacks_after: Mapping[str, int] | None = None) -> Summary:
     """after_last_execution: counters that moved after the last execution (the run's,
-    when the executions are all of it), counted in the totals."""
+    when the executions are all of it), counted in the totals; fallbacks_after: the ops
+    that fell back after it (RunInfo.fallbacks_after_last_execution: a split whose pieces
+    the script raised on), counted in the fallbacks as the backend counts them."""
     table = ExecutionTable.of(executions)
     causes: Counter[str] = Counter()
     fallbacks: Counter[str] = Counter()
@@ -100,6 +103,7 @@ def summarize(executions: Sequence[Execution], steps: int | None = None,
     for name in TRANSFERS:
         if after_last_execution and after_last_execution.get(name):
             transfers[name] += after_last_execution[name]
+    fallbacks.update(fallbacks_after or {})
     sites = []
     for site, numbers in table.kinds_by(lambda kind: kind.site).items():
         first = table.kinds[numbers[0]]
