@@ -251,51 +251,61 @@ def test_adam_written_from_ops_that_lower_is_torchs_adam_without_a_fallback() ->
         assert case["params"] < 1e-6 and case["state"] < 1e-6, case
 
 
-LSTM_CHECK = """import json, torch, torch._lazy, torch._lazy.ts_backend, torch._lazy.metrics as metrics
-from lazyviz.fix.lowered_lstm import LOWERED_LSTM
+RECURRENT_CHECK = """import json, sys, torch, torch._lazy, torch._lazy.ts_backend, torch._lazy.metrics as metrics
+from lazyviz.fix.lowered_rnn import LOWERED
+kind = sys.argv[1]
+name, text = LOWERED[kind]
 ns = {"torch": torch}
-exec(LOWERED_LSTM.format(torch="torch"), ns)
-Lowered = ns["LSTMLowered"]
+exec(text.format(torch="torch"), ns)
+Lowered, Module = ns[name], getattr(torch.nn, kind)
 torch._lazy.ts_backend.init()
 found = []
 for options, shape, given in [({"input_size": 5, "hidden_size": 6}, (7, 3, 5), False),
                               ({"input_size": 5, "hidden_size": 6, "batch_first": True, "num_layers": 2}, (3, 7, 5), True),
                               ({"input_size": 5, "hidden_size": 4, "bidirectional": True, "num_layers": 2,
                                 "bias": False}, (7, 3, 5), False),
-                              ({"input_size": 5, "hidden_size": 6}, (7, 5), False)]:
+                              ({"input_size": 5, "hidden_size": 6}, (7, 5), False),
+                              ({"input_size": 5, "hidden_size": 6, "nonlinearity": "relu"} if kind == "RNN" else
+                               {"input_size": 5, "hidden_size": 6, "num_layers": 2}, (4, 2, 5), True)]:
     torch.manual_seed(0)
-    reference = torch.nn.LSTM(**options)
+    reference = Module(**options)
     lowered = Lowered(**options)
     lowered.load_state_dict(reference.state_dict())
     x = torch.randn(*shape, requires_grad=True)
     d = 2 if options.get("bidirectional") else 1
-    hx = (torch.randn(options.get("num_layers", 1) * d, 3, options["hidden_size"]),) * 2 if given else None
-    out, (h, c) = reference(x, hx)
+    state = torch.randn(options.get("num_layers", 1) * d, shape[0] if options.get("batch_first") else shape[1],
+                        options["hidden_size"])
+    hx = ((state, state) if kind == "LSTM" else state) if given else None
+    out, last = reference(x, hx)
     out.sum().backward()
     grad = x.grad.clone(); x.grad = None
     metrics.reset()
     lazy = lowered.to("lazy")
     xl = x.detach().to("lazy").requires_grad_()
-    lo, (lh, lc) = lazy(xl, tuple(t.to("lazy") for t in hx) if hx else None)
+    lazy_hx = None if hx is None else tuple(t.to("lazy") for t in hx) if kind == "LSTM" else hx.to("lazy")
+    lo, lazy_last = lazy(xl, lazy_hx)
     lo.sum().backward()
     torch._lazy.mark_step()
     fallbacks = [n for n in metrics.counter_names() if n.startswith("aten::") and metrics.counter_value(n)]
-    found.append({"out": (out - lo.cpu()).abs().max().item(), "h": (h - lh.cpu()).abs().max().item(),
-                  "c": (c - lc.cpu()).abs().max().item(), "grad": (grad - xl.grad.cpu()).abs().max().item(),
-                  "fallbacks": fallbacks})
+    pairs = zip(last, lazy_last) if kind == "LSTM" else [(last, lazy_last)]
+    found.append({"out": (out - lo.cpu()).abs().max().item(), "grad": (grad - xl.grad.cpu()).abs().max().item(),
+                  "state": max((a - b.cpu()).abs().max().item() for a, b in pairs), "fallbacks": fallbacks})
 print(json.dumps(found))
 """
 
 
-def test_an_lstm_written_as_its_cell_over_the_time_steps_is_torchs_lstm_without_a_fallback() -> None:
-    """The lowered nn.LSTM edit (fix/lowered_lstm.py), for the options it reads (layers,
-    batch_first, bidirectional without bias, an unbatched input, a given (h0, c0)): with
-    nn.LSTM's own weights loaded, the output, h_n, c_n and the input's gradient on the lazy
-    device are torch's on the CPU, and nothing falls back (LTC's counters)."""
-    done = subprocess.run([sys.executable, "-c", LSTM_CHECK], capture_output=True, text=True, timeout=600, check=False)
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+def test_a_recurrent_module_written_as_its_cell_over_the_time_steps_is_torchs_without_a_fallback(kind: str) -> None:
+    """The lowered recurrent module edits (fix/lowered_rnn.py), for the options they read
+    (layers, batch_first, bidirectional without bias, an unbatched input, a given initial
+    state, RNN's relu): with torch's module's own weights loaded, the output, the last
+    state and the input's gradient on the lazy device are torch's on the CPU, and nothing
+    falls back (LTC's counters)."""
+    done = subprocess.run([sys.executable, "-c", RECURRENT_CHECK, kind], capture_output=True, text=True, timeout=600,
+                          check=False)
     assert done.returncode == 0, done.stderr
     cases = json.loads(done.stdout)
-    assert len(cases) == 4
+    assert len(cases) == 5
     for case in cases:
         assert case["fallbacks"] == [], case
-        assert max(case["out"], case["h"], case["c"], case["grad"]) < 1e-5, case
+        assert max(case["out"], case["state"], case["grad"]) < 1e-5, case

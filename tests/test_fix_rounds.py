@@ -232,13 +232,16 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 
 @pytest.mark.torch
-def test_an_lstm_classifier_is_named_by_its_module_and_trains_with_the_lowered_one(tmp_path: Path) -> None:
-    """pytorch/examples' mnist_rnn shape: nn.LSTM's forward unbinds the sequence, which
-    falls back on TS and hands the steps back on the host. The finding names the module,
-    not an unbind the user never wrote; the edit makes it an LSTMLowered and the copy trains."""
+@pytest.mark.parametrize("module", ["LSTM", "GRU"])
+def test_an_lstm_classifier_is_named_by_its_module_and_trains_with_the_lowered_one(tmp_path: Path, module: str) -> None:
+    """pytorch/examples' mnist_rnn shape: nn.LSTM's forward (nn.GRU's alike) unbinds the
+    sequence, which falls back on TS and hands the steps back on the host. The finding
+    names the module, not an unbind the user never wrote; the edit makes it the Lowered
+    one and the copy trains."""
     folder = tmp_path / "mnist_rnn"
     folder.mkdir()
-    shutil.copy(PROGRAMS / "lstm_classifier.py", folder / "main.py")
+    program = (PROGRAMS / "lstm_classifier.py").read_text()
+    (folder / "main.py").write_text(program.replace("nn.LSTM(", f"nn.{module}("))
     trace = tmp_path / "rnn.trace"
     cli("run", "--no-tui", "-o", trace, "main.py", cwd=folder)
     report = cli("report", trace)
@@ -252,7 +255,7 @@ def test_an_lstm_classifier_is_named_by_its_module_and_trains_with_the_lowered_o
     assert counted.startswith("aten::unbind_copy.int x") and f"  fallbacks: {counted}\n" in report.stdout
     result = cli("fix", trace, "--try", cwd=folder)
     assert result.status == 0, result.stderr
-    assert "+        self.rnn = LSTMLowered(input_size=28, hidden_size=32, batch_first=True)" in result.stdout
-    assert "+class LSTMLowered(torch.nn.LSTM):" in result.stdout
+    assert f"+        self.rnn = {module}Lowered(input_size=28, hidden_size=32, batch_first=True)" in result.stdout
+    assert f"+class {module}Lowered(torch.nn.{module}):" in result.stdout
     assert "the crash at main.py:25 (RuntimeError) is gone" in result.stderr
     assert row(result.stderr, "iterations (optimizer steps)") == ["0", "5"]

@@ -248,7 +248,7 @@ def _not_lazy(run: RunInfo, table: ExecutionTable, what: str, details: dict,
                 f"backend as it is: its forward takes the sequence apart with {op}, which falls back{in_call} and "
                 "hands the time steps back as CPU tensors, and its next op raises"), (
             "make the module from ops that lower: the same module, its own weights, written as its cell over the "
-            "time steps with narrow (lazyviz's edit does it for nn.LSTM; nn.GRU and nn.RNN the same way by hand)"), \
+            "time steps with narrow (lazyviz's edit makes each nn.LSTM, nn.GRU and nn.RNN of the file so)"), \
             details, user
     if several:
         return (f"{what}: a tensor that is not lazy reached a lazy op. It came from {op}{op_line}, which falls back "

@@ -11,7 +11,7 @@ the changes applied and shown as a unified diff.
 - device_branch.py: `if tensor:` choosing a value, the choice made on the device;
 - lowered_clip.py: clip_grad_norm_'s fallback, the same clipping from ops that lower;
 - lowered_adam.py: Adam/AdamW's lerp_ fallback per parameter, the same update from ops that lower;
-- lowered_lstm.py: nn.LSTM, which cannot run on TS (it unbinds the sequence), as its cell over the time steps;
+- lowered_rnn.py: nn.LSTM, nn.GRU, nn.RNN, which cannot run on TS (they unbind the sequence), as their cell over the time steps;
 - eager_attention.py: transformers' scaled_dot_product_attention fallback, attn_implementation="eager";
 - padding.py: per-batch padding given pad_to_multiple_of;
 - drop_last.py: a last short batch, drop_last=True on the DataLoader;
@@ -38,7 +38,7 @@ from lazyviz.fix import (
     lowered_adam,
     lowered_attention,
     lowered_clip,
-    lowered_lstm,
+    lowered_rnn,
     mark_step,
     padding,
     sharding_spec,
@@ -70,7 +70,7 @@ EDITS: list[tuple[Callable[[Finding, Context], bool], Callable[[Finding, Context
     (device_branch.answers, device_branch.propose),
     (lowered_clip.answers, lowered_clip.propose),
     (lowered_adam.answers, lowered_adam.propose),
-    (lowered_lstm.answers, lowered_lstm.propose),
+    (lowered_rnn.answers, lowered_rnn.propose),
     (eager_attention.answers, eager_attention.propose),
     (padding.answers, padding.propose),
     (drop_last.answers, drop_last.propose),

@@ -222,9 +222,9 @@ def renamed_call(source: Source, call: ast.Call, name: str) -> Change:
 
 
 def define_once(source: Source, name: str, text: str) -> tuple[Change, ...]:
-    """A function `name` (its text, blank lines first) put once in the file, after its
-    top-level imports; nothing when the file defines it already (a later round's edit)."""
-    if any(isinstance(node, ast.FunctionDef) and node.name == name for node in source.tree.body):
+    """A function or class `name` (its text, blank lines first) put once in the file, after
+    its top-level imports; nothing when the file defines it already (a later round's edit)."""
+    if any(isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name for node in source.tree.body):
         return ()
     top = [node for node in source.tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
     after = (top[-1].end_lineno or top[-1].lineno) if top else 0

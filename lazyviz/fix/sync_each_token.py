@@ -57,7 +57,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
     listed, _ = call_name(source, "transformers.StoppingCriteriaList", "transformers")
     torch, torch_imports = call_name(source, "torch.zeros", "torch")
     changes = [_argument(source, call, f"stopping_criteria={listed}([{CRITERION}()])")]
-    defined = _define_class(source, CRITERION_CLASS.format(stopping_criteria=criteria, step=step,
+    defined = define_once(source, CRITERION, CRITERION_CLASS.format(stopping_criteria=criteria, step=step,
                                                            torch=torch.rpartition(".")[0]))
     changes += [*step_imports, *criteria_imports, *torch_imports, *defined]
     return Proposal(finding, f"pass generate() at {source.name}:{frame.line} a stopping criterion that calls {step}() "
@@ -75,9 +75,3 @@ def _argument(source: Source, call: ast.Call, argument: str) -> Change:
         line, column, argument = last.end_lineno or last.lineno, last.end_col_offset or 0, f", {argument}"
     text = source.line(line)
     return Change(source.path, line, line + 1, (f"{text[:column]}{argument}{text[column:]}",))
-
-
-def _define_class(source: Source, text: str) -> tuple[Change, ...]:
-    if any(isinstance(node, ast.ClassDef) and node.name == CRITERION for node in source.tree.body):
-        return ()
-    return define_once(source, CRITERION, text)

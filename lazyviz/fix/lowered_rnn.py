@@ -1,0 +1,217 @@
+"""nn.LSTM, nn.GRU and nn.RNN cannot run on TS as they are: their forward unbinds the
+sequence into time steps, which falls back and hands them back on the host, and their
+next op raises. The edit makes each such module of the file its Lowered subclass
+(LSTMLowered, GRULowered, RNNLowered): the same parameters, so a state_dict loads into
+torch's module and back, and a forward that is the module's cell over the time steps
+from ops that lower (narrow, matmul, sigmoid, tanh, stack), for the options it reads:
+layers, bias, batch_first, bidirectional, dropout between layers, an unbatched input, a
+given initial state, RNN's nonlinearity. A projection or a packed sequence raises, said
+in its message. tests/test_fallback_fixes.py checks each against torch's on the CPU."""
+from __future__ import annotations
+
+import ast
+
+from lazyviz.analysis.findings import Finding
+from lazyviz.fix.source import Change, Context, Proposal, Source, call_name, define_once
+
+LOWERED_LSTM_NAME = "LSTMLowered"
+LOWERED_LSTM = """\
+
+
+class LSTMLowered({torch}.nn.LSTM):
+    \"\"\"nn.LSTM from ops that lower on the lazy device: torch's forward unbinds the
+    sequence into time steps, which falls back there and hands them back on the host.
+    The same parameters, the same arithmetic: the cell over the time steps.\"\"\"
+
+    def forward(self, input, hx=None):
+        if self.proj_size or isinstance(input, {torch}.nn.utils.rnn.PackedSequence):
+            raise NotImplementedError("LSTMLowered: no proj_size, no PackedSequence")
+        batched = input.dim() == 3
+        x = input if batched else input.unsqueeze(1)
+        if self.batch_first and batched:
+            x = x.transpose(0, 1)
+        steps, size, directions = x.size(0), self.hidden_size, 2 if self.bidirectional else 1
+        if hx is None:
+            zeros = x.new_zeros(self.num_layers * directions, x.size(1), size)
+            hx = (zeros, zeros)
+        elif not batched:
+            hx = (hx[0].unsqueeze(1), hx[1].unsqueeze(1))
+        last_h, last_c = [], []
+        for layer in range(self.num_layers):
+            outputs = []
+            for direction in range(directions):
+                suffix = f"_l{{layer}}" + ("_reverse" if direction else "")
+                w_ih, w_hh = getattr(self, "weight_ih" + suffix), getattr(self, "weight_hh" + suffix)
+                h, c = hx[0][layer * directions + direction], hx[1][layer * directions + direction]
+                out = [None] * steps
+                for t in (range(steps - 1, -1, -1) if direction else range(steps)):
+                    gates = x.narrow(0, t, 1).squeeze(0) @ w_ih.t() + h @ w_hh.t()
+                    if self.bias:
+                        gates = gates + getattr(self, "bias_ih" + suffix) + getattr(self, "bias_hh" + suffix)
+                    i, f, g, o = (gates.narrow(1, k * size, size) for k in range(4))
+                    c = {torch}.sigmoid(f) * c + {torch}.sigmoid(i) * {torch}.tanh(g)
+                    h = {torch}.sigmoid(o) * {torch}.tanh(c)
+                    out[t] = h
+                outputs.append({torch}.stack(out))
+                last_h.append(h)
+                last_c.append(c)
+            x = {torch}.cat(outputs, dim=2) if directions == 2 else outputs[0]
+            if self.dropout and self.training and layer < self.num_layers - 1:
+                x = {torch}.nn.functional.dropout(x, self.dropout, True)
+        output = x.transpose(0, 1) if self.batch_first and batched else x
+        h_n, c_n = {torch}.stack(last_h), {torch}.stack(last_c)
+        if not batched:
+            output, h_n, c_n = output.squeeze(1), h_n.squeeze(1), c_n.squeeze(1)
+        return output, (h_n, c_n)
+"""
+
+
+GRU_LOWERED = """\
+
+
+class GRULowered({torch}.nn.GRU):
+    \"\"\"nn.GRU from ops that lower on the lazy device: torch's forward unbinds the
+    sequence into time steps, which falls back there and hands them back on the host.
+    The same parameters, the same arithmetic: the cell over the time steps.\"\"\"
+
+    def forward(self, input, hx=None):
+        if isinstance(input, {torch}.nn.utils.rnn.PackedSequence):
+            raise NotImplementedError("GRULowered: no PackedSequence")
+        batched = input.dim() == 3
+        x = input if batched else input.unsqueeze(1)
+        if self.batch_first and batched:
+            x = x.transpose(0, 1)
+        steps, size, directions = x.size(0), self.hidden_size, 2 if self.bidirectional else 1
+        if hx is None:
+            hx = x.new_zeros(self.num_layers * directions, x.size(1), size)
+        elif not batched:
+            hx = hx.unsqueeze(1)
+        last_h = []
+        for layer in range(self.num_layers):
+            outputs = []
+            for direction in range(directions):
+                suffix = f"_l{{layer}}" + ("_reverse" if direction else "")
+                w_ih, w_hh = getattr(self, "weight_ih" + suffix), getattr(self, "weight_hh" + suffix)
+                h = hx[layer * directions + direction]
+                out = [None] * steps
+                for t in (range(steps - 1, -1, -1) if direction else range(steps)):
+                    gi, gh = x.narrow(0, t, 1).squeeze(0) @ w_ih.t(), h @ w_hh.t()
+                    if self.bias:
+                        gi, gh = gi + getattr(self, "bias_ih" + suffix), gh + getattr(self, "bias_hh" + suffix)
+                    r = {torch}.sigmoid(gi.narrow(1, 0, size) + gh.narrow(1, 0, size))
+                    z = {torch}.sigmoid(gi.narrow(1, size, size) + gh.narrow(1, size, size))
+                    n = {torch}.tanh(gi.narrow(1, 2 * size, size) + r * gh.narrow(1, 2 * size, size))
+                    h = (1 - z) * n + z * h
+                    out[t] = h
+                outputs.append({torch}.stack(out))
+                last_h.append(h)
+            x = {torch}.cat(outputs, dim=2) if directions == 2 else outputs[0]
+            if self.dropout and self.training and layer < self.num_layers - 1:
+                x = {torch}.nn.functional.dropout(x, self.dropout, True)
+        output = x.transpose(0, 1) if self.batch_first and batched else x
+        h_n = {torch}.stack(last_h)
+        if not batched:
+            output, h_n = output.squeeze(1), h_n.squeeze(1)
+        return output, h_n
+"""
+
+RNN_LOWERED = """\
+
+
+class RNNLowered({torch}.nn.RNN):
+    \"\"\"nn.RNN from ops that lower on the lazy device: torch's forward unbinds the
+    sequence into time steps, which falls back there and hands them back on the host.
+    The same parameters, the same arithmetic: the cell over the time steps.\"\"\"
+
+    def forward(self, input, hx=None):
+        if isinstance(input, {torch}.nn.utils.rnn.PackedSequence):
+            raise NotImplementedError("RNNLowered: no PackedSequence")
+        batched = input.dim() == 3
+        x = input if batched else input.unsqueeze(1)
+        if self.batch_first and batched:
+            x = x.transpose(0, 1)
+        steps, size, directions = x.size(0), self.hidden_size, 2 if self.bidirectional else 1
+        if hx is None:
+            hx = x.new_zeros(self.num_layers * directions, x.size(1), size)
+        elif not batched:
+            hx = hx.unsqueeze(1)
+        last_h = []
+        for layer in range(self.num_layers):
+            outputs = []
+            for direction in range(directions):
+                suffix = f"_l{{layer}}" + ("_reverse" if direction else "")
+                w_ih, w_hh = getattr(self, "weight_ih" + suffix), getattr(self, "weight_hh" + suffix)
+                h = hx[layer * directions + direction]
+                out = [None] * steps
+                for t in (range(steps - 1, -1, -1) if direction else range(steps)):
+                    gates = x.narrow(0, t, 1).squeeze(0) @ w_ih.t() + h @ w_hh.t()
+                    if self.bias:
+                        gates = gates + getattr(self, "bias_ih" + suffix) + getattr(self, "bias_hh" + suffix)
+                    h = {torch}.tanh(gates) if self.nonlinearity == "tanh" else {torch}.relu(gates)
+                    out[t] = h
+                outputs.append({torch}.stack(out))
+                last_h.append(h)
+            x = {torch}.cat(outputs, dim=2) if directions == 2 else outputs[0]
+            if self.dropout and self.training and layer < self.num_layers - 1:
+                x = {torch}.nn.functional.dropout(x, self.dropout, True)
+        output = x.transpose(0, 1) if self.batch_first and batched else x
+        h_n = {torch}.stack(last_h)
+        if not batched:
+            output, h_n = output.squeeze(1), h_n.squeeze(1)
+        return output, h_n
+"""
+
+# torch's recurrent modules -> (the Lowered class's name, its text to fill with {torch}).
+LOWERED = {"LSTM": (LOWERED_LSTM_NAME, LOWERED_LSTM), "GRU": ("GRULowered", GRU_LOWERED),
+           "RNN": ("RNNLowered", RNN_LOWERED)}
+
+
+def _constructions(source: Source) -> list[tuple[ast.Call, str]]:
+    """`nn.LSTM(...)`, `torch.nn.GRU(...)`, `RNN(...)`: the class named on one line, with its name."""
+    found = []
+    for node in ast.walk(source.tree):
+        if isinstance(node, ast.Call) and node.func.lineno == node.func.end_lineno:
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+            if name in LOWERED:
+                found.append((node, name))
+    return sorted(found, key=lambda pair: (pair[0].func.lineno, pair[0].func.col_offset))
+
+
+def propose(finding: Finding, context: Context) -> Proposal:
+    """Each recurrent module made in the files of the stack where it raised (the model's file)."""
+    files = dict.fromkeys(frame.file for frame in [*context.stack(finding), *([finding.frame] if finding.frame else [])])
+    for file in files:
+        source = context.source(file)
+        calls = _constructions(source) if source is not None else []
+        if source is None or not calls:
+            continue
+        changes: list[Change] = []
+        for line in sorted({call.func.lineno for call, _ in calls}):
+            text = source.line(line)
+            for call, name in sorted(((c, n) for c, n in calls if c.func.lineno == line),
+                                     key=lambda pair: -pair[0].func.col_offset):
+                text = text[:call.func.col_offset] + LOWERED[name][0] + text[call.func.end_col_offset or 0:]
+            changes.append(Change(source.path, line, line + 1, (text,)))
+        where = ", ".join(f"{source.name}:{change.start}" for change in changes)
+        kinds = sorted({name for _, name in calls})
+        torch, imports = call_name(source, "torch.nn", "torch")
+        defined = [change for name in kinds
+                   for change in define_once(source, LOWERED[name][0],
+                                             LOWERED[name][1].format(torch=torch.rpartition(".")[0]))]
+        if defined:
+            changes += [*imports, *defined]
+        modules = " and ".join(f"nn.{name}" for name in kinds)
+        made = ", ".join(LOWERED[name][0] for name in kinds)
+        return Proposal(finding, f"the {modules} at {where} made as {made}, defined once in the file: the same "
+                                 "parameters, its forward the cell over the time steps from ops that lower (torch's "
+                                 "unbinds the sequence, which falls back here)", tuple(changes))
+    if any(any(lowered in (context.source(f).text if context.source(f) else "") for lowered, _ in LOWERED.values())
+           for f in files):
+        return Proposal(finding, "every nn.LSTM, nn.GRU and nn.RNN there is made Lowered already, and the module still "
+                                 "raises: a module made elsewhere", outlived=True)
+    return Proposal(finding, f"{finding.fix} (no nn.LSTM, nn.GRU or nn.RNN made in the files of the stack: change it "
+                             "by hand)")
+
+
+def answers(finding: Finding, context: Context) -> bool:
+    return finding.kind == "crash" and finding.details.get("module") == "recurrent"
