@@ -128,6 +128,42 @@ def test_missing_mark_step_goes_at_the_loop_end_and_before_continue(tmp_path: Pa
 
 
 @pytest.mark.torch
+def test_mark_step_goes_in_the_loop_that_steps_never_in_a_forwards_loop(tmp_path: Path) -> None:
+    # Most of the growing graph's nodes are built in the model file's forward, in its loop
+    # over time steps (an RNN cell written out, as the lowered modules are): the step is
+    # the training loop of the other file (word_language_model with a GRULowered).
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "model.py").write_text(
+        "import torch\n\n\n"
+        "class Cell(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.w = torch.nn.Linear(8, 8)\n\n"
+        "    def forward(self, x, h):\n"
+        "        for t in range(x.size(0)):\n"
+        "            h = torch.tanh(self.w(x[t]) + h)\n"
+        "        return h\n")
+    (folder / "main.py").write_text(
+        "import torch\nimport torch._lazy.ts_backend\n\nimport model\n\n"
+        "torch._lazy.ts_backend.init()\n"
+        "torch.manual_seed(0)\n"
+        "cell = model.Cell().to('lazy')\n"
+        "h = torch.zeros(4, 8, device='lazy')\n"
+        "total = 0.0\n"
+        "with torch.no_grad():\n"
+        "    for batch in range(6):\n"
+        "        h = cell(torch.ones(5, 4, 8, device='lazy'), h)\n"
+        "        total += h.mean().item()\n"
+        "print(f'total {total:.4f}')\n")
+    trace = traced(folder, "main.py")
+    result = cli("fix", trace, cwd=folder)
+    assert result.status == 0, result.stderr
+    assert "         total += h.mean().item()\n+        torch._lazy.mark_step()\n" in result.stdout
+    assert "+++ b/model.py" not in result.stdout
+
+
+@pytest.mark.torch
 def test_word_language_model_gets_mark_step_after_its_optimizer_update(tmp_path: Path) -> None:
     from test_real_programs import fake_corpus  # the corpus the real-program tests use
 

@@ -232,7 +232,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("module", ["LSTM", "GRU"])
+@pytest.mark.parametrize("module", ["LSTM", "GRU", "by name"])
 def test_an_lstm_classifier_is_named_by_its_module_and_trains_with_the_lowered_one(tmp_path: Path, module: str) -> None:
     """pytorch/examples' mnist_rnn shape: nn.LSTM's forward (nn.GRU's alike) unbinds the
     sequence, which falls back on TS and hands the steps back on the host. The finding
@@ -241,7 +241,9 @@ def test_an_lstm_classifier_is_named_by_its_module_and_trains_with_the_lowered_o
     folder = tmp_path / "mnist_rnn"
     folder.mkdir()
     program = (PROGRAMS / "lstm_classifier.py").read_text()
-    (folder / "main.py").write_text(program.replace("nn.LSTM(", f"nn.{module}("))
+    # word_language_model makes its module by name: getattr(nn, rnn_type)(...).
+    made = 'getattr(nn, "GRU")(' if module == "by name" else f"nn.{module}("
+    (folder / "main.py").write_text(program.replace("nn.LSTM(", made))
     trace = tmp_path / "rnn.trace"
     cli("run", "--no-tui", "-o", trace, "main.py", cwd=folder)
     report = cli("report", trace)
@@ -255,7 +257,9 @@ def test_an_lstm_classifier_is_named_by_its_module_and_trains_with_the_lowered_o
     assert counted.startswith("aten::unbind_copy.int x") and f"  fallbacks: {counted}\n" in report.stdout
     result = cli("fix", trace, "--try", cwd=folder)
     assert result.status == 0, result.stderr
-    assert f"+        self.rnn = {module}Lowered(input_size=28, hidden_size=32, batch_first=True)" in result.stdout
-    assert f"+class {module}Lowered(torch.nn.{module}):" in result.stdout
+    lowered = 'lowered_rnn(getattr(nn, "GRU"))' if module == "by name" else f"{module}Lowered"
+    assert f"+        self.rnn = {lowered}(input_size=28, hidden_size=32, batch_first=True)" in result.stdout
+    for name in ["LSTM", "GRU", "RNN"] if module == "by name" else [module]:
+        assert f"+class {name}Lowered(torch.nn.{name}):" in result.stdout
     assert "the crash at main.py:25 (RuntimeError) is gone" in result.stderr
     assert row(result.stderr, "iterations (optimizer steps)") == ["0", "5"]

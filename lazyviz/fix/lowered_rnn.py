@@ -164,17 +164,38 @@ class RNNLowered({torch}.nn.RNN):
 # torch's recurrent modules -> (the Lowered class's name, its text to fill with {torch}).
 LOWERED = {"LSTM": (LOWERED_LSTM_NAME, LOWERED_LSTM), "GRU": ("GRULowered", GRU_LOWERED),
            "RNN": ("RNNLowered", RNN_LOWERED)}
+# A module made from its class by name (word_language_model's `getattr(nn, rnn_type)(...)`):
+# the class looked up, then its Lowered one, whichever it is.
+BY_NAME = "lowered_rnn"
+BY_NAME_FUNCTION = """\
+
+
+def lowered_rnn(module_class):
+    \"\"\"torch's nn.LSTM, nn.GRU or nn.RNN class -> its Lowered subclass above; another as it is.\"\"\"
+    return {{{torch}.nn.LSTM: LSTMLowered, {torch}.nn.GRU: GRULowered, {torch}.nn.RNN: RNNLowered}}.get(
+        module_class, module_class)
+"""
 
 
 def _constructions(source: Source) -> list[tuple[ast.Call, str]]:
-    """`nn.LSTM(...)`, `torch.nn.GRU(...)`, `RNN(...)`: the class named on one line, with its name."""
+    """`nn.LSTM(...)`, `torch.nn.GRU(...)`, `RNN(...)`, and `getattr(nn, name)(...)`: the
+    class named on one line, with its name ("getattr" for the last)."""
     found = []
     for node in ast.walk(source.tree):
-        if isinstance(node, ast.Call) and node.func.lineno == node.func.end_lineno:
-            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
-            if name in LOWERED:
-                found.append((node, name))
+        if not isinstance(node, ast.Call) or node.func.lineno != node.func.end_lineno:
+            continue
+        name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+        if name in LOWERED:
+            found.append((node, name))
+        elif _by_name(node.func):
+            found.append((node, BY_NAME))
     return sorted(found, key=lambda pair: (pair[0].func.lineno, pair[0].func.col_offset))
+
+
+def _by_name(func: ast.expr) -> bool:
+    """`getattr(nn, ...)` or `getattr(torch.nn, ...)`: a module class looked up by its name."""
+    return (isinstance(func, ast.Call) and isinstance(func.func, ast.Name) and func.func.id == "getattr"
+            and len(func.args) == 2 and ast.unparse(func.args[0]) in ("nn", "torch.nn"))
 
 
 def propose(finding: Finding, context: Context) -> Proposal:
@@ -190,17 +211,23 @@ def propose(finding: Finding, context: Context) -> Proposal:
             text = source.line(line)
             for call, name in sorted(((c, n) for c, n in calls if c.func.lineno == line),
                                      key=lambda pair: -pair[0].func.col_offset):
-                text = text[:call.func.col_offset] + LOWERED[name][0] + text[call.func.end_col_offset or 0:]
+                start, end = call.func.col_offset, call.func.end_col_offset or 0
+                made_as = f"{BY_NAME}({text[start:end]})" if name == BY_NAME else LOWERED[name][0]
+                text = text[:start] + made_as + text[end:]
             changes.append(Change(source.path, line, line + 1, (text,)))
         where = ", ".join(f"{source.name}:{change.start}" for change in changes)
-        kinds = sorted({name for _, name in calls})
+        names = {name for _, name in calls}
+        kinds = sorted(LOWERED) if BY_NAME in names else sorted(names)
         torch, imports = call_name(source, "torch.nn", "torch")
+        module = torch.rpartition(".")[0]
         defined = [change for name in kinds
-                   for change in define_once(source, LOWERED[name][0],
-                                             LOWERED[name][1].format(torch=torch.rpartition(".")[0]))]
+                   for change in define_once(source, LOWERED[name][0], LOWERED[name][1].format(torch=module))]
+        if BY_NAME in names:
+            defined += define_once(source, BY_NAME, BY_NAME_FUNCTION.format(torch=module))
         if defined:
             changes += [*imports, *defined]
-        modules = " and ".join(f"nn.{name}" for name in kinds)
+        modules = " and ".join(f"nn.{name}" for name in sorted(names - {BY_NAME}))
+        modules = " and ".join(filter(None, [modules, "the module made by name" if BY_NAME in names else ""]))
         made = ", ".join(LOWERED[name][0] for name in kinds)
         return Proposal(finding, f"the {modules} at {where} made as {made}, defined once in the file: the same "
                                  "parameters, its forward the cell over the time steps from ops that lower (torch's "

@@ -41,6 +41,17 @@ def _over_parameters(loop: ast.AST) -> bool:
     return bool(loop_reads(loop) & PARAMETER_LOOPS)
 
 
+def _in_a_forward(source: Source, loop: ast.AST) -> bool:
+    """A loop in a module's forward (over time steps, over layers) is the step's own work,
+    called from the loop that steps: a mark_step() there would cut every forward in pieces."""
+    return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in ("forward", "__call__")
+               and node.lineno <= loop.lineno <= (node.end_lineno or node.lineno) for node in ast.walk(source.tree))
+
+
+def _not_the_step(source: Source, loop: ast.AST) -> bool:
+    return _over_parameters(loop) or _in_a_forward(source, loop)
+
+
 def propose(finding: Finding, context: Context) -> Proposal:
     """The loop whose iterations pile up: of the loops that build at least half as many of
     the graph's nodes as the one that builds most (not one over the parameters), the one
@@ -64,7 +75,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
         source = context.source(file)
         for loop in all_loops(source) if source else []:
             nodes = _nodes_inside(source, loop, built)
-            if nodes and not _over_parameters(loop):
+            if nodes and not _not_the_step(source, loop):
                 candidates.append((nodes, source, loop))
     if candidates:
         most = max(nodes for nodes, _, _ in candidates)
@@ -75,7 +86,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
         return _insert_at_loop_end(finding, source, loop, step_call)
     for frame in reversed(stack):
         source = context.source(frame.file)
-        loops = [loop for loop in enclosing_loops(source, frame.line) if not _over_parameters(loop)] if source else []
+        loops = [loop for loop in enclosing_loops(source, frame.line) if not _not_the_step(source, loop)] if source else []
         if source and loops:
             return _insert_at_loop_end(finding, source, loops[-1], step_call)
     return Proposal(finding, f"{finding.fix} (lazyviz cannot tell which loop: the IR names no line inside one)")
