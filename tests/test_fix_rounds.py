@@ -19,7 +19,7 @@ from conftest import ROOT, cli, row
 from lazyviz.analysis.host_calls import host_call
 from lazyviz.fix.output_check import check_output, moving_numbers
 from lazyviz.fix.rounds import RoundEdits, _judged, gains
-from lazyviz.fix.trial import Measures, Original, crash_verdict
+from lazyviz.fix.trial import Measures, Original, crash_verdict, prepared_side
 from lazyviz.fix.workspace import make_copy, original_line, paths_above
 from lazyviz.trace.model import Frame
 
@@ -263,3 +263,19 @@ def test_an_lstm_classifier_is_named_by_its_module_and_trains_with_the_lowered_o
         assert f"+class {name}Lowered(torch.nn.{name}):" in result.stdout
     assert "the crash at main.py:25 (RuntimeError) is gone" in result.stderr
     assert row(result.stderr, "iterations (optimizer steps)") == ["0", "5"]
+
+
+def test_a_file_a_later_round_patches_first_maps_back_to_the_users_own(tmp_path: Path) -> None:
+    # Round 1 patched model.py only; round 2 adds a helper atop main.py: a crash in main.py
+    # is placed at the user's line, not "in lines the edit added" (word_language_model's
+    # torch.load, 45 lines lower in the copy).
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "main.py").write_text("a = 1\nb = 2\nc = 3\n")
+    (root / "model.py").write_text("x = 1\n")
+    (tmp_path / "work").mkdir()
+    side = prepared_side("round 2", root, tmp_path / "work", {str(root / "model.py"): "x = 1\n"},
+                         {str(root / "model.py"): "x = 2\n", str(root / "main.py"): "import os\n\na = 1\nb = 2\nc = 3\n"})
+    original, patched = side.texts["main.py"]
+    assert original == "a = 1\nb = 2\nc = 3\n" and original_line(original, patched, 5) == 3
+    assert (side.folder / "main.py").read_text() == patched

@@ -267,8 +267,18 @@ def prepared_side(name: str, root: Path, work: Path, originals: Mapping[str, str
     for file, text in patched.items():
         target = in_copy(Path(file), root, folder)
         target.write_bytes(text.encode("utf-8"))
-        texts[target.relative_to(folder).as_posix()] = (originals.get(file, ""), text)
+        # A file a later round patches first is not among the first round's originals: the
+        # user's own file is it (a trial never writes there).
+        original = originals[file] if file in originals else _read_original(file)
+        texts[target.relative_to(folder).as_posix()] = (original, text)
     return Side(name, folder, work / f"{slug}.trace", texts)
+
+
+def _read_original(file: str) -> str:
+    try:
+        return Path(file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
 
 
 def run_side(side: Side, info: RunInfo, root: Path, bound: Bound | None, timeout: float | None) -> Measures:
