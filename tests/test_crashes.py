@@ -79,3 +79,36 @@ def test_a_tensor_that_is_not_lazy_is_traced_to_where_it_came_from(tmp_path: Pat
     assert crash["site"]["line"] == line_of(SCRIPTS / script, "x.split(3" if op else "torch.ones(4, 6)")
     if op:
         assert crash["details"]["raised_at"].endswith(f":{line_of(SCRIPTS / script, 'x[:, 3:]')}")
+
+
+UNSAFE_LOAD = """import torch, torch._lazy, torch._lazy.ts_backend
+torch._lazy.ts_backend.init()
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 2)
+
+
+net = Net().to("lazy")
+print(net.fc(torch.ones(1, 4, device="lazy")).sum().item() != 0)
+torch.save(Net(), "net.pt")  # the whole module, as word_language_model saves it
+net = torch.load("net.pt")
+"""
+
+
+def test_a_whole_module_loaded_with_weights_only_names_the_class_to_allow(tmp_path: Path) -> None:
+    # torch.load's default (weights_only) refuses a class it was not allowed: the script's
+    # own, or a Lowered module of lazyviz's edit. Named as such, the escape codes of torch's
+    # message left out.
+    script = tmp_path / "unsafe.py"
+    script.write_text(UNSAFE_LOAD)
+    run = cli("run", "--no-tui", "-o", tmp_path / "u.trace", script, cwd=tmp_path)
+    assert run.status == 1 and "UnpicklingError" in run.stderr
+    report = json.loads(cli("report", "--format", "json", tmp_path / "u.trace").stdout)
+    crash = report["findings"][0]
+    assert crash["kind"] == "crash" and crash["details"]["unsafe_global"] == "__main__.Net"
+    assert crash["site"]["line"] == line_of(script, 'net = torch.load("net.pt")')
+    assert "torch.serialization.add_safe_globals([__main__.Net])" in crash["fix"]
+    assert "\x1b" not in crash["message"]

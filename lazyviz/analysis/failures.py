@@ -161,6 +161,10 @@ VIEW_WORKAROUNDS = {
 }
 # torch.save (or .numpy()) of a lazy tensor: it has no host storage to read.
 _NO_STORAGE = re.compile(r"data pointer on an invalid python storage")
+# torch.load with weights_only (torch's default since 2.6) meeting a class it was not
+# allowed: a whole module saved with a class of the script's (or an edit's) own.
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_UNSAFE_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
 # Ops that return several tensors: falling back, they hand back CPU tensors marked lazy.
 _SEVERAL_OUTPUTS = ("split", "chunk", "unbind", "tensor_split", "topk", "sort", "max.dim", "min.dim", "unique")
 _LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ")
@@ -189,13 +193,24 @@ def crash(run: RunInfo, table: ExecutionTable,
     where = f" at {_short(raised_at)} in {raised_at.function}()" if raised_at else ""
     called = f", called from {_short(user)}" if user is not None and user != raised_at else ""
     script = run.script.rpartition("/")[2]
-    what = f"{script} raised {run.error.splitlines()[0].rstrip('.')}{where}{called}"
+    first = _ANSI.sub("", run.error.splitlines()[0]).rstrip(". ")  # torch's own bold in a message: not the report's
+    what = f"{script} raised {first}{where}{called}"
     details: dict = {"error": run.error.splitlines()[0], "raised_at": raised_at.site if raised_at else None}
     if _NO_STORAGE.search(run.error):  # torch.save or numpy() on a lazy tensor
         details["no_storage"] = True
         return (f"{what}: a lazy tensor has no storage on the host to read"), (
             "move it to the CPU first: torch.save({name: value.cpu() for name, value in model.state_dict().items()}, "
             "path), tensor.cpu().numpy()"), details, user or raised_at
+    unsafe = _UNSAFE_GLOBAL.search(run.error)
+    if unsafe is not None:
+        name = unsafe.group(1)
+        details["unsafe_global"] = name
+        return (f"{what}: torch.load loads only the classes it is allowed (weights_only, torch's default) and the "
+                f"file holds {name}, which is not among them"), (
+            f"allow it where the script loads, if you trust the file: add {name} to the classes given to "
+            f"torch.serialization.safe_globals([...]) (or torch.serialization.add_safe_globals([{name}])); a "
+            "class an edit of lazyviz's made (an LSTMLowered) is that edit's, the same parameters"), \
+            details, user or raised_at
     memory = _OUT_OF_MEMORY.search(run.error)
     if memory is not None and len(table):
         # The last execution's graph is the one the device could not hold.
