@@ -115,51 +115,23 @@ class GRULowered({torch}.nn.GRU):
         return output, h_n
 """
 
-RNN_LOWERED = """\
-
-
-class RNNLowered({torch}.nn.RNN):
-    \"\"\"nn.RNN from ops that lower on the lazy device: torch's forward unbinds the
-    sequence into time steps, which falls back there and hands them back on the host.
-    The same parameters, the same arithmetic: the cell over the time steps.\"\"\"
-
-    def forward(self, input, hx=None):
-        if isinstance(input, {torch}.nn.utils.rnn.PackedSequence):
-            raise NotImplementedError("RNNLowered: no PackedSequence")
-        batched = input.dim() == 3
-        x = input if batched else input.unsqueeze(1)
-        if self.batch_first and batched:
-            x = x.transpose(0, 1)
-        steps, size, directions = x.size(0), self.hidden_size, 2 if self.bidirectional else 1
-        if hx is None:
-            hx = x.new_zeros(self.num_layers * directions, x.size(1), size)
-        elif not batched:
-            hx = hx.unsqueeze(1)
-        last_h = []
-        for layer in range(self.num_layers):
-            outputs = []
-            for direction in range(directions):
-                suffix = f"_l{{layer}}" + ("_reverse" if direction else "")
-                w_ih, w_hh = getattr(self, "weight_ih" + suffix), getattr(self, "weight_hh" + suffix)
-                h = hx[layer * directions + direction]
-                out = [None] * steps
-                for t in (range(steps - 1, -1, -1) if direction else range(steps)):
+# nn.RNN: GRU's forward with RNN's cell, one gate and its nonlinearity.
+_GRU_CELL = """\
+                    gi, gh = x.narrow(0, t, 1).squeeze(0) @ w_ih.t(), h @ w_hh.t()
+                    if self.bias:
+                        gi, gh = gi + getattr(self, "bias_ih" + suffix), gh + getattr(self, "bias_hh" + suffix)
+                    r = {torch}.sigmoid(gi.narrow(1, 0, size) + gh.narrow(1, 0, size))
+                    z = {torch}.sigmoid(gi.narrow(1, size, size) + gh.narrow(1, size, size))
+                    n = {torch}.tanh(gi.narrow(1, 2 * size, size) + r * gh.narrow(1, 2 * size, size))
+                    h = (1 - z) * n + z * h
+"""
+_RNN_CELL = """\
                     gates = x.narrow(0, t, 1).squeeze(0) @ w_ih.t() + h @ w_hh.t()
                     if self.bias:
                         gates = gates + getattr(self, "bias_ih" + suffix) + getattr(self, "bias_hh" + suffix)
                     h = {torch}.tanh(gates) if self.nonlinearity == "tanh" else {torch}.relu(gates)
-                    out[t] = h
-                outputs.append({torch}.stack(out))
-                last_h.append(h)
-            x = {torch}.cat(outputs, dim=2) if directions == 2 else outputs[0]
-            if self.dropout and self.training and layer < self.num_layers - 1:
-                x = {torch}.nn.functional.dropout(x, self.dropout, True)
-        output = x.transpose(0, 1) if self.batch_first and batched else x
-        h_n = {torch}.stack(last_h)
-        if not batched:
-            output, h_n = output.squeeze(1), h_n.squeeze(1)
-        return output, h_n
 """
+RNN_LOWERED = GRU_LOWERED.replace("GRU", "RNN").replace(_GRU_CELL, _RNN_CELL)
 
 # torch's recurrent modules -> (the Lowered class's name, its text to fill with {torch}).
 LOWERED = {"LSTM": (LOWERED_LSTM_NAME, LOWERED_LSTM), "GRU": ("GRULowered", GRU_LOWERED),
