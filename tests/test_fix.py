@@ -164,6 +164,41 @@ def test_mark_step_goes_in_the_loop_that_steps_never_in_a_forwards_loop(tmp_path
 
 
 @pytest.mark.torch
+def test_mark_step_goes_in_the_loop_that_grows_the_graph_not_the_one_whose_work_it_holds(tmp_path: Path) -> None:
+    # word_language_model's shape: one training step left pending (no mark_step()), then an
+    # evaluation loop whose hidden state grows the graph at each read. The training step's
+    # nodes are most of every graph, the same in each: the loop to cut is the evaluation's.
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "lm.py").write_text(
+        "import torch\nimport torch._lazy.ts_backend\n\n"
+        "torch._lazy.ts_backend.init()\n"
+        "torch.manual_seed(0)\n"
+        "layers = [torch.nn.Linear(16, 16).to('lazy') for _ in range(6)]\n"
+        "params = [p for layer in layers for p in layer.parameters()]\n"
+        "for batch in range(1):\n"
+        "    x = torch.ones(4, 16, device='lazy')\n"
+        "    for layer in layers:\n"
+        "        x = torch.tanh(layer(x))\n"
+        "    loss = x.pow(2).mean()\n"
+        "    loss.backward()\n"
+        "    for p in params:\n"
+        "        p.data.add_(p.grad, alpha=-0.1)\n"
+        "    print(f'train loss {loss.item():.4f}')\n"
+        "hidden = torch.zeros(4, 16, device='lazy')\n"
+        "total = 0.0\n"
+        "with torch.no_grad():\n"
+        "    for batch in range(6):\n"
+        "        hidden = torch.tanh(layers[0](hidden))\n"
+        "        total += hidden.mean().item()\n"
+        "print(f'eval {total:.4f}')\n")
+    trace = traced(folder, "lm.py")
+    result = cli("fix", trace, cwd=folder)
+    assert result.status == 0, result.stderr
+    assert "         total += hidden.mean().item()\n+        torch._lazy.mark_step()\n" in result.stdout, result.stdout
+
+
+@pytest.mark.torch
 def test_word_language_model_gets_mark_step_after_its_optimizer_update(tmp_path: Path) -> None:
     from test_real_programs import fake_corpus  # the corpus the real-program tests use
 

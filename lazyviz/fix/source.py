@@ -285,11 +285,21 @@ class Context:
         return frames
 
     def built_at(self, finding: Finding) -> Counter[str]:
-        """"file.py:12" -> nodes, over the largest graph the finding's executions ran."""
-        graphs = {self.run.execution(e).graph for e in finding.executions[:200]}
-        found = [self.run.ir_texts.parsed(g) for g in graphs]
-        largest = max((f for f in found if f is not None), key=len, default=None)
-        return largest.built_at if largest is not None else Counter()
+        """"file.py:12" -> nodes, over the largest graph the finding's executions ran; where
+        they ran graphs of several sizes (one that grows at every sync), the nodes each line
+        added from the smallest to the largest: the loop that grows it, not work pending
+        from before that every one of them holds alike (an unstepped training step under
+        the evaluation loop's growing graph)."""
+        executions = [self.run.execution(e) for e in finding.executions[:200]]
+        # At the finding's own site where it has one: a merged finding's other sites (a
+        # training step's read) are other loops' graphs.
+        here = [e for e in executions if finding.frame is not None and e.frame == finding.frame] or executions
+        found = [f for f in (self.run.ir_texts.parsed(g) for g in {e.graph for e in here}) if f is not None]
+        if not found:
+            return Counter()
+        largest, smallest = max(found, key=len), min(found, key=len)
+        grown = largest.built_at - smallest.built_at
+        return grown if len(largest) > len(smallest) and grown else largest.built_at
 
 def loop_reads(loop: ast.AST) -> set[str]:
     iterated = getattr(loop, "iter", None)
