@@ -97,6 +97,22 @@ def test_nothing_measured_at_all_is_not_a_gain() -> None:
     assert not judged.kept and judged.why_not.startswith("the edit did not fix the crash")
 
 
+def test_a_round_not_for_the_crash_is_judged_on_its_own_gains_when_the_crash_stays() -> None:
+    """word_language_model --model GRU, held out: round 3 made two slice bounds data (104
+    recompiles -> 0, sync halved) and the run still raised at the script's torch.load, as
+    the last kept run did. Not the round's crash to fix: kept for what it gained. The same
+    crash after an edit that was for it is that edit's failure, as before."""
+    crashed = dict(exit_status=1, state="raised UnpicklingError", crash="main.py:274 (UnpicklingError)")
+    last = measures(recompiles=104, sync_ms=8225.2, sync_samples=(140.0, 141.0, 139.0, 140.0), **crashed)
+    now = measures(recompiles=0, sync_ms=3997.1, sync_samples=(44.0, 45.0, 44.0, 45.0), **crashed)
+    baseline = original(last, last)
+    judged = _judged(RoundEdits(["the 2 slices as index_select"], {"f.py": ""}, [], for_crash=False), now, last, last,
+                     baseline)
+    assert judged.kept and "recompiles after warm-up 104 -> 0" in " ".join(judged.gains), judged
+    aimed = _judged(RoundEdits(["torch.load given weights_only=False"], {"f.py": ""}, []), now, last, last, baseline)
+    assert not aimed.kept and aimed.why_not.startswith("the edit did not fix the crash")
+
+
 def test_the_copy_reads_data_above_its_folder_and_writes_only_in_the_mirror(tmp_path: Path) -> None:
     repo = tmp_path / "examples"
     (repo / ".git").mkdir(parents=True)

@@ -114,7 +114,8 @@ class FixCommand:
                 return RoundEdits([], {}, [], outlived) if outlived else None
             files = {c.file: Path(c.file).read_bytes().decode("utf-8") for c in changes}
             return RoundEdits([p.summary for p in proposed if p.changes], apply_changes(files, changes),
-                              [p.alters_results for p in proposed if p.changes and p.alters_results], outlived)
+                              [p.alters_results for p in proposed if p.changes and p.alters_results], outlived,
+                              any(p.changes and p.finding.kind in ("crash", "failed_execution") for p in proposed))
 
         def next_round(kept: Run) -> RoundEdits | None:
             return edits_of(propose(kept))

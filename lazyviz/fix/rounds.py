@@ -45,6 +45,9 @@ class RoundEdits:
     alters: list[str]  # how the edits change the script's results, where they do
     # Findings whose edit the code already has (a kept round made it): they outlived it.
     outlived: list[str] = field(default_factory=list)
+    # An edit of the round's is for the crash: the same crash again is then its failure;
+    # otherwise the crash is not the round's to fix, and its other measures judge it.
+    for_crash: bool = True
 
 
 @dataclass(frozen=True)
@@ -60,11 +63,13 @@ class Round:
     fixed: list[str] = field(default_factory=list)  # the findings gone with it
 
 
-def _worse(new: Measures, old: Measures) -> str:
+def _worse(new: Measures, old: Measures, for_crash: bool = True) -> str:
     """Why a round made things worse than the last kept one, or ""."""
     ok, ending = crash_verdict(old, new)
     if not ok and old.crash and new.crash and ran_further(old, new) and new.crash != old.crash:
         return ""  # one crash traded for a later one: the next round's edit is for that one
+    if not ok and not for_crash and old.crash and new.crash == old.crash and new.exit_status == old.exit_status:
+        ok, ending = True, ""  # the same crash, which none of the round's edits was for: judged on the rest
     if not ok:
         return ending if old.crash else f"it ended {ending_of(new.state)}, not {ending_of(old.state)}"
     if ending:  # the crash is gone: whatever the counts, the copy now runs
@@ -192,7 +197,7 @@ def until_clean(info: RunInfo, texts: Mapping[str, str], first: RoundEdits, boun
                 if proposed is not None:  # the copy's paths back to the user's files
                     pending = RoundEdits(proposed.summaries, {str(root / Path(file).relative_to(side.folder)): text
                                                               for file, text in proposed.patched.items()},
-                                         proposed.alters, proposed.outlived)
+                                         proposed.alters, proposed.outlived, proposed.for_crash)
         if pending is not None and not pending.patched:
             outlived += [o for o in pending.outlived if o not in outlived]
         if pending is None and done and done[-1].kept and not stopped.startswith("the next edits"):
@@ -216,7 +221,7 @@ def _judged(pending: RoundEdits, measures: Measures, last: Measures, reference: 
     excuse = (f"expected: {pending.alters[0]}" if pending.alters else
               f"the script draws random numbers on the device ({', '.join(random[:2])}): not comparable"
               if random else "")
-    why = _worse(measures, last) or (f"the output {output}" if differs and not excuse else "")
+    why = _worse(measures, last, pending.for_crash) or (f"the output {output}" if differs and not excuse else "")
     found, fixed, within = ([], [], "") if why else gains(measures, last, original)
     if not why and not found:
         why = f"no measured gain: {within}" if within else "no measured gain (executions, recompiles, " \
