@@ -145,7 +145,7 @@ def trial_bound(run: Run, executions: Sequence[int], steps: int | None = None) -
     seen = [iteration_of(marks, e) for e in executions]
     last = max([DEFAULT_STEPS - 2, *(run.info.optimizer_steps if i is None else i for i in seen)])
     return Bound(max(last + 2, run.info.optimizer_steps + 1 if crashed else 0), "iterations",
-                 whole=not run.info.optimizer_steps)
+                 whole=not run.info.optimizer_steps and not crashed)  # a copy that runs on may step
 
 
 def steady_sync(sync_ms: Sequence[float], marks: Sequence[int]) -> float | None:
