@@ -52,13 +52,12 @@ def propose(finding: Finding, context: Context) -> Proposal:
         return Proposal(finding, f"{finding.fix} (the call passes **kwargs, which may hold stopping_criteria: add "
                                  "it by hand)")
     step, step_imports = call_name(source, *step_call)
-    step = step.removesuffix("()")
     criteria, criteria_imports = call_name(source, "transformers.StoppingCriteria", "transformers")
     listed, _ = call_name(source, "transformers.StoppingCriteriaList", "transformers")
     torch, torch_imports = call_name(source, "torch.zeros", "torch")
     changes = [_argument(source, call, f"stopping_criteria={listed}([{CRITERION}()])")]
-    defined = define_once(source, CRITERION, CRITERION_CLASS.format(stopping_criteria=criteria, step=step,
-                                                           torch=torch.rpartition(".")[0]))
+    text = CRITERION_CLASS.format(stopping_criteria=criteria, step=step, torch=torch.rpartition(".")[0])
+    defined = define_once(source, CRITERION, text)
     changes += [*step_imports, *criteria_imports, *torch_imports, *defined]
     return Proposal(finding, f"pass generate() at {source.name}:{frame.line} a stopping criterion that calls {step}() "
                              f"once per new token and stops nothing ({CRITERION}, defined once in the file): each "
@@ -68,8 +67,8 @@ def propose(finding: Finding, context: Context) -> Proposal:
 def _argument(source: Source, call: ast.Call, argument: str) -> Change:
     """`argument` added last to the call: right after its last argument, whatever the layout."""
     given = [*call.args, *call.keywords]
-    if not given:
-        line, column, argument = call.func.end_lineno or call.lineno, (call.func.end_col_offset or 0) + 1, argument
+    if not given:  # right after the opening parenthesis
+        line, column = call.func.end_lineno or call.lineno, (call.func.end_col_offset or 0) + 1
     else:
         last = max(given, key=lambda node: (node.end_lineno or 0, node.end_col_offset or 0))
         line, column, argument = last.end_lineno or last.lineno, last.end_col_offset or 0, f", {argument}"
