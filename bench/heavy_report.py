@@ -88,7 +88,7 @@ async def ui_first_answer(trace: Path) -> tuple[float, float, float]:
             shown = app.query_one("#fix").finding  # display alone reads True before its CSS applies
             if fix is None and shown is not None and shown.fix:
                 fix = time.perf_counter() - started
-            if app.latest is not None and app.latest.analysis.complete and app._opened:
+            if app.state.latest is not None and app.state.latest.analysis.complete and app.state.opened:
                 whole = time.perf_counter() - started
     return first or float("nan"), fix or float("nan"), whole or float("nan")
 

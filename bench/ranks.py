@@ -65,13 +65,13 @@ async def view(folder: Path) -> dict[str, float]:
         # itself, not with Pilot's round trip for a key press.
         switches, analysed = [math.nan], [math.nan]  # one rank: nothing to switch to
         for _ in range(5 if len(ranks) > 1 else 0):
-            before = app.trace_path
+            before = app.state.trace_path
             started = time.perf_counter()
-            app.action_switch_rank(1)
-            while app.trace_path == before or not table.rows:
+            app.trace_view.action_switch_rank(1)
+            while app.state.trace_path == before or not table.rows:
                 await pilot.pause(0.002)
             switches.append(time.perf_counter() - started)
-            while app.latest is None:
+            while app.state.latest is None:
                 await pilot.pause(0.002)
             analysed.append(time.perf_counter() - started)
             await pilot.pause(0.3)

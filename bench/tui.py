@@ -69,7 +69,7 @@ async def measure(path: Path, executions: int) -> dict[str, float]:
         while len(table.rows) < executions:
             await pilot.pause(0.01)
         shown = time.perf_counter() - started
-        while app.latest is None:
+        while app.state.latest is None:
             await pilot.pause(0.01)
         analysed = time.perf_counter() - started
         await pilot.press("home")
@@ -117,18 +117,18 @@ async def follow(folder: Path, rate: float, seconds: float) -> dict[str, float]:
     app = build_app(path, child)  # as `lazyviz run` builds it
     behind: list[float] = []
     async with app.run_test(size=(120, 40)) as pilot:
-        while not path.exists() or not app.count:
+        while not path.exists() or not app.state.count:
             await pilot.pause(0.05)
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         wall, cpu = time.perf_counter(), cpu_s()
         while child.poll() is None:
             written = db.execute("SELECT COALESCE(MAX(idx) + 1, 0) FROM executions").fetchone()[0]
-            behind.append(max(0, written - app.count) / rate)
+            behind.append(max(0, written - app.state.count) / rate)
             await pilot.pause(0.5)
         wall, cpu = time.perf_counter() - wall, cpu_s() - cpu
         ended = time.perf_counter()
         total = db.execute("SELECT COUNT(*) FROM executions").fetchone()[0]
-        while app.count < total:
+        while app.state.count < total:
             await pilot.pause(0.01)
         caught_up = time.perf_counter() - ended
         db.close()

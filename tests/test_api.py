@@ -221,7 +221,7 @@ async def test_the_terminal_ui_reads_a_trace_written_from_python(tmp_path: Path)
     app = build_app(tmp_path / "run.trace")
     async with app.run_test(size=(120, 30)) as pilot:
         table = app.query_one(ExecutionList)
-        await wait_for(pilot, lambda: len(table.rows) == 4 and app.latest is not None)
+        await wait_for(pilot, lambda: len(table.rows) == 4 and app.state.latest is not None)
         header = str(app.query_one(RunHeader).render())
         assert "lazyviz.trace() in Python" in header and "ended" in header
 

@@ -85,7 +85,7 @@ async def test_ui_switches_ranks_and_marks_the_divergent_step(divergent: Path) -
     app = build_app(ranks[0], ranks=ranks, poll_s=0.05)
     async with app.run_test(size=(100, 30)) as pilot:
         table = app.query_one(ExecutionList)
-        await wait_for(pilot, lambda: table.rows and app.run_info and app.run_info.finished)
+        await wait_for(pilot, lambda: table.rows and app.state.run_info and app.state.run_info.finished)
         assert "rank 0 of 2" in str(app.query_one("#header").render())
         await pilot.press("9")
         await wait_for(pilot, lambda: "ranks diverge" in app.query_one("#ranks-view").text)
@@ -93,7 +93,7 @@ async def test_ui_switches_ranks_and_marks_the_divergent_step(divergent: Path) -
         assert len(marked) == 1 and "step    2" in marked[0]
         rank0_graphs = {e.graph for e in table.rows}
         await pilot.press("right_square_bracket")
-        await wait_for(pilot, lambda: app.run_info is not None and app.run_info.rank.get("rank") == "1"
+        await wait_for(pilot, lambda: app.state.run_info is not None and app.state.run_info.rank.get("rank") == "1"
                        and len(table.rows) == app.query_one(ExecutionList).rows.__len__() > 0)
         assert "rank 1 of 2" in str(app.query_one("#header").render())
         assert {e.graph for e in table.rows} - rank0_graphs  # rank 1 ran a graph rank 0 did not

@@ -245,7 +245,7 @@ async def test_word_language_model_first_screen_names_the_root_cause_and_its_fix
         for _ in range(200):  # the analysis runs in a worker
             await pilot.pause(0.05)
             # ...and the fix line is shown and laid out, as the user first sees it.
-            if app.latest is not None and app._opened and app.query_one("#fix").size.width:
+            if app.state.latest is not None and app.state.opened and app.query_one("#fix").size.width:
                 break
         strip = app.query_one(FindingsStrip)
         first = str(strip.get_option_at_index(0).prompt)

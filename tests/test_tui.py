@@ -39,7 +39,7 @@ async def test_table_rows_causes_and_sites(sample_trace) -> None:
     app = build_app(sample_trace("item_in_loop"))
     async with app.run_test(size=SIZE) as pilot:
         table = app.query_one(ExecutionList)
-        await wait_for(pilot, lambda: len(table.rows) == 10 and app.latest is not None)
+        await wait_for(pilot, lambda: len(table.rows) == 10 and app.state.latest is not None)
         assert [e.cause for e in table.rows[:2]] == ["item", "mark_step"]
         line = table.render_line(0).text
         assert "item" in line and "item_in_loop.py:31" in line and "miss" in line
@@ -76,13 +76,13 @@ async def test_the_first_screen_names_the_problem(sample_trace, sample: str, siz
     app = build_app(sample_trace(sample))
     async with app.run_test(size=size) as pilot:
         table = app.query_one(ExecutionList)
-        await wait_for(pilot, lambda: app.latest is not None and app._opened)
+        await wait_for(pilot, lambda: app.state.latest is not None and app.state.opened)
         assert expected in strip_text(app)[0]
         assert all(len(line) <= size[0] for line in strip_text(app))  # one line each, never wrapped
         assert table.selected.cause == cause
         assert app.query_one("#details").active == tab
-        if app.latest.findings:
-            assert table.selected.index == app.latest.findings[0].executions[0]
+        if app.state.latest.findings:
+            assert table.selected.index == app.state.latest.findings[0].executions[0]
         header = str(app.query_one("#header").render())
         # The counts line survives any command length: the first line never wraps.
         assert header.splitlines()[1].startswith("steps ") and "misses" in header.splitlines()[1]
@@ -92,8 +92,8 @@ async def test_keys_move_between_findings_table_and_details(sample_trace) -> Non
     app = build_app(sample_trace("transformer_adamw"))
     async with app.run_test(size=(80, 24)) as pilot:
         table = app.query_one(ExecutionList)
-        await wait_for(pilot, lambda: app.latest is not None and app._opened)
-        findings = app.latest.findings
+        await wait_for(pilot, lambda: app.state.latest is not None and app.state.opened)
+        findings = app.state.latest.findings
         await pilot.press("g")  # the next finding: its first execution
         assert table.selected.index == findings[1].executions[0]
         await pilot.press("enter")
@@ -131,7 +131,7 @@ async def test_a_killed_run_shows_how_long_it_ran_not_how_long_ago_it_started(tm
     async with app.run_test(size=SIZE) as pilot:
         table = app.query_one(ExecutionList)
         await wait_for(pilot, lambda: len(table.rows) == 5)
-        app.refresh_header()
+        app.trace_view.refresh_header()
         await pilot.pause()
         header = str(app.query_one(RunHeader).render())
         assert "killed by SIGTERM" in header and " 4.5s " in header  # the last execution's end
@@ -312,13 +312,13 @@ async def test_search_finds_an_op(sample_trace) -> None:
         await pilot.press("home", "slash")
         await pilot.press(*"aten::_softmax", "enter")
         found = table.rows[table.cursor]
-        assert table.cursor > 0 and "aten::_softmax" in app.ir_texts[found.graph]
+        assert table.cursor > 0 and "aten::_softmax" in app.state.ir_texts[found.graph]
 
 
 async def test_findings_and_timing_tabs(sample_trace) -> None:
     app = build_app(sample_trace("fallback_mse"))
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.latest is not None and app.run_info and app.run_info.finished)
+        await wait_for(pilot, lambda: app.state.latest is not None and app.state.run_info and app.state.run_info.finished)
         await pilot.press("6")
         findings = str(app.query_one("#findings-view").render())
         assert "aten::mse_loss falls back" in findings and "fallback_mse.py:30" in findings
@@ -340,9 +340,9 @@ async def test_follows_a_trace_another_process_writes(tmp_path: Path) -> None:
         async with app.run_test(size=SIZE) as pilot:
             table = app.query_one(ExecutionList)
             await wait_for(pilot, lambda: len(table.rows) >= 1)
-            assert len(table.rows) == 1 and not app.run_info.finished
+            assert len(table.rows) == 1 and not app.state.run_info.finished
             gate.touch()
-            await wait_for(pilot, lambda: len(table.rows) == 6 and app.run_info.finished)
+            await wait_for(pilot, lambda: len(table.rows) == 6 and app.state.run_info.finished)
             assert "exited 0" in str(app.query_one("#header").render())
     finally:
         process.wait(60)
@@ -394,8 +394,8 @@ def test_snapshots(snap_compare, sample_trace, tmp_path: Path, sample: str, keys
 
     async def settle(pilot) -> None:
         table = app.query_one(ExecutionList)
-        await wait_for(pilot, lambda: app.run_info is not None and app.run_info.finished and table.rows
-                       and app.latest is not None and app._opened)
+        await wait_for(pilot, lambda: app.state.run_info is not None and app.state.run_info.finished and table.rows
+                       and app.state.latest is not None and app.state.opened)
         for key in keys:
             if key.startswith("theme:"):
                 app.theme = key.removeprefix("theme:")
@@ -472,7 +472,7 @@ async def test_a_live_run_moves_to_its_worst_finding_when_it_ends(tmp_path: Path
         async with app.run_test(size=(80, 24)) as pilot:
             table = app.query_one(ExecutionList)
             fix = app.query_one("#fix")
-            await wait_for(pilot, lambda: app._opened and fix.size.width > 0, seconds=120)
+            await wait_for(pilot, lambda: app.state.opened and fix.size.width > 0, seconds=120)
             assert table.selected is not None and table.selected.index == 4 and not table.follow
             assert fix.display and "pad or bucket batches" in str(fix.render())
     finally:
@@ -511,7 +511,7 @@ async def test_at_80x24_the_table_has_the_rows_and_whole_file_names(sample_trace
     app = build_app(sample_trace("transformer_adamw"))
     async with app.run_test(size=(80, 24)) as pilot:
         table = app.query_one(ExecutionList)
-        await wait_for(pilot, lambda: app.latest is not None and len(table.rows) > 20)
+        await wait_for(pilot, lambda: app.state.latest is not None and len(table.rows) > 20)
         strip = app.query_one(FindingsStrip)
         assert strip.has_class("compact") and strip.size.height == 1  # 2 findings, one line
         assert table.size.height >= 9
@@ -528,7 +528,7 @@ async def test_a_long_diff_sentence_wraps_at_80_columns(sample_trace) -> None:
     app = build_app(sample_trace("python_number_aliasing"))
     async with app.run_test(size=(80, 24)) as pilot:
         table = app.query_one(ExecutionList)
-        await wait_for(pilot, lambda: app.latest is not None and len(table.rows) == 6)
+        await wait_for(pilot, lambda: app.state.latest is not None and len(table.rows) == 6)
         await pilot.press("home", "down", "down", "down")  # the aliasing recompile
         diff = app.query_one("#diff-view", CodeView)
         await wait_for(pilot, lambda: "aliasing" in diff.text)
@@ -545,7 +545,7 @@ async def test_sorting_by_heading_reversing_and_only_visible_columns(sample_trac
     app = build_app(sample_trace("transformer_adamw"))
     async with app.run_test(size=(80, 24)) as pilot:
         table = app.query_one(ExecutionList)
-        await wait_for(pilot, lambda: app.latest is not None and len(table.rows) > 20)
+        await wait_for(pilot, lambda: app.state.latest is not None and len(table.rows) > 20)
         heading = app.query_one("#columns")
         layout = table.layout()
         assert "trace ms" not in [c.title for c in layout.columns]  # not at 80 columns

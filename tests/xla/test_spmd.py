@@ -168,7 +168,7 @@ async def test_the_ui_lists_a_graphs_collectives_and_the_bytes_per_step(spmd_tra
     async with app.run_test(size=(140, 40)) as pilot:
         table = app.query_one(ExecutionList)
         for _ in range(600):
-            if len(table.rows) == 3 and app.latest is not None:
+            if len(table.rows) == 3 and app.state.latest is not None:
                 break
             await pilot.pause(0.05)
         await pilot.press("end")

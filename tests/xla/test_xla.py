@@ -174,7 +174,7 @@ async def test_ui_shows_xla_executions(xla_trace) -> None:
     async with app.run_test(size=(100, 32)) as pilot:
         table = app.query_one(ExecutionList)
         for _ in range(600):
-            if len(table.rows) == 8 and app.latest is not None:
+            if len(table.rows) == 8 and app.state.latest is not None:
                 break
             await pilot.pause(0.05)
         assert [e.cause for e in table.rows[:2]] == ["item", "mark_step"]
@@ -745,10 +745,10 @@ async def test_the_ui_shows_the_launched_process_live_and_saved(tmp_path: Path) 
     async with app.run_test(size=(100, 32)) as pilot:
         table = app.query_one(ExecutionList)
         for _ in range(200):
-            if len(table.rows) == 4 and app.latest is not None:
+            if len(table.rows) == 4 and app.state.latest is not None:
                 break
             await pilot.pause(0.05)
-        assert app.trace_path == tmp_path / "spawned.ranks" / "rank0.trace"
+        assert app.state.trace_path == tmp_path / "spawned.ranks" / "rank0.trace"
         assert [e.cause for e in table.rows] == ["mark_step"] * 4
         assert "spawned.py" in table.render_line(0).text
     # lazyviz view on the launching script's saved trace goes there too.
@@ -758,7 +758,7 @@ async def test_the_ui_shows_the_launched_process_live_and_saved(tmp_path: Path) 
             if len(app.query_one(ExecutionList).rows) == 4:
                 break
             await pilot.pause(0.05)
-        assert app.trace_path == tmp_path / "spawned.ranks" / "rank0.trace"
+        assert app.state.trace_path == tmp_path / "spawned.ranks" / "rank0.trace"
 
 
 def test_reads_on_the_host_are_named_by_what_read(tmp_path: Path) -> None:
