@@ -19,10 +19,11 @@ from lazyviz.trace.synthetic import chain_ir
 BLOCK = ("aten::mul", "aten::addcmul", "aten::sqrt", "aten::div", "aten::add")
 
 
-def unrolled_ir(iterations: int, chained: bool) -> str:
+def unrolled_ir(iterations: int, chained: bool, built_in: tuple[str, ...] = ()) -> str:
     """A block of ops `iterations` times in one graph: each iteration reads the previous
     one's result (a loop without mark_step()), or its own input (an optimizer updating
-    one parameter after another)."""
+    one parameter after another). built_in: the functions the block's ops were built in,
+    in turn, as the IR's locations record them."""
     lines = ["IR {"]
     node = 0
     previous = None
@@ -30,8 +31,9 @@ def unrolled_ir(iterations: int, chained: bool) -> str:
         lines.append(f"  %{node} = [Float[8]] lazy_tensors::device_data(), device=CPU0, NodeType=D")
         value = f"%{previous}" if chained and previous is not None else f"%{node}"
         node += 1
-        for op in BLOCK:
-            lines.append(f"  %{node} = [Float[8]] {op}({value}), NodeType=N")
+        for number, op in enumerate(BLOCK):
+            where = f", location={built_in[number % len(built_in)]}@model.py:{40 + number}" if built_in else ""
+            lines.append(f"  %{node} = [Float[8]] {op}({value}){where}, NodeType=N")
             value = f"%{node}"
             node += 1
         previous = node - 1
@@ -44,6 +46,16 @@ def test_a_chained_block_is_a_loop_and_side_by_side_blocks_are_not() -> None:
         ir = unrolled_ir(8, chained)
         found = growth_findings([ex(0, cause="item", graph="g", nodes=48)], {"g": ir})
         assert [f.kind for f in found] == (["missing_mark_step"] if chained else []), chained
+
+
+def test_a_modules_own_loop_in_its_forward_is_not_a_missing_mark_step() -> None:
+    # mnist_rnn's LSTM as its cell over 28 rows: one forward's graph holds the 28 cells,
+    # as it must. A loop's iterations also build their loss or update outside forward.
+    for built_in, found in ((("forward",), []), (("forward", "train"), ["missing_mark_step"]),
+                            ((), ["missing_mark_step"])):
+        ir = unrolled_ir(8, True, built_in)
+        findings = growth_findings([ex(0, cause="item", graph="g", nodes=48)], {"g": ir})
+        assert [f.kind for f in findings] == found, built_in
 
 
 def _data(node: int, shape: str) -> str:
@@ -585,3 +597,17 @@ def test_a_state_read_to_the_host_one_tensor_at_a_time_is_a_finding() -> None:
         spread += [ex(2 * i, step=i, graph="step", sync_ms=5.0), ex(2 * i + 1, step=i, cause="cpu", graph=f"p{i}",
                                                                    sync_ms=40.0, line=55)]
     assert not [f for f in analyze(run_info(steps=12), spread, irs).findings if f.kind == "one_by_one_reads"]
+
+
+def test_a_fallback_over_two_host_calls_is_their_work_not_a_finding_of_its_own() -> None:
+    """dcgan's two save_image() calls: the copy fallback counted over both is inside them."""
+    from lazyviz.analysis.findings import Finding, _absorbed
+
+    def at(kind: str, line: int, executions: tuple[int, ...]) -> Finding:
+        return Finding(kind, "warning", kind, Frame("/w/main.py", line, "<module>"), executions)
+
+    real, fake = at("host_call", 265, (10, 11, 12)), at("host_call", 269, (20, 21, 22))
+    copy = at("fallback", 265, (11, 21))
+    kept = _absorbed([real, copy, fake, at("fallback", 248, (3, 11))])
+    assert [(f.kind, f.frame.line) for f in kept] == [("host_call", 265), ("host_call", 269), ("fallback", 248)]
+    assert kept[0].details["absorbed"] == kept[1].details["absorbed"] == ["fallback"]

@@ -113,3 +113,15 @@ def layer_stack(graph: IRGraph, start: int, period: int, repeats: int) -> bool:
     own = Counter(next(iter(seen)) for seen in readers.values() if len(seen) == 1)
     return all(own[k] >= max(4, 2 * len(carried[k])) for k in range(repeats))
 
+
+def forward_loop(graph: IRGraph, start: int, period: int, repeats: int) -> bool:
+    """Whether the repeated stretch is a loop inside a module's forward: every op whose
+    location the IR records was built in a function named `forward`. An RNN written as
+    its cell over the time steps (mnist_rnn's LSTM, lowered: 28 rows, one cell each), or
+    layers sharing their weights, unroll into the graph of one forward as they must; the
+    iterations of a loop without mark_step() also build a loss, a backward or an update
+    outside it. Unknown (no location recorded) is not a forward's loop."""
+    ops = [node for node in graph.nodes if not node.is_input][start:start + period * repeats]
+    functions = {node.location.rpartition("@")[0] for node in ops if node.location}
+    return functions == {"forward"}
+

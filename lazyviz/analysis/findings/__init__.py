@@ -92,20 +92,25 @@ def _blame_uncut_graph(findings: list[Finding], table: ExecutionTable, steps: in
 
 
 def _absorbed(findings: list[Finding]) -> list[Finding]:
-    """A finding of a kind that absorbs others (KindInfo.absorbs) takes in theirs whose
-    executions are all its own, and says which kinds it took."""
-    taken: set[int] = set()
+    """Findings of a kind that absorbs others (KindInfo.absorbs) take in theirs whose
+    executions are all theirs together (one copy fallback counted over two save_image()
+    calls is both calls' work), and each says which kinds it took."""
+    absorbers = [(finding, KINDS[finding.kind].absorbs) for finding in findings
+                 if finding.kind in KINDS and KINDS[finding.kind].absorbs]
+    taken: dict[int, Finding] = {}  # id() of the finding taken in: it
+    for other in findings:
+        covered = set().union(*(f.executions for f, kinds in absorbers if other.kind in kinds))
+        if other.executions and set(other.executions) <= covered:
+            taken[id(other)] = other
     result = []
     for finding in findings:
-        absorbs = KINDS[finding.kind].absorbs if finding.kind in KINDS else frozenset()
-        if not absorbs:
-            result.append(finding)
+        if id(finding) in taken:
             continue
-        own = set(finding.executions)
-        theirs = [n for n, other in enumerate(findings)
-                  if other.kind in absorbs and other.executions and set(other.executions) <= own]
-        taken.update(theirs)
-        result.append(replace(finding, details={**finding.details,
-                                                "absorbed": sorted({findings[n].kind for n in theirs})}))
-    return [f for f in result if not any(f is findings[n] for n in taken)]
+        absorbs = KINDS[finding.kind].absorbs if finding.kind in KINDS else frozenset()
+        if absorbs:
+            own = set(finding.executions)
+            kinds = sorted({t.kind for t in taken.values() if t.kind in absorbs and own & set(t.executions)})
+            finding = replace(finding, details={**finding.details, "absorbed": kinds})
+        result.append(finding)
+    return result
 

@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from lazyviz.analysis.blocks import iterations_chain, layer_stack, repeated_block
+from lazyviz.analysis.blocks import forward_loop, iterations_chain, layer_stack, repeated_block
 from lazyviz.analysis.findings._shared import growing_graphs, growing_sites, lines_that_built
 from lazyviz.analysis.findings.base import Finding, FindingKind, KindInfo, RunFacts
 from lazyviz.analysis.graphs import IRGraphs
@@ -254,6 +254,8 @@ def _unrolled_loop(graph: IRGraph | None, blocks: dict[tuple[str, ...], tuple[li
         return None  # side by side, not a loop: an optimizer updating its parameters one by one
     if layer_stack(graph, start, len(block), repeats):
         return None  # a model's layers, each with its own weights: the forward's structure, not a loop
+    if forward_loop(graph, start, len(block), repeats):
+        return None  # a module's own loop (an RNN's time steps), unrolled into one forward's graph
     return block, repeats
 
 
