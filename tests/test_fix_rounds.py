@@ -149,6 +149,57 @@ def test_a_host_side_call_is_named_at_the_users_line_through_torchs_wrappers() -
     assert host_call([user, Frame(site + "torchvision/models/resnet.py", 10, "forward")]) is None
 
 
+def test_a_host_call_given_a_detached_tensor_gets_cpu_not_a_second_detach() -> None:
+    from types import SimpleNamespace
+
+    from lazyviz.analysis.findings import Finding
+    from lazyviz.fix import host_tensor
+    from lazyviz.fix.source import Context, Source
+
+    text = ("fake = netG(noise)\n"
+            "vutils.save_image(fake.detach(), 'fake.png', normalize=True)\n"
+            "vutils.save_image(real, 'real.png', normalize=True)\n")
+    context = Context(SimpleNamespace(info=SimpleNamespace(sources={})), lambda path: Source(path, text))
+
+    def edited(line: int) -> str:
+        finding = Finding("host_call", "warning", "save_image() given a lazy tensor", Frame("/w/main.py", line, "<module>"),
+                          (1,), details={"call": "save_image"})
+        change, = host_tensor.propose(finding, context).changes
+        return change.lines[0]
+
+    assert edited(2) == "vutils.save_image(fake.detach().cpu(), 'fake.png', normalize=True)\n"
+    assert edited(3) == "vutils.save_image(real.detach().cpu(), 'real.png', normalize=True)\n"
+
+
+def test_a_value_read_only_to_be_printed_is_kept_a_tensor() -> None:
+    """dcgan: `D_x = output.mean().item()` each iteration, formatted with %.4f in the
+    log line: no .item(), so the step closure that prints reads it after the step."""
+    from types import SimpleNamespace
+
+    from lazyviz.analysis.findings import Finding
+    from lazyviz.fix import step_closure
+    from lazyviz.fix.source import Context, Source
+
+    def proposed(use: str) -> str:
+        text = ("for i, data in enumerate(loader):\n"
+                "    D_x = output.mean().item()\n"
+                f"    {use}\n")
+        info = SimpleNamespace(sources={}, names={"step_closure": "torch._lazy.add_step_closure"})
+        context = Context(SimpleNamespace(info=info), lambda path: Source(path, text))
+        finding = Finding("extra_sync", "warning", "Tensor.item() forces 1 extra execution per step",
+                          Frame("/w/main.py", 2, "<module>"), (1,), details={"cause": "item"})
+        proposal = step_closure.propose(finding, context)
+        return proposal.changes[0].lines[0] if proposal.changes else proposal.summary
+
+    assert proposed("print('[%d] D(x): %.4f' % (i, D_x))") == "    D_x = output.mean()\n"
+    assert proposed("print(f'D(x): {D_x:.4f}')") == "    D_x = output.mean()\n"
+    assert proposed("torch._lazy.add_step_closure(lambda D_x: print('%.4f' % D_x), args=(D_x,))") == \
+        "    D_x = output.mean()\n"
+    # Printed whole it would read "tensor(0.51...)"; compared, it syncs there all the same.
+    for use in ("print(D_x)", "print('%s' % D_x)", "print(f'{D_x}')", "best = max(best, D_x)"):
+        assert "move it by hand" in proposed(use), use
+
+
 # -- real programs --------------------------------------------------------------------------
 def _project(tmp_path: Path) -> Path:
     """pytorch/examples' layout: the example's folder beside the data folder."""

@@ -37,9 +37,12 @@ def propose(finding: Finding, context: Context) -> Proposal:
     moved = text[start:end]
     if not isinstance(tensor, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
         moved = f"({moved})"
-    new = f"{text[:start]}{moved}.detach().cpu(){text[end:]}"
+    # `fake.detach()` is already off the autograd graph: `.cpu()` alone, not a second detach.
+    detached = isinstance(tensor, ast.Call) and isinstance(tensor.func, ast.Attribute) and tensor.func.attr == "detach"
+    moved += ".cpu()" if detached else ".detach().cpu()"
+    new = f"{text[:start]}{moved}{text[end:]}"
     return Proposal(finding, f"hand {function}() at {source.name}:{frame.line} its tensor on the CPU "
-                             f"({text[start:end]}.detach().cpu()): one transfer after the graph runs, and the "
+                             f"({moved}): one transfer after the graph runs, and the "
                              "call's own work on the host", (Change(source.path, tensor.lineno, tensor.lineno + 1, (new,)),))
 
 

@@ -1,8 +1,11 @@
 """A per-step `.item()`/`print`: the statement moved into a step closure, which reads the
-value after the step's own execution (the same output, no extra execution)."""
+value after the step's own execution (the same output, no extra execution). A value read
+with `.item()` only to be formatted into such a print (dcgan's `D_x =
+output.mean().item()`) is kept a tensor instead: the closure formats it after the step."""
 from __future__ import annotations
 
 import ast
+import re
 
 from lazyviz.analysis.findings import Finding
 from lazyviz.fix.source import (
@@ -11,6 +14,7 @@ from lazyviz.fix.source import (
     Change,
     Context,
     Proposal,
+    Source,
     alone_on_its_lines,
     call_name,
     enclosing_loops,
@@ -18,6 +22,10 @@ from lazyviz.fix.source import (
 )
 
 READS = frozenset({"item", "tolist", "cpu", "numpy"})  # calls that read a tensor's values on the host
+# A printf conversion; a 0-dim tensor formats as its number under the numeric ones.
+_CONVERSION = re.compile(r"%(?:\([^)]*\))?[-+ #0]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[hlL]?([a-zA-Z%])")
+_NUMERIC = frozenset("diouxXeEfFgG")
+_NUMERIC_SPEC = re.compile(r".*[dxXoeEfFgGn%]$")
 _SCOPE_BINDERS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
 
@@ -62,6 +70,10 @@ def propose(finding: Finding, context: Context) -> Proposal:
     chain = path_to_line(source.tree, frame.line)
     statement = chain[-1] if chain else None
     loops = enclosing_loops(source, frame.line)
+    if loops and isinstance(statement, ast.Assign):
+        kept = _kept_a_tensor(statement, chain, source, context)
+        if kept is not None:
+            return Proposal(finding, kept[0], kept[1])
     if not loops or not isinstance(statement, ast.Expr) or not isinstance(statement.value, ast.Call) \
             or not alone_on_its_lines(source, statement):
         return Proposal(finding, f"{finding.fix} (the read at {frame.site.rpartition('/')[2]} is not a call "
@@ -95,6 +107,56 @@ def propose(finding: Finding, context: Context) -> Proposal:
     return Proposal(finding, f"move the read at {source.name}:{statement.lineno} into a step closure "
                              f"({call}): it prints the same values after the step, without an extra execution",
                     (change, *imports))
+
+
+def _kept_a_tensor(statement: ast.Assign, chain: list[ast.AST], source: Source, context: Context
+                   ) -> tuple[str, tuple[Change, ...]] | None:
+    """`name = <tensor>.item()` whose every use formats it as a number (`'%.4f' % name`,
+    `f"{name:.4f}"`, a step closure's argument): `.item()` dropped, so the value is read
+    where it is formatted, after the step where that is in a step closure."""
+    value = statement.value
+    if len(statement.targets) != 1 or not isinstance(statement.targets[0], ast.Name) \
+            or not isinstance(value, ast.Call) or value.args or value.keywords \
+            or not isinstance(value.func, ast.Attribute) or value.func.attr != "item" \
+            or statement.lineno != statement.end_lineno or not alone_on_its_lines(source, statement):
+        return None
+    name = statement.targets[0].id
+    parents = {child: node for node in ast.walk(source.tree) for child in ast.iter_child_nodes(node)}
+    uses = [node for node in ast.walk(source.tree) if isinstance(node, ast.Name) and node.id == name
+            and isinstance(node.ctx, ast.Load)]
+    if not uses or not all(_formatted(use, parents) for use in uses):
+        return None
+    tensor = ast.get_source_segment(source.text, value.func.value) or ""
+    line = source.line(statement.lineno)
+    start, end = value.col_offset, value.end_col_offset or 0
+    change = Change(source.path, statement.lineno, statement.lineno + 1, (line[:start] + tensor + line[end:],))
+    closure = context.run.info.names.get("step_closure", "a step closure")
+    return (f"keep {name} a tensor at {source.name}:{statement.lineno} ({name} = {tensor}): every use formats it "
+            f"as a number, so it is read where it is printed, after the step in {closure}, not in a graph of "
+            "its own", (change,))
+
+
+def _formatted(use: ast.Name, parents: dict[ast.AST, ast.AST]) -> bool:
+    """The name is formatted as a number where it is used: an argument of a printf
+    conversion that is numeric, an f-string field with a numeric spec, or handed to a step
+    closure (whose own parameter of the name is checked where it is used)."""
+    parent = parents.get(use)
+    if isinstance(parent, ast.FormattedValue):
+        spec = parent.format_spec
+        text = "".join(v.value for v in spec.values if isinstance(v, ast.Constant)) if isinstance(spec, ast.JoinedStr) \
+            else ""
+        return parent.conversion == -1 and bool(_NUMERIC_SPEC.match(text))
+    position, operands = 0, parent
+    if isinstance(parent, ast.Tuple):
+        position, operands = parent.elts.index(use), parents.get(parent)
+    if isinstance(operands, ast.BinOp) and isinstance(operands.op, ast.Mod) and operands.right in (use, parent) \
+            and isinstance(operands.left, ast.Constant) and isinstance(operands.left.value, str):
+        conversions = [c for c in _CONVERSION.findall(operands.left.value) if c != "%"]
+        return position < len(conversions) and conversions[position] in _NUMERIC
+    call = parents.get(parent) if isinstance(parent, ast.Tuple) else None
+    if isinstance(call, ast.keyword) and call.arg == "args":
+        call = parents.get(call)
+    return isinstance(call, ast.Call) and (ast.unparse(call.func).endswith("add_step_closure"))
 
 
 def answers(finding: Finding, context: Context) -> bool:
