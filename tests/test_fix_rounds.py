@@ -191,10 +191,10 @@ def test_a_value_read_only_to_be_printed_is_kept_a_tensor() -> None:
         proposal = step_closure.propose(finding, context)
         return proposal.changes[0].lines[0] if proposal.changes else proposal.summary
 
-    assert proposed("print('[%d] D(x): %.4f' % (i, D_x))") == "    D_x = output.mean()\n"
-    assert proposed("print(f'D(x): {D_x:.4f}')") == "    D_x = output.mean()\n"
+    assert proposed("print('[%d] D(x): %.4f' % (i, D_x))") == "    D_x = output.mean().detach()\n"
+    assert proposed("print(f'D(x): {D_x:.4f}')") == "    D_x = output.mean().detach()\n"
     assert proposed("torch._lazy.add_step_closure(lambda D_x: print('%.4f' % D_x), args=(D_x,))") == \
-        "    D_x = output.mean()\n"
+        "    D_x = output.mean().detach()\n"
     # Printed whole it would read "tensor(0.51...)"; compared, it syncs there all the same.
     for use in ("print(D_x)", "print('%s' % D_x)", "print(f'{D_x}')", "best = max(best, D_x)"):
         assert "move it by hand" in proposed(use), use

@@ -123,5 +123,10 @@ def forward_loop(graph: IRGraph, start: int, period: int, repeats: int) -> bool:
     outside it. Unknown (no location recorded) is not a forward's loop."""
     ops = [node for node in graph.nodes if not node.is_input][start:start + period * repeats]
     functions = {node.location.rpartition("@")[0] for node in ops if node.location}
-    return functions == {"forward"}
+    # A generator expression or lambda in forward (`(gates.narrow(...) for k in range(4))`)
+    # is forward's own code.
+    return functions - _INNER_SCOPES == {"forward"}
+
+
+_INNER_SCOPES = frozenset({"<genexpr>", "<listcomp>", "<setcomp>", "<dictcomp>", "<lambda>"})
 

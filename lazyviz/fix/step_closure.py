@@ -126,7 +126,8 @@ def _kept_a_tensor(statement: ast.Assign, chain: list[ast.AST], source: Source, 
             and isinstance(node.ctx, ast.Load)]
     if not uses or not all(_formatted(use, parents) for use in uses):
         return None
-    tensor = ast.get_source_segment(source.text, value.func.value) or ""
+    # Detached: the value is all the print needs, not the autograd graph behind it.
+    tensor = (ast.get_source_segment(source.text, value.func.value) or "") + ".detach()"
     line = source.line(statement.lineno)
     start, end = value.col_offset, value.end_col_offset or 0
     change = Change(source.path, statement.lineno, statement.lineno + 1, (line[:start] + tensor + line[end:],))
