@@ -200,6 +200,21 @@ def test_a_value_read_only_to_be_printed_is_kept_a_tensor() -> None:
         assert "move it by hand" in proposed(use), use
 
 
+def test_a_later_rounds_edits_name_the_users_lines_not_the_copys(tmp_path: Path) -> None:
+    """dcgan's round 2 said "the read at main.py:311": the copy's line, 50 lines of round
+    1's helper below the user's 261."""
+    from lazyviz.fix.rounds import _reader
+    from lazyviz.fix.trial import Side
+
+    original = "import torch\nfor i in range(3):\n    print(loss.item())\n"
+    patched = "import torch\n\n\ndef helper():\n    pass\n\n\nfor i in range(3):\n    print(loss.item())\n"
+    (tmp_path / "main.py").write_text(patched)
+    source = _reader(Side("round 2", tmp_path, tmp_path / "t.trace", {"main.py": (original, patched)}))(
+        str(tmp_path / "main.py"))
+    assert source is not None and source.at(9) == "main.py:3" and source.at(1) == "main.py:1"
+    assert source.at(4) == "main.py:4 (a line an earlier round added)"
+
+
 # -- real programs --------------------------------------------------------------------------
 def _project(tmp_path: Path) -> Path:
     """pytorch/examples' layout: the example's folder beside the data folder."""

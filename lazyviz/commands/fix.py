@@ -9,12 +9,13 @@ import difflib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from lazyviz.analysis.run import Run
 from lazyviz.commands.base import CliError, open_trace, regular_file, say, step_count
 from lazyviz.fix.patch import PatchError, edited_copy, is_diff, patched_texts
-from lazyviz.fix.proposals import Change, Proposal, apply_changes, file_hash, propose, unified_diff
+from lazyviz.fix.proposals import Change, Proposal, Source, apply_changes, file_hash, propose, unified_diff
 from lazyviz.fix.rounds import RoundEdits, until_clean
 from lazyviz.fix.trial import (
     DEFAULT_STEPS,
@@ -117,8 +118,8 @@ class FixCommand:
                               [p.alters_results for p in proposed if p.changes and p.alters_results], outlived,
                               any(p.changes and p.finding.kind in ("crash", "failed_execution") for p in proposed))
 
-        def next_round(kept: Run) -> RoundEdits | None:
-            return edits_of(propose(kept))
+        def next_round(kept: Run, read: Callable[[str], Source | None]) -> RoundEdits | None:
+            return edits_of(propose(kept, read))
 
         first = edits_of(proposals)
         assert first is not None and first.patched

@@ -83,7 +83,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
     if len(here) != 1:
         return Proposal(finding, finding.fix)
     if _wrapped(here[0].args[0]):
-        return Proposal(finding, f"torch.save at {source.name}:{frame.line} already saves {STATE_ON_CPU_NAME}(...), "
+        return Proposal(finding, f"torch.save at {source.at(frame.line)} already saves {STATE_ON_CPU_NAME}(...), "
                                  "and the finding is still there: what it saves holds a lazy tensor that helper does "
                                  "not reach", outlived=True)
     per_line: dict[int, list[ast.expr]] = {}
@@ -106,7 +106,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
     main = next(change for change in lines if change.start == here[0].args[0].lineno)
     others = [change for change in lines if change is not main]
     changes = (main, *others, *((*step_imports, *torch_imports, *defined) if defined else ()))
-    where = ", ".join(f"{source.name}:{change.start}" for change in sorted(lines, key=lambda c: c.start))
+    where = ", ".join(f"{source.at(change.start)}" for change in sorted(lines, key=lambda c: c.start))
     return Proposal(finding, f"torch.save at {where} saves {STATE_ON_CPU_NAME}(...): the state on the CPU, after "
                              "one sync (a lazy tensor has no storage on the host for torch.save to write; a whole "
                              "module is saved as a copy on the CPU, the model stays on the device), defined once "

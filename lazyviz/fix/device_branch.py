@@ -74,7 +74,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
     statement = next((node for node in reversed(chain) if isinstance(node, (ast.If, ast.Assign))), None)
     choice = _choice(statement, frame.line) if isinstance(statement, ast.stmt) else None
     if statement is None or choice is None or not alone_on_its_lines(source, statement):
-        return Proposal(finding, f"{finding.fix} (the branch at {source.name}:{frame.line} does more than choose "
+        return Proposal(finding, f"{finding.fix} (the branch at {source.at(frame.line)} does more than choose "
                                  "a value: keep it on the device by hand)")
     name, test, yes, no = choice
     if not all(_pure(part) for part in (test, yes, *([no] if no is not None else []))):
@@ -85,7 +85,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
                                         context.run.info.backend)
     indent = source.indent_of(statement.lineno)
     new = f"{indent}{name} = {expression}{source.newline()}"
-    return Proposal(finding, f"the choice at {source.name}:{statement.lineno} made on the device, {name} = "
+    return Proposal(finding, f"the choice at {source.at(statement.lineno)} made on the device, {name} = "
                              f"{expression[:60]}{'...' if len(expression) > 60 else ''}: the same value, no read of "
                              "the condition on the host (both values are computed)",
                     (Change(source.path, statement.lineno, (statement.end_lineno or statement.lineno) + 1, (new,)),

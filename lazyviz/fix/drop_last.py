@@ -106,7 +106,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
     change = keyword_set(source, call, "drop_last", "True")  # drop_last=False or a variable: set
     if change is None:
         return Proposal(finding, "the last batch is smaller: set drop_last=True on the DataLoader")
-    return Proposal(finding, f"drop_last=True on the DataLoader at {source.name}:{call.lineno}: every batch then "
+    return Proposal(finding, f"drop_last=True on the DataLoader at {source.at(call.lineno)}: every batch then "
                              "has one shape (the last, short one is skipped)",
                     (change,),
                     alters_results="drop_last=True skips each epoch's last, short batch: the model trains on fewer "

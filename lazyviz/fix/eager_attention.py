@@ -43,7 +43,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
         return Proposal(finding, finding.fix)
     change = keyword_set(source, call, "attn_implementation", '"eager"')
     if change is None:
-        return Proposal(finding, f"{finding.fix} (set attn_implementation=\"eager\" at {source.name}:{call.lineno})")
+        return Proposal(finding, f"{finding.fix} (set attn_implementation=\"eager\" at {source.at(call.lineno)})")
     return Proposal(finding, f"attn_implementation=\"eager\" on the model at {os.path.basename(source.path)}:"
                              f"{call.lineno}: its attention is then written from ops that lower, with the same "
                              "results, instead of scaled_dot_product_attention's masked path, which falls back",

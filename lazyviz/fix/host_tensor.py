@@ -25,10 +25,10 @@ def propose(finding: Finding, context: Context) -> Proposal:
         return Proposal(finding, finding.fix)
     calls = [call for call in calls_named(source, frame.line, function) if call.args]
     if len(calls) != 1:
-        return Proposal(finding, f"{finding.fix} (no single {function}() call at {source.name}:{frame.line} to edit)")
+        return Proposal(finding, f"{finding.fix} (no single {function}() call at {source.at(frame.line)} to edit)")
     tensor = calls[0].args[0]
     if _on_the_cpu(tensor):
-        return Proposal(finding, f"{function}() at {source.name}:{frame.line} is already handed a tensor on the CPU, "
+        return Proposal(finding, f"{function}() at {source.at(frame.line)} is already handed a tensor on the CPU, "
                                  "and the finding is still there: another argument is on the device", outlived=True)
     if tensor.lineno != tensor.end_lineno:
         return Proposal(finding, f"{finding.fix} (its first argument spans lines: change it by hand)")
@@ -41,7 +41,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
     detached = isinstance(tensor, ast.Call) and isinstance(tensor.func, ast.Attribute) and tensor.func.attr == "detach"
     moved += ".cpu()" if detached else ".detach().cpu()"
     new = f"{text[:start]}{moved}{text[end:]}"
-    return Proposal(finding, f"hand {function}() at {source.name}:{frame.line} its tensor on the CPU "
+    return Proposal(finding, f"hand {function}() at {source.at(frame.line)} its tensor on the CPU "
                              f"({moved}): one transfer after the graph runs, and the "
                              "call's own work on the host", (Change(source.path, tensor.lineno, tensor.lineno + 1, (new,)),))
 

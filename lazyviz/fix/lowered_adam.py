@@ -109,7 +109,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
         changes.append(Change(source.path, line, line + 1, (text,)))
     torch, imports = call_name(source, "torch.optim", "torch")
     defined = define_once(source, LOWERED_ADAM_NAME, LOWERED_ADAM.format(torch=torch.rpartition(".")[0]))
-    where = ", ".join(f"{source.name}:{change.start}" for change in changes)
+    where = ", ".join(f"{source.at(change.start)}" for change in changes)
     if defined:
         changes += [*imports, *defined]
     return Proposal(finding, f"the optimizer at {where} made through {LOWERED_ADAM_NAME}(): its step() from ops that "

@@ -55,6 +55,6 @@ def propose(finding: Finding, context: Context) -> Proposal:
     defined = define_once(source, LOWERED_NAME, LOWERED.format(torch=torch.rpartition(".")[0]))
     if defined:
         changes += [*imports, *defined]
-    return Proposal(finding, f"scaled_dot_product_attention at {source.name}:{line} as {LOWERED_NAME}, the same "
+    return Proposal(finding, f"scaled_dot_product_attention at {source.at(line)} as {LOWERED_NAME}, the same "
                              "attention (scale, causal and boolean masks by masked_fill, softmax, dropout) from ops "
                              "that lower, defined once in the file: no fallback, no sync", tuple(changes))

@@ -53,7 +53,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
         return Proposal(finding, finding.fix)
     calls = calls_named(source, frame.line, "clip_grad_norm_")
     if len(calls) != 1 or not _clip_call(calls[0]) or calls[0].func.end_lineno != calls[0].func.lineno:
-        return Proposal(finding, f"{finding.fix} (the call at {source.name}:{frame.line} is not one the lowered "
+        return Proposal(finding, f"{finding.fix} (the call at {source.at(frame.line)} is not one the lowered "
                                  "function can stand for: another norm, or error_if_nonfinite)")
     line = calls[0].func.lineno
     changes = [renamed_call(source, calls[0], LOWERED_CLIP_NAME)]
@@ -61,7 +61,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
     defined = define_once(source, LOWERED_CLIP_NAME, LOWERED_CLIP.format(torch=torch.rpartition(".")[0]))
     if defined:
         changes += [*imports, *defined]
-    return Proposal(finding, f"clip_grad_norm_ at {source.name}:{line} as {LOWERED_CLIP_NAME}, the same clipping "
+    return Proposal(finding, f"clip_grad_norm_ at {source.at(line)} as {LOWERED_CLIP_NAME}, the same clipping "
                              "(the 2-norm of all gradients, scaled by max_norm / (norm + 1e-6) up to 1) from ops "
                              "that lower, defined once in the file: no fallback, no sync per parameter",
                     tuple(changes))

@@ -187,7 +187,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
                 made_as = f"{BY_NAME}({text[start:end]})" if name == BY_NAME else LOWERED[name][0]
                 text = text[:start] + made_as + text[end:]
             changes.append(Change(source.path, line, line + 1, (text,)))
-        where = ", ".join(f"{source.name}:{change.start}" for change in changes)
+        where = ", ".join(f"{source.at(change.start)}" for change in changes)
         names = {name for _, name in calls}
         kinds = sorted(LOWERED) if BY_NAME in names else sorted(names)
         torch, imports = call_name(source, "torch.nn", "torch")

@@ -94,7 +94,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
 
 def _insert_at_loop_end(finding: Finding, source: Source, loop: ast.AST, step_call: tuple[str, str]) -> Proposal:
     first, last = loop.body[0], loop.body[-1]
-    where = f"{source.name}:{loop.lineno}"
+    where = f"{source.at(loop.lineno)}"
     if first.lineno == loop.lineno:
         return Proposal(finding, f"{finding.fix} (the loop at {where} is written on one line: split it first)")
     call, imports = call_name(source, *step_call)
@@ -108,7 +108,7 @@ def _insert_at_loop_end(finding: Finding, source: Source, loop: ast.AST, step_ca
                       (f"{indent}{call}(){source.newline()}",))]
     for skip in own_statements(loop, ast.Continue):
         if not alone_on_its_lines(source, skip):
-            return Proposal(finding, f"{finding.fix} (the `continue` at {source.name}:{skip.lineno} shares its "
+            return Proposal(finding, f"{finding.fix} (the `continue` at {source.at(skip.lineno)} shares its "
                                      "line: call it before that `continue` too)")
         changes.append(Change(source.path, skip.lineno, skip.lineno,
                               (f"{source.indent_of(skip.lineno)}{call}(){source.newline()}",)))

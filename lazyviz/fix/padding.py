@@ -77,7 +77,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
     change = keyword_set(source, call, "pad_to_multiple_of", str(multiple))
     assert change is not None  # the call has no pad_to_multiple_of (_padding_calls): it is added
     shown = f"{len(lengths)} lengths seen ({lengths[0]} to {lengths[-1]})"
-    return Proposal(finding, f"pad_to_multiple_of={multiple} on the padding at {source.name}:{call.lineno}: the "
+    return Proposal(finding, f"pad_to_multiple_of={multiple} on the padding at {source.at(call.lineno)}: the "
                              f"{shown} become {shapes} shape{'s' * (shapes != 1)}, so one graph serves them, for "
                              f"{cost:.0%} more tokens over those lengths",
                     (change,),

@@ -9,14 +9,17 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from lazyviz.analysis.run import Run
 from lazyviz.fix.output_check import OutputCheck
+from lazyviz.fix.source import Source, read_source
 from lazyviz.fix.trial import (
     Bound,
     Measures,
     Original,
+    Side,
     after_bound,
     by_iteration,
     by_key,
@@ -29,7 +32,7 @@ from lazyviz.fix.trial import (
     run_side,
     shown,
 )
-from lazyviz.fix.workspace import copy_root, work_folder
+from lazyviz.fix.workspace import copy_root, original_line, work_folder
 from lazyviz.trace import open as open_trace
 from lazyviz.trace.model import RunInfo
 
@@ -149,16 +152,17 @@ def gains(new: Measures, old: Measures, original: Original) -> tuple[list[str], 
 
 
 def until_clean(info: RunInfo, texts: Mapping[str, str], first: RoundEdits, bound: Bound, timeout: float | None,
-                rounds: int, keep: bool = False, propose_next: Callable[[Run], RoundEdits | None] | None = None,
+                rounds: int, keep: bool = False,
+                propose_next: Callable[[Run, Callable[[str], Source | None]], RoundEdits | None] | None = None,
                 recorded_executions: int | None = None) -> tuple[str, Measures, list[Round], dict[str, str]]:
     """--until-clean: the first round's edits, then, round after round, the edits lazyviz
     proposes for the last kept run's findings, each round run on a fresh copy with every
     edit kept so far. Stops when no edit is left, a round is not kept (it made things
     worse, changed the output, or gained nothing beyond the noise), or after `rounds`. An
     output that differs is kept where an edit says it changes results (drop_last) or the
-    script draws random numbers on the device. propose_next(run) gives a kept run's edits
-    with files in its copy. Returns (the table, the original's measures, the rounds, the
-    files' texts with every kept edit)."""
+    script draws random numbers on the device. propose_next(run, read) gives a kept run's
+    edits with files in its copy, read by `read`, which says the user's lines. Returns
+    (the table, the original's measures, the rounds, the files' texts with every kept edit)."""
     root = copy_root(info, list(texts))
     with work_folder(keep) as work:
         original = Original(info, root, work, bound, timeout, recorded_executions)
@@ -189,7 +193,7 @@ def until_clean(info: RunInfo, texts: Mapping[str, str], first: RoundEdits, boun
             pending = None
             if propose_next is not None:
                 with open_trace(side.trace) as trace:
-                    proposed = propose_next(Run(trace).analysed())
+                    proposed = propose_next(Run(trace).analysed(), _reader(side))
                 outside = [f for f in (proposed.patched if proposed else {}) if not Path(f).is_relative_to(side.folder)]
                 if outside:  # a module imported from outside the copied folder: not this round's to edit
                     stopped = f"the next edits are for {outside[0]}, outside the copied folder {root}"
@@ -208,6 +212,19 @@ def until_clean(info: RunInfo, texts: Mapping[str, str], first: RoundEdits, boun
         if keep:
             text += f"\n  the copies and their traces: {work}"
         return text, before, done, kept_texts
+
+
+def _reader(side: Side) -> Callable[[str], Source | None]:
+    """Reads the files of a round's copy as sources whose lines are said as the user's own
+    (`main.py:258`, not the copy's 308 below the helpers an earlier round added)."""
+    def read(path: str) -> Source | None:
+        source = read_source(path)
+        if source is not None and Path(path).is_relative_to(side.folder):
+            pair = side.texts.get(Path(path).relative_to(side.folder).as_posix())
+            if pair is not None:
+                source.origin = partial(original_line, pair[0], source.text)
+        return source
+    return read
 
 
 def _judged(pending: RoundEdits, measures: Measures, last: Measures, reference: Measures,

@@ -33,7 +33,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
     opened, closed = ("[", "]") if isinstance(given, ast.List) else ("(", ")")
     change = Change(source.path, given.lineno, given.lineno + 1,
                     (text[:given.col_offset] + opened + written + closed + text[given.end_col_offset or 0:],))
-    return Proposal(finding, f"annotate the tensor at {source.name}:{given.lineno} {opened}{written}{closed}: split on "
+    return Proposal(finding, f"annotate the tensor at {source.at(given.lineno)} {opened}{written}{closed}: split on "
                              "the dimension the matmul sums over, so XLA sums partial products (one all-reduce) "
                              "rather than gathering", (change,))
 

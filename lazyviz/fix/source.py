@@ -63,14 +63,24 @@ class Proposal:
 
 
 class Source:
-    """One of the user's files: its text, lines and syntax tree."""
+    """One of the user's files: its text, lines and syntax tree. In a later round of
+    --until-clean it is the copy's, with the earlier rounds' edits: origin then maps its
+    lines to the user's own, which is what the user reads (`at`)."""
 
-    def __init__(self, path: str, text: str) -> None:
+    def __init__(self, path: str, text: str, origin: Callable[[int], int | None] | None = None) -> None:
         self.path = path
         self.text = text
         self.lines = text.splitlines(keepends=True)
         self.tree = ast.parse(text, filename=path)
         self.name = os.path.basename(path)
+        self.origin = origin
+
+    def at(self, number: int) -> str:
+        """"main.py:258": the user's line, where the text is an edited copy of their file."""
+        if self.origin is None:
+            return f"{self.name}:{number}"
+        mapped = self.origin(number)
+        return f"{self.name}:{mapped}" if mapped is not None else f"{self.name}:{number} (a line an earlier round added)"
 
     def line(self, number: int) -> str:
         return self.lines[number - 1] if 0 < number <= len(self.lines) else ""

@@ -84,7 +84,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
              and node.lineno == frame.line == node.end_lineno]
     if len(calls) != 1:
         return Proposal(finding, f"{finding.fix} ({len(calls)} {'/'.join(names)} calls on one line at "
-                                 f"{source.name}:{frame.line}: change it by hand)")
+                                 f"{source.at(frame.line)}: change it by hand)")
     call = calls[0]
     name = _piece_call(call, names)
     assert name is not None and isinstance(call.func, ast.Attribute)
@@ -103,7 +103,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
     replaced = f"{helper}({', '.join([receiver, *arguments])})"
     new = text[:call.col_offset] + replaced + text[call.end_col_offset or 0:]
     changes = (Change(source.path, frame.line, frame.line + 1, (new,)), *define_once(source, helper, body))
-    return Proposal(finding, f"{name} at {source.name}:{frame.line} as {helper}, the same pieces taken by "
+    return Proposal(finding, f"{name} at {source.at(frame.line)} as {helper}, the same pieces taken by "
                              f"{'select' if name == 'unbind' else 'narrow'} (which lowers), defined once in the file: "
                              f"{name} falls back on this backend and hands its pieces back on the host", changes)
 

@@ -104,7 +104,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
     text = head + moved + tail
     change = Change(source.path, statement.lineno, (statement.end_lineno or statement.lineno) + 1,
                     tuple(text.splitlines(keepends=True)))
-    return Proposal(finding, f"move the read at {source.name}:{statement.lineno} into a step closure "
+    return Proposal(finding, f"move the read at {source.at(statement.lineno)} into a step closure "
                              f"({call}): it prints the same values after the step, without an extra execution",
                     (change, *imports))
 
@@ -132,7 +132,7 @@ def _kept_a_tensor(statement: ast.Assign, chain: list[ast.AST], source: Source, 
     start, end = value.col_offset, value.end_col_offset or 0
     change = Change(source.path, statement.lineno, statement.lineno + 1, (line[:start] + tensor + line[end:],))
     closure = context.run.info.names.get("step_closure", "a step closure")
-    return (f"keep {name} a tensor at {source.name}:{statement.lineno} ({name} = {tensor}): every use formats it "
+    return (f"keep {name} a tensor at {source.at(statement.lineno)} ({name} = {tensor}): every use formats it "
             f"as a number, so it is read where it is printed, after the step in {closure}, not in a graph of "
             "its own", (change,))
 

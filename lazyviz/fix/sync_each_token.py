@@ -38,12 +38,12 @@ def propose(finding: Finding, context: Context) -> Proposal:
         return Proposal(finding, finding.fix)
     calls = calls_named(source, frame.line, "generate")
     if len(calls) != 1:
-        return Proposal(finding, f"{finding.fix} (no single generate() call at {source.name}:{frame.line} to edit)")
+        return Proposal(finding, f"{finding.fix} (no single generate() call at {source.at(frame.line)} to edit)")
     call = calls[0]
     given = next((k for k in call.keywords if k.arg == "stopping_criteria"), None)
     if given is not None:
         if CRITERION in ast.unparse(given.value):
-            return Proposal(finding, f"generate() at {source.name}:{frame.line} is given {CRITERION} already, and the "
+            return Proposal(finding, f"generate() at {source.at(frame.line)} is given {CRITERION} already, and the "
                                      "graph still grows: the growth is elsewhere (read the repeated block's lines)",
                             outlived=True)
         return Proposal(finding, f"{finding.fix} (the call has stopping criteria of its own: add {CRITERION}() to "
@@ -59,7 +59,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
     text = CRITERION_CLASS.format(stopping_criteria=criteria, step=step, torch=torch.rpartition(".")[0])
     defined = define_once(source, CRITERION, text)
     changes += [*step_imports, *criteria_imports, *torch_imports, *defined]
-    return Proposal(finding, f"pass generate() at {source.name}:{frame.line} a stopping criterion that calls {step}() "
+    return Proposal(finding, f"pass generate() at {source.at(frame.line)} a stopping criterion that calls {step}() "
                              f"once per new token and stops nothing ({CRITERION}, defined once in the file): each "
                              "token runs its own small graph instead of the whole decode so far", tuple(changes))
 

@@ -214,6 +214,7 @@ def _located(measures: Measures, info: RunInfo, side: Side) -> Measures:
     """The crash placed in the original's lines: a copy's line that an edit moved (a helper
     added above it) is the statement it was in the original, so the same statement raising
     again reads as the same crash."""
+    measures = replace(measures, findings=[_at_users_line(f, side) for f in measures.findings])
     frame = _raised_in(info) if info.error else None
     if frame is None:
         return measures
@@ -228,6 +229,22 @@ def _located(measures: Measures, info: RunInfo, side: Side) -> Measures:
     kind = info.error.split(":")[0]
     where = f"{Path(relative).name}:{line}" if line is not None else f"{Path(relative).name}, in lines the edit added"
     return replace(measures, crash=f"{where} ({kind})", crash_at=(relative, line))
+
+
+def _at_users_line(finding: Finding, side: Side) -> Finding:
+    """A finding of a copy's run at the user's line (the table's "findings that
+    appeared"), where an edit moved it; as it is where the line is the edit's own."""
+    frame = finding.frame
+    if frame is None or not side.texts:
+        return finding
+    try:
+        relative = Path(frame.file).resolve().relative_to(side.folder.resolve()).as_posix()
+    except ValueError:
+        return finding
+    if relative not in side.texts:
+        return finding
+    line = original_line(*side.texts[relative], frame.line)
+    return finding if line is None else replace(finding, frame=replace(frame, line=line))
 
 
 def finding_key(finding: Finding) -> tuple[str, str, str]:
