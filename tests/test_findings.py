@@ -8,6 +8,7 @@ from lazyviz.analysis import analyze
 from lazyviz.analysis.blocks import repeated_block
 from lazyviz.analysis.budget import Budget, check_budget
 from lazyviz.analysis.failures import headline, promoted_scalars
+from lazyviz.analysis.findings import find_all
 from lazyviz.analysis.findings.extra_sync import extra_sync_findings
 from lazyviz.analysis.findings.fallback import fallback_findings
 from lazyviz.analysis.findings.missing_mark_step import growth_findings
@@ -122,6 +123,9 @@ def test_missing_mark_step_ranks_first_and_says_what_it_inflates() -> None:
     fallback = next(f for f in findings if f.kind == "fallback")
     assert fallback.cost_ms > findings[0].cost_ms  # ranked below it all the same
     assert "fix the missing mark_step() finding first" in fallback.message
+    # On PyTorch/XLA the call that cuts the graph is torch_xla.sync(): the note names it.
+    xla = find_all(executions, 0, [], {}, {"mark_step": "torch_xla.sync()", "step_closure": "xm.add_step_closure"})
+    assert "fix the missing torch_xla.sync() finding first" in next(f for f in xla if f.kind == "fallback").message
 
 
 def test_fallbacks_of_one_call_are_one_finding() -> None:

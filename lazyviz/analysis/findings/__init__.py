@@ -50,7 +50,7 @@ def find_all(
     findings = [replace(finding, cost_ms=table.sum_at(table.sync_ms, finding.executions))
                 for finder in FINDERS for finding in finder.find(facts)]
     findings = _absorbed(findings)
-    findings = _blame_uncut_graph(_crash_speaks_for_its_op(findings), table, steps)
+    findings = _blame_uncut_graph(_crash_speaks_for_its_op(findings), table, steps, names)
     return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), f.kind not in ROOT_KINDS, -f.cost_ms))
 
 
@@ -67,7 +67,8 @@ ROOT_KINDS = frozenset({FindingKind.MISSING_MARK_STEP})
 MIN_INFLATED_MS = 5.0  # syncs quicker than this are not worth blaming on an uncut graph
 
 
-def _blame_uncut_graph(findings: list[Finding], table: ExecutionTable, steps: int) -> list[Finding]:
+def _blame_uncut_graph(findings: list[Finding], table: ExecutionTable, steps: int,
+                       names: Mapping[str, str] = TS_NAMES) -> list[Finding]:
     """A sync that runs a graph a missing mark_step() left uncut pays for all the work
     pending since the loop began: findings that point at such syncs say so, with what
     each cost, so the user fixes the root first. In a run without any step every sync
@@ -77,6 +78,7 @@ def _blame_uncut_graph(findings: list[Finding], table: ExecutionTable, steps: in
         return findings
     if not steps:
         uncut = set(table.indices(range(len(table))))
+    cut = names["mark_step"].removeprefix("torch._lazy.")  # mark_step(), or torch_xla.sync() on XLA
     blamed = []
     for finding in findings:
         inflated = [e for e in finding.executions if e in uncut]
@@ -85,7 +87,7 @@ def _blame_uncut_graph(findings: list[Finding], table: ExecutionTable, steps: in
             blamed.append(finding)
             continue
         note = (f"; {each:.0f} ms per sync because the graph is not cut: "
-                "fix the missing mark_step() finding first")
+                f"fix the missing {cut} finding first")
         blamed.append(replace(finding, message=finding.message + note,
                               details={**finding.details, "inflated_by_missing_mark_step": len(inflated)}))
     return blamed
