@@ -73,6 +73,34 @@ def test_mnist_ported_right_has_no_false_mark_step_finding(tmp_path: Path) -> No
     assert "missing mark_step" not in check.stdout
 
 
+def test_mnists_own_argmax_is_edited_to_max_indices_and_falls_back_no_more(tmp_path: Path) -> None:
+    """pytorch/examples' mnist's evaluation: `scores.argmax(dim=1)` falls back on TS. The
+    edit takes the same indices from max; LTC then counts no argmax, and the evaluation
+    prints the same loss and count."""
+    program = tmp_path / "mnist_lazy.py"
+    shutil.copy(PROGRAMS / "mnist_lazy.py", program)
+    trace = tmp_path / "mnist.trace"
+    assert cli("run", "--no-tui", "-o", trace, program, *MNIST, cwd=tmp_path).status == 0
+    diff = cli("fix", trace, cwd=tmp_path).stdout
+    assert "+            correct += scores.max(dim=1).indices.eq(labels).sum().item()" in diff
+
+    def untraced() -> tuple[dict[str, int], str]:
+        counters = tmp_path / "counters.json"
+        done = subprocess.run([sys.executable, str(PROGRAMS / "with_counters.py"), str(program), *MNIST],
+                              capture_output=True, text=True, env={**os.environ, "COUNTERS_FILE": str(counters)},
+                              timeout=600, check=True)
+        return json.loads(counters.read_text()), done.stdout.splitlines()[-1]
+
+    before, printed = untraced()
+    # That edit alone (the diff also sets drop_last=True, which changes what is trained).
+    edited = next(line[1:] for line in diff.splitlines() if line.startswith("+") and ".indices.eq(" in line)
+    program.write_text(program.read_text().replace(
+        "            correct += scores.argmax(dim=1).eq(labels).sum().item()", edited))
+    after, printed_after = untraced()
+    assert before.get("aten::argmax") == 1 and "aten::argmax" not in after
+    assert printed.startswith("test: loss") and printed_after == printed
+
+
 def test_mnist_without_mark_step_names_it_first_and_fails_check(tmp_path: Path) -> None:
     trace, counters, report = traced(tmp_path, "mnist_lazy.py", *MNIST, "--no-mark-step")
     assert_counts_match_ltc(trace, counters)

@@ -10,6 +10,7 @@ the changes applied and shown as a unified diff.
 - step_closure.py: a per-step `.item()`/`print` moved into a step closure;
 - device_branch.py: `if tensor:` choosing a value, the choice made on the device;
 - lowered_clip.py: clip_grad_norm_'s fallback, the same clipping from ops that lower;
+- lowered_argmax.py: the user's own argmax/argmin falling back, the indices of max/min over the dimension;
 - lowered_adam.py: Adam/AdamW's lerp_ fallback per parameter, the same update from ops that lower;
 - lowered_rnn.py: nn.LSTM, nn.GRU, nn.RNN, which cannot run on TS (they unbind the sequence), as their cell over the time steps;
 - eager_attention.py: transformers' scaled_dot_product_attention fallback, attn_implementation="eager";
@@ -36,6 +37,7 @@ from lazyviz.fix import (
     eager_attention,
     host_tensor,
     lowered_adam,
+    lowered_argmax,
     lowered_attention,
     lowered_clip,
     lowered_rnn,
@@ -69,6 +71,7 @@ EDITS: list[tuple[Callable[[Finding, Context], bool], Callable[[Finding, Context
     (step_closure.answers, step_closure.propose),
     (device_branch.answers, device_branch.propose),
     (lowered_clip.answers, lowered_clip.propose),
+    (lowered_argmax.answers, lowered_argmax.propose),
     (lowered_adam.answers, lowered_adam.propose),
     (lowered_rnn.answers, lowered_rnn.propose),
     (eager_attention.answers, eager_attention.propose),
