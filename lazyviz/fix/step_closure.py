@@ -71,7 +71,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
     statement = chain[-1] if chain else None
     loops = enclosing_loops(source, frame.line)
     if loops and isinstance(statement, ast.Assign):
-        kept = _kept_a_tensor(statement, chain, source, context)
+        kept = _kept_a_tensor(statement, source, context)
         if kept is not None:
             return Proposal(finding, kept[0], kept[1])
     if not loops or not isinstance(statement, ast.Expr) or not isinstance(statement.value, ast.Call) \
@@ -109,8 +109,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
                     (change, *imports))
 
 
-def _kept_a_tensor(statement: ast.Assign, chain: list[ast.AST], source: Source, context: Context
-                   ) -> tuple[str, tuple[Change, ...]] | None:
+def _kept_a_tensor(statement: ast.Assign, source: Source, context: Context) -> tuple[str, tuple[Change, ...]] | None:
     """`name = <tensor>.item()` whose every use formats it as a number (`'%.4f' % name`,
     `f"{name:.4f}"`, a step closure's argument): `.item()` dropped, so the value is read
     where it is formatted, after the step where that is in a step closure."""
