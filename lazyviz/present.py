@@ -10,7 +10,16 @@ from pathlib import Path
 
 from lazyviz.analysis.collectives import Row
 from lazyviz.analysis.diff import GraphDiff
-from lazyviz.analysis.findings import KIND_LABELS, ROOT_KINDS, SEVERITIES, Finding
+from lazyviz.analysis.findings import (
+    KIND_LABELS,
+    ROOT_KINDS,
+    SEVERITIES,
+    FailureDetails,
+    FallbackDetails,
+    Finding,
+    GrowingGraph,
+    RepeatedBlock,
+)
 from lazyviz.analysis.ranks import Divergence
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile, is_compared
 from lazyviz.analysis.summary import SiteStats, Summary
@@ -83,7 +92,8 @@ def site_verdict(site: SiteStats, findings: Sequence[Finding], by_site: Mapping[
     if found is None and by_site is not None:
         found = by_site.get(site.site)
     if found is not None:
-        label = f"{KIND_LABELS.get(found.kind, found.kind)} {found.details.get('op', '')}".rstrip()
+        op = found.details.op if isinstance(found.details, (FallbackDetails, FailureDetails)) else None
+        label = f"{KIND_LABELS.get(found.kind, found.kind)} {op or ''}".rstrip()
         return f"finding: {found.short or label}"
     if set(site.causes) == {"mark_step"}:
         return "the step's own sync"
@@ -209,18 +219,17 @@ def finding_headline(finding: Finding, cwd: str | None = None) -> str:
     """A finding in one short line after its KIND_LABELS label, for the UI's findings
     strip and the grouped text summary: what, how often, where."""
     details = finding.details
-    if finding.kind == "fallback":
-        call = f" in {details['call']}()" if details.get("call") else ""
-        forced = details.get("executions_forced", 0)
-        ops = details.get("ops", [])
-        what = f"{details['call']}() through {len(ops)} ops" if len(ops) > 1 and details.get("call") \
-            else f"{details.get('op', '?')}{call}"
-        text = (f"{what}: {plural(details.get('calls', 0), 'call')}"
+    if isinstance(details, FallbackDetails):
+        call = f" in {details.call}()" if details.call else ""
+        forced = details.executions_forced
+        what = f"{details.call}() through {len(details.ops)} ops" if len(details.ops) > 1 and details.call \
+            else f"{details.op}{call}"
+        text = (f"{what}: {plural(details.calls, 'call')}"
                 + (f", {plural(forced, 'extra execution')}" if forced else ""))
-    elif finding.kind == "missing_mark_step" and "growth_per_sync" in details:
-        text = f"the graph grows ~{details['growth_per_sync']} nodes per sync over {details['syncs']} syncs"
-    elif finding.kind == "missing_mark_step" and "repeats" in details:
-        text = f"one graph repeats a block of {len(details['pattern'])} ops {details['repeats']} times"
+    elif isinstance(details, GrowingGraph):
+        text = f"the graph grows ~{details.growth_per_sync} nodes per sync over {details.syncs} syncs"
+    elif isinstance(details, RepeatedBlock):
+        text = f"one graph repeats a block of {len(details.pattern)} ops {details.repeats} times"
     else:
         text = finding.short or finding.message
     return f"{text} · {site_text(finding.frame, cwd, width=1)}" if finding.frame else text
@@ -269,8 +278,7 @@ def finding_groups(findings: list[Finding]) -> list[list[Finding]]:
     findings' own order (find_all's: severity, root causes, then time cost)."""
     groups: dict[tuple, list[Finding]] = {}
     for finding in findings:
-        key = (finding.kind, finding.frame.site if finding.frame else "?", finding.details.get("op", ""),
-               tuple(finding.details.get("changes", ())))
+        key = (finding.kind, finding.frame.site if finding.frame else "?", finding.details.subject)
         groups.setdefault(key, []).append(finding)
     return sorted(groups.values(), key=lambda g: (min(SEVERITIES.index(f.severity) for f in g),
                                                   all(f.kind not in ROOT_KINDS for f in g),

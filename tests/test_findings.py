@@ -135,8 +135,8 @@ def test_fallbacks_of_one_call_are_one_finding() -> None:
     executions.append(ex(3, cause="fallback", detail="aten::sin", fallback_ops={"aten::sin": 1}, call="other"))
     findings = fallback_findings(executions, 4)
     assert len(findings) == 2
-    merged = next(f for f in findings if f.details["call"] == call)
-    assert merged.details["ops"] == ["aten::all.dim", "aten::isneginf"] and merged.executions == (0, 1, 2)
+    merged = next(f for f in findings if f.details.call == call)
+    assert merged.details.ops == ("aten::all.dim", "aten::isneginf") and merged.executions == (0, 1, 2)
     assert f"{call}() falls back to the CPU through 2 ops" in merged.message
 
 
@@ -160,7 +160,7 @@ def test_recompiles_from_one_line_at_several_sites_are_one_finding() -> None:
     findings = [f for f in analyze(run_info(steps=6), executions, irs).findings if f.kind == "recompile"]
     assert len(findings) == 1, [f.message for f in findings]
     [finding] = findings
-    assert len(finding.details["sites"]) == 2 and "2 sync sites" in finding.message
+    assert len(finding.details.sites) == 2 and "2 sync sites" in finding.message
     assert len(finding.executions) == sum(not r.warmup for r in recompiles)
 
 
@@ -262,7 +262,7 @@ def test_a_dtype_failure_names_the_zero_dim_multiply_and_the_matmul_it_reaches()
     executions = [ex(0, step=0, graph="ok", cache="miss"), ex(1, step=0, cause="item", graph="bad", cache="miss")]
     [finding, *_] = analyze(run_info(steps=0, failures=[Failure(1, error)]), executions, {"bad": DOUBLE_IR}).findings
     assert finding.kind == "failed_execution" and finding.severity == "error" and finding.executions == (1,)
-    assert finding.details["node"] == "%2" and finding.details["reaches"] == "%5"
+    assert finding.details.node == "%2" and finding.details.reaches == "%5"
     assert "vae.py:92" in finding.message and "0-dim" in finding.message
 
 
@@ -289,13 +289,13 @@ def test_an_allocation_the_device_refused_names_the_tensor_and_its_line() -> Non
     error = "RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate 1073741824 bytes."
     run = run_info(steps=1, argv=["big.py"], exit_status=1, error_frames=frames, error=error)
     [finding] = [f for f in analyze(run, [ex(0, graph="big")], {"big": ir}).findings if f.kind == "crash"]
-    assert finding.details["bytes"] == 2**30 and finding.details["built_at"] == "big.py:11"
+    assert finding.details.bytes == 2**30 and finding.details.built_at == "big.py:11"
     assert "1.0 GiB (Float[268435456], lazy_tensors::device_data, built at big.py:11)" in finding.message
     assert finding.executions == (0,) and "smaller" in finding.fix
     # Without a size in the message: the largest tensor of the graph.
     run = run_info(steps=1, argv=["big.py"], exit_status=1, error_frames=frames, error="RuntimeError: out of memory")
     [finding] = [f for f in analyze(run, [ex(0, graph="big")], {"big": ir}).findings if f.kind == "crash"]
-    assert finding.details["built_at"] == "big.py:12" and "2.0 GiB" in finding.message
+    assert finding.details.built_at == "big.py:12" and "2.0 GiB" in finding.message
 
 
 def test_a_failed_graph_names_the_op_the_backends_message_names() -> None:
@@ -310,12 +310,12 @@ def test_a_failed_graph_names_the_op_the_backends_message_names() -> None:
     error = "ValueError: No registered implementation for untyped custom call to my_kernel for Host"
     executions = [ex(0, graph="ok", cache="miss"), ex(1, graph="bad", cache="miss")]
     [finding, *_] = analyze(run_info(steps=1, failures=[Failure(1, error)]), executions, {"bad": ir}).findings
-    assert finding.kind == "failed_execution" and finding.details["op"] == "xla::custom_call"
-    assert finding.details["used_at"] == "kernel.py:11" and "custom call to my_kernel" in finding.message
+    assert finding.kind == "failed_execution" and finding.details.op == "xla::custom_call"
+    assert finding.details.used_at == "kernel.py:11" and "custom call to my_kernel" in finding.message
     # A message that names no op of the graph: no op is blamed.
     [finding, *_] = analyze(run_info(steps=1, failures=[Failure(1, "RuntimeError: the device was lost")]),
                             executions, {"bad": ir}).findings
-    assert "op" not in finding.details and "IR tab" in finding.fix
+    assert finding.details.op is None and "IR tab" in finding.fix
 
 
 # -- from the run's rows and IR: extra syncs, fallbacks, loops and recompiles ----------
@@ -360,8 +360,8 @@ def test_fallback_finding_counts_calls_and_forced_executions() -> None:
     executions = [ex(i, step=i, cause="fallback", detail="aten::mse_loss", fallback_ops={"aten::mse_loss": 1})
                   for i in range(4)]
     [finding] = fallback_findings(executions, 4)
-    assert finding.details == {"op": "aten::mse_loss", "calls": 4, "executions_forced": 4, "per_step": 1.0,
-                               "call": None, "library_line": None, "library_fix": False}
+    assert finding.details.to_json() == {"op": "aten::mse_loss", "calls": 4, "executions_forced": 4, "per_step": 1.0,
+                                         "call": None, "library_line": None, "library_fix": False, "ops": []}
     assert "((output - target) ** 2).mean()" in finding.fix
 
 
@@ -409,7 +409,7 @@ def test_repeated_block_finds_the_loop_body() -> None:
 def test_growth_finding_for_an_unrolled_loop() -> None:
     ir = chain_ir(41, ops=("aten::mm", "aten::tanh", "aten::mul", "aten::add"))
     [finding] = growth_findings([ex(0, cause="item", graph="big", nodes=41)], {"big": ir})
-    assert finding.kind == "missing_mark_step" and finding.details["repeats"] == 10
+    assert finding.kind == "missing_mark_step" and finding.details.repeats == 10
     assert "torch._lazy.mark_step()" in finding.fix
 
 
@@ -476,7 +476,7 @@ def test_without_mark_step_a_value_baked_in_at_every_sync_is_one_finding() -> No
     executions += [ex(i + 1, step=0, cause="item", graph=f"s{i}", cache="miss", line=160) for i in range(8)]
     executions.append(ex(9, step=0, cause="fallback", graph="s0", cache="hit", line=142))
     [finding] = analyze(run_info(steps=0), executions, irs).findings
-    assert finding.kind == "recompile" and finding.details["recompiles"] == 6  # syncs 3 to 8 at line 160
+    assert finding.kind == "recompile" and finding.details.recompiles == 6  # syncs 3 to 8 at line 160
     assert finding.message.startswith("recompiled at 6 syncs here, each time the same kind of change; "
                                       "first at execution 3 recompiled: attribute")
     assert "built at main.py:139" in finding.message and "slice or index on the CPU" in finding.fix
@@ -581,7 +581,7 @@ def test_one_loop_without_mark_step_is_one_finding_in_every_output() -> None:
     findings = [f for f in analyze(run_info(steps=None), executions, texts).findings if f.kind == "missing_mark_step"]
     assert len(findings) == 1
     [loop] = findings
-    assert set(loop.details["graphs"]) == set(texts) and len(loop.details["sites"]) == 4
+    assert set(loop.details.graphs) == set(texts) and len(loop.details.sites) == 4
     assert loop.executions == (0, 1, 2, 3) and "one cause: 3 more graphs show the same loop" in loop.message
 
 
@@ -604,15 +604,17 @@ def test_a_state_read_to_the_host_one_tensor_at_a_time_is_a_finding() -> None:
     assert not [f for f in analyze(run_info(steps=12), spread, irs).findings if f.kind == "one_by_one_reads"]
 
 
+
 def test_a_fallback_over_two_host_calls_is_their_work_not_a_finding_of_its_own() -> None:
     """dcgan's two save_image() calls: the copy fallback counted over both is inside them."""
-    from lazyviz.analysis.findings import Finding, _absorbed
+    from lazyviz.analysis.findings import Details, Finding, HostCallDetails, _absorbed
 
     def at(kind: str, line: int, executions: tuple[int, ...]) -> Finding:
-        return Finding(kind, "warning", kind, Frame("/w/main.py", line, "<module>"), executions)
+        details = HostCallDetails(call="save_image") if kind == "host_call" else Details()
+        return Finding(kind, "warning", kind, Frame("/w/main.py", line, "<module>"), executions, details=details)
 
     real, fake = at("host_call", 265, (10, 11, 12)), at("host_call", 269, (20, 21, 22))
     copy = at("fallback", 265, (11, 21))
     kept = _absorbed([real, copy, fake, at("fallback", 248, (3, 11))])
     assert [(f.kind, f.frame.line) for f in kept] == [("host_call", 265), ("host_call", 269), ("fallback", 248)]
-    assert kept[0].details["absorbed"] == kept[1].details["absorbed"] == ["fallback"]
+    assert kept[0].details.absorbed == kept[1].details.absorbed == ("fallback",)

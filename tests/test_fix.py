@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT, SAMPLES, cli, line_of, row
 
 import lazyviz
-from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.findings import Finding, RecompileDetails
 from lazyviz.analysis.run import Run
 from lazyviz.fix.baked_values import _python_index, indices_as_data
 from lazyviz.fix.device_branch import _choice, on_the_device
@@ -597,7 +597,8 @@ def test_a_shape_change_that_spans_more_steps_after_an_edit_is_left_not_gone() -
     one new."""
     frame = Frame("/p/train.py", 16, "<module>")
     def measured(kind: str, message: str) -> Measures:
-        finding = Finding(kind, "warning", message, frame, (4,), details={"changes": ["input_shape"]})
+        details = RecompileDetails(recompiles=1, steps=1, changes=("input_shape",))
+        finding = Finding(kind, "warning", message, frame, (4,), details=details)
         return Measures(0, "exited 0", 6, 6, 4, 2, 10, 1.0, 1.0, 6, [], [finding], "same")
     text = comparison(measured("recompile", "step 2 recompiled: input shape ..."),
                       measured("dynamic_shape", "input shapes change at 2 steps ..."))

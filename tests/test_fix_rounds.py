@@ -152,7 +152,7 @@ def test_a_host_side_call_is_named_at_the_users_line_through_torchs_wrappers() -
 def test_a_host_call_given_a_detached_tensor_gets_cpu_not_a_second_detach() -> None:
     from types import SimpleNamespace
 
-    from lazyviz.analysis.findings import Finding
+    from lazyviz.analysis.findings import Finding, HostCallDetails
     from lazyviz.fix import host_tensor
     from lazyviz.fix.source import Context, Source
 
@@ -163,7 +163,7 @@ def test_a_host_call_given_a_detached_tensor_gets_cpu_not_a_second_detach() -> N
 
     def edited(line: int) -> str:
         finding = Finding("host_call", "warning", "save_image() given a lazy tensor", Frame("/w/main.py", line, "<module>"),
-                          (1,), details={"call": "save_image"})
+                          (1,), details=HostCallDetails(call="save_image"))
         change, = host_tensor.propose(finding, context).changes
         return change.lines[0]
 
@@ -176,7 +176,7 @@ def test_a_value_read_only_to_be_printed_is_kept_a_tensor() -> None:
     log line: no .item(), so the step closure that prints reads it after the step."""
     from types import SimpleNamespace
 
-    from lazyviz.analysis.findings import Finding
+    from lazyviz.analysis.findings import ExtraSyncDetails, Finding
     from lazyviz.fix import step_closure
     from lazyviz.fix.source import Context, Source
 
@@ -187,7 +187,8 @@ def test_a_value_read_only_to_be_printed_is_kept_a_tensor() -> None:
         info = SimpleNamespace(sources={}, names={"step_closure": "torch._lazy.add_step_closure"})
         context = Context(SimpleNamespace(info=info), lambda path: Source(path, text))
         finding = Finding("extra_sync", "warning", "Tensor.item() forces 1 extra execution per step",
-                          Frame("/w/main.py", 2, "<module>"), (1,), details={"cause": "item"})
+                          Frame("/w/main.py", 2, "<module>"), (1,),
+                          details=ExtraSyncDetails(cause="item", count=1, steps=1, ms_per_step=1.0))
         proposal = step_closure.propose(finding, context)
         return proposal.changes[0].lines[0] if proposal.changes else proposal.summary
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from builders import IR16, IR24, ex
 
-from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.findings import FallbackDetails, Finding
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.summary import graph_memory, summarize
 from lazyviz.present import (
@@ -52,7 +52,9 @@ def test_diff_texts_is_none_for_text_that_is_not_ir() -> None:
 def test_findings_of_one_kind_at_one_site_are_one_group_worst_first() -> None:
     site = Frame("/x/train.py", 191, "train")
     repeated = [Finding("missing_mark_step", "warning", f"graph {n} repeats", site, (n,), cost_ms=10.0) for n in range(13)]
-    fallback = Finding("fallback", "warning", "norm falls back", site, (99,), details={"op": "aten::norm"}, cost_ms=500.0)
+    fallback = Finding("fallback", "warning", "norm falls back", site, (99,), cost_ms=500.0,
+                       details=FallbackDetails(op="aten::norm", calls=1, executions_forced=1, per_step=1.0, call=None,
+                                               library_line=None, library_fix=False))
     crash = Finding("crash", "error", "raised", Frame("/x/train.py", 239, "main"), ())
     groups = finding_groups([*repeated, fallback, crash])
     # Errors first, then the root cause (a missing mark_step) before a costlier symptom.

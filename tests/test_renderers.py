@@ -98,16 +98,16 @@ def test_a_site_recompiling_every_step_is_counted_whole_but_compared_a_few_times
     assert not waiting[0].is_explained and recompile_json(waiting[0])["explained"] is False
     assert waiting[0].brief() == "+1 ops" and waiting[0].is_explained  # compared when asked
     found = [f for f in analyze(run_info(steps=30), executions, grows).findings if f.kind == "recompile"]
-    assert sum(f.details["recompiles"] for f in found) == sum(len(f.executions) for f in found) == 28
-    assert sum(f.details["compared"] for f in found) == EXPLAINED_PER_SITE
-    [counted] = [f for f in found if f.details["recompiles"] > f.details["compared"]]  # the site's largest group
-    assert f"the first {counted.details['compared']} compared each the same kind of change" in counted.message
+    assert sum(f.details.recompiles for f in found) == sum(len(f.executions) for f in found) == 28
+    assert sum(f.details.compared for f in found) == EXPLAINED_PER_SITE
+    [counted] = [f for f in found if f.details.recompiles > f.details.compared]  # the site's largest group
+    assert f"the first {counted.details.compared} compared each the same kind of change" in counted.message
 
     shapes = {f"r{r}": chain_ir(12, rows=r) for r in range(16, 46)}  # the same ops, a new batch size
     executions = [ex(i, step=i, graph=f"r{16 + i}", cache="miss") for i in range(30)]
     assert all(is_compared(r) for r in explain_recompiles(executions, shapes))
     [finding] = analyze(run_info(steps=30), executions, shapes).findings
-    assert finding.kind == "dynamic_shape" and len(finding.details["history"]) == 28
+    assert finding.kind == "dynamic_shape" and len(finding.details.history) == 28
 
 
 def test_a_small_runs_warm_up_recompile_is_compared_when_read_and_listed_as_compared() -> None:

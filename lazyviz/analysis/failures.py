@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import re
+from dataclasses import dataclass, replace
 
+from lazyviz.analysis.findings.base import Details
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.ir import IRGraph, Node
 from lazyviz.trace.model import Failure, Frame, RunInfo
@@ -58,11 +60,39 @@ def first_same_dtype_use(graph: IRGraph, start: Node) -> Node | None:
     return None
 
 
-def explain(failure: Failure, graph: IRGraph | None) -> tuple[str, str, dict]:
+@dataclass(frozen=True, kw_only=True)
+class FailureDetails(Details):
+    """What went wrong, a failed execution's (failed_execution) or the script's raise
+    (crash): the error's line, and what lazyviz traced it to, where it could."""
+
+    error: str  # the error's first line (a backend's: the line that says what went wrong)
+    graph: str | None = None  # the failed execution's graph
+    raised_at: str | None = None  # the line that raised (file:line)
+    op: str | None = None  # the op it traced the error to
+    node: str | None = None  # that op's IR node ("%12")
+    call: str | None = None  # the call the op ran in (LSTMCell.forward)
+    execution: int | None = None  # the execution the op's fallback forced
+    op_line: str | None = None  # where the op was called, when not where it raised
+    bytes: int | None = None  # the allocation the device could not make
+    tensor: str | None = None  # that tensor's type (Float[4096, 4096])
+    built_at: str | None = None  # the user's line that built the node
+    reaches: str | None = None  # a hidden Double: the node it reaches, and its op
+    reaches_op: str | None = None
+    used_at: str | None = None  # the line of the named op's first use (XLA names a wrapper's line)
+    module: str | None = None  # "recurrent": torch's LSTM/GRU/RNN took the sequence apart
+    no_storage: bool = False  # a lazy tensor read for its host storage (torch.save, numpy())
+    unsafe_global: str | None = None  # the class torch.load's weights_only refused
+
+    @property
+    def subject(self) -> str:
+        return self.op or ""
+
+
+def explain(failure: Failure, graph: IRGraph | None) -> tuple[str, str, FailureDetails]:
     """(what went wrong, what to do, details) for one failed execution: the device's
     memory, a dtype the IR hides, or the op the message names, in that order."""
     what = headline(failure.error).rstrip(".")
-    details: dict = {"error": what}
+    details = FailureDetails(error=what)
     if _UNEXPECTED in failure.error:
         return (f"{what}: this sync ran inside a function compiled with torch_xla.compile(full_graph=True), "
                 "which must trace the whole step into one graph without running it"), (
@@ -81,23 +111,23 @@ def explain(failure: Failure, graph: IRGraph | None) -> tuple[str, str, dict]:
                   "on the CPU to see whether the same code fails eagerly"), details
 
 
-Explained = tuple[str, str, dict]
+Explained = tuple[str, str, FailureDetails]
 # PyTorch/XLA's refusal of a sync inside torch_xla.compile(full_graph=True).
 _UNEXPECTED = "Unexpected execution happens inside the compiled function"
 
 
-def _out_of_memory(graph: IRGraph, error: str, what: str, details: dict) -> Explained | None:
+def _out_of_memory(graph: IRGraph, error: str, what: str, details: FailureDetails) -> Explained | None:
     memory = _OUT_OF_MEMORY.search(error)
     found = too_big(graph, int(memory.group(1) or memory.group(2) or 0) or None) if memory else None
     if found is None:
         return None
     node, size = found
-    details.update(bytes=size, tensor=node.type_text, node=node.id, built_at=node.source_line or None)
+    details = replace(details, bytes=size, tensor=node.type_text, node=node.id, built_at=node.source_line or None)
     return (f"{what}: the graph holds a tensor of {_size(size)} ({node.type_text}, {node.op} {node.id}"
             f"{_built(node)}), more memory than the device has"), OUT_OF_MEMORY_FIX, details
 
 
-def _hidden_double(graph: IRGraph, error: str, what: str, details: dict) -> Explained | None:
+def _hidden_double(graph: IRGraph, error: str, what: str, details: FailureDetails) -> Explained | None:
     if "dtype" not in what and "scalar type" not in what:
         return None
     for suspect in promoted_scalars(graph):
@@ -106,7 +136,7 @@ def _hidden_double(graph: IRGraph, error: str, what: str, details: dict) -> Expl
             continue
         types = " x ".join(str(graph.by_id[o].outputs[0]) for o in suspect.operand_ids)
         use_built = f" at {use.source_line}" if use.location else ""
-        details.update(node=suspect.id, op=suspect.op, reaches=use.id, reaches_op=use.op,
+        details = replace(details, node=suspect.id, op=suspect.op, reaches=use.id, reaches_op=use.op,
                        built_at=suspect.source_line or None)
         return (f"{what}: {suspect.op} {suspect.id} ({types}{_built(suspect)}) computes in Double here, though the "
                 f"IR says {suspect.outputs[0]}: both its inputs are 0-dim, so the Python number (a Double on the "
@@ -117,7 +147,7 @@ def _hidden_double(graph: IRGraph, error: str, what: str, details: dict) -> Expl
     return None
 
 
-def _named_op(graph: IRGraph, error: str, what: str, details: dict) -> Explained | None:
+def _named_op(graph: IRGraph, error: str, what: str, details: FailureDetails) -> Explained | None:
     node = named_node(graph, error)
     if node is None:
         return None
@@ -125,8 +155,8 @@ def _named_op(graph: IRGraph, error: str, what: str, details: dict) -> Explained
     use = next((graph.by_id[user] for user in graph.users().get(node.id, ())), None)
     used = f", used by {use.op} {use.id} at {use.source_line}" if use is not None and use.location and \
         use.source_line != node.source_line else ""
-    details.update(node=node.id, op=node.op, built_at=node.source_line or None,
-                   used_at=use.source_line if used and use is not None else None)
+    details = replace(details, node=node.id, op=node.op, built_at=node.source_line or None,
+                      used_at=use.source_line if used and use is not None else None)
     return f"{what}: the op it names is {node.op} {node.id} ({node.type_text}{_built(node)}{used})", (
         f"the backend cannot compile or run {node.op} as it was given: change or remove the call that "
         "built it, or run that part on the CPU"), details
@@ -182,7 +212,7 @@ def raising_line(frames: list[Frame]) -> Frame | None:
 
 
 def crash(run: RunInfo, table: ExecutionTable,
-          graphs: IRGraphs | None = None) -> tuple[str, str, dict, Frame | None] | None:
+          graphs: IRGraphs | None = None) -> tuple[str, str, FailureDetails, Frame | None] | None:
     """(what happened, what to do, details, the user's line) when the script raised;
     None when it did not, or the user stopped it (Ctrl-C)."""
     if not run.error or run.error.startswith("KeyboardInterrupt"):
@@ -195,16 +225,16 @@ def crash(run: RunInfo, table: ExecutionTable,
     script = run.script.rpartition("/")[2]
     first = _ANSI.sub("", run.error.splitlines()[0]).rstrip(". ")  # torch's own bold in a message: not the report's
     what = f"{script} raised {first}{where}{called}"
-    details: dict = {"error": run.error.splitlines()[0], "raised_at": raised_at.site if raised_at else None}
+    details = FailureDetails(error=run.error.splitlines()[0], raised_at=raised_at.site if raised_at else None)
     if _NO_STORAGE.search(run.error):  # torch.save or numpy() on a lazy tensor
-        details["no_storage"] = True
+        details = replace(details, no_storage=True)
         return (f"{what}: a lazy tensor has no storage on the host to read"), (
             "move it to the CPU first: torch.save({name: value.cpu() for name, value in model.state_dict().items()}, "
             "path), tensor.cpu().numpy()"), details, user or raised_at
     unsafe = _UNSAFE_GLOBAL.search(run.error)
     if unsafe is not None:
         name = unsafe.group(1)
-        details["unsafe_global"] = name
+        details = replace(details, unsafe_global=name)
         return (f"{what}: torch.load loads only the classes it is allowed (weights_only, torch's default) and the "
                 f"file holds {name}, which is not among them"), (
             f"allow it where the script loads, if you trust the file: add {name} to the classes given to "
@@ -221,7 +251,8 @@ def crash(run: RunInfo, table: ExecutionTable,
             node, size = found
             execution = table.index[position]
             built = f", built at {node.source_line}" if node.location else ""
-            details.update(execution=execution, bytes=size, tensor=node.type_text, built_at=node.source_line or None)
+            details = replace(details, execution=execution, bytes=size, tensor=node.type_text,
+                              built_at=node.source_line or None)
             return (f"{what}: the graph of execution {execution} holds a tensor of {_size(size)} ({node.type_text}, "
                     f"{node.op}{built}), more memory than the device has"), OUT_OF_MEMORY_FIX, details, user or raised_at
     view = _VIEW_CANNOT_FALL_BACK.search(run.error)
@@ -232,8 +263,8 @@ def crash(run: RunInfo, table: ExecutionTable,
     return _not_lazy(run, table, what, details, user or raised_at)
 
 
-def _not_lazy(run: RunInfo, table: ExecutionTable, what: str, details: dict,
-              user: Frame | None) -> tuple[str, str, dict, Frame | None]:
+def _not_lazy(run: RunInfo, table: ExecutionTable, what: str, details: FailureDetails,
+              user: Frame | None) -> tuple[str, str, FailureDetails, Frame | None]:
     """"Input tensor is not a lazy tensor": the fallback that left a CPU tensor behind
     (a split's pieces), at its own line where lazyviz can tell."""
     op, call, execution = _last_fallback(run, table)
@@ -250,7 +281,7 @@ def _not_lazy(run: RunInfo, table: ExecutionTable, what: str, details: dict,
     if at is None and run.lost_pieces and any(name in op for name in _SEVERAL_OUTPUTS):
         at = run.lost_pieces[-1][1]
     op_line = f" at {_short(at)}" if at is not None else ""
-    details.update(op=op, call=call, execution=execution, op_line=at.site if at is not None else None)
+    details = replace(details, op=op, call=call, execution=execution, op_line=at.site if at is not None else None)
     several = any(name in op for name in _SEVERAL_OUTPUTS)
     raised_in = run.error_frames[-1].file if run.error_frames else ""
     own_pieces = at is None or user is None or (at.file, at.line) == (user.file, user.line)
@@ -258,7 +289,7 @@ def _not_lazy(run: RunInfo, table: ExecutionTable, what: str, details: dict,
         # Not the user's unbind: the module's own forward took the sequence apart on the
         # line that called it. The module is what to change. (A split of the user's whose
         # pieces reach an LSTMCell raises in rnn.py too, but the pieces came from their line.)
-        details["module"] = "recurrent"
+        details = replace(details, module="recurrent")
         return (f"{what}: torch's recurrent module (nn.LSTM, nn.GRU or nn.RNN, in {_RECURRENT}) cannot run on this "
                 f"backend as it is: its forward takes the sequence apart with {op}, which falls back{in_call} and "
                 "hands the time steps back as CPU tensors, and its next op raises"), (
@@ -343,14 +374,14 @@ def _size(count: int) -> str:
     return f"{count} bytes"
 
 
-def _view_op(run: RunInfo, table: ExecutionTable, what: str, op: str, details: dict,
-             frame: Frame | None) -> tuple[str, str, dict, Frame | None]:
+def _view_op(run: RunInfo, table: ExecutionTable, what: str, op: str, details: FailureDetails,
+             frame: Frame | None) -> tuple[str, str, FailureDetails, Frame | None]:
     """A view op with no lowering: not a sync to accept but code that cannot run on this
     device at all. The module that reached it is the call of the last execution, which
     synced the op's inputs before torch found it cannot fall back."""
     last = table.kind_at(len(table) - 1) if len(table) else None
     call = last.call if last is not None and last.cause == "fallback" and last.detail == op else None
-    details.update(op=op, call=call)
+    details = replace(details, op=op, call=call)
     reached = f"{call}()" if call else "the call that raised"
     where = f" (your line {_short(frame)})" if frame is not None else ""
     message = (f"{what}: {op} is a view op with no lowering on this backend, and a view cannot fall back to the "

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from html import escape
 
 from lazyviz.analysis.collectives import collective_rows
-from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.findings import FallbackDetails, Finding
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.ir import IRGraph
 from lazyviz.analysis.recompiles import Recompile, explain_execution
@@ -234,8 +234,8 @@ def _finding_html(finding: Finding, recorded: Run, proposal: Proposal | None = N
     site = f" at <code>{escape(site_text(finding.frame, recorded.info.cwd))}</code>" if finding.frame else ""
     html = (f'<div class="finding"><b class="sev-{escape(finding.severity)}">{escape(finding.severity)}</b> '
             f'<b>{escape(KIND_LABELS.get(finding.kind, finding.kind))}</b>{site}: {escape(finding.message)}')
-    if finding.kind == "fallback" and finding.details.get("op"):
-        html += f'<br><span class="op">op: <code>{escape(finding.details["op"])}</code></span>'
+    if isinstance(finding.details, FallbackDetails):
+        html += f'<br><span class="op">op: <code>{escape(finding.details.op)}</code></span>'
     recompile = recorded.recompile_at(finding.executions[0]) if finding.executions else None
     if finding.kind in ("recompile", "dynamic_shape") and recompile is not None and recompile.diff is not None:
         origins = recompile.diff.origins

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import os
 
-from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.findings import Finding, RecompileDetails
 from lazyviz.fix.source import Change, Context, Proposal, call_name
 
 
@@ -164,4 +164,5 @@ def propose(finding: Finding, context: Context) -> Proposal:
 
 
 def answers(finding: Finding, context: Context) -> bool:
-    return finding.kind == "recompile" and finding.details.get("changes") == ["attribute"]
+    return finding.kind == "recompile" and isinstance(finding.details, RecompileDetails) \
+        and finding.details.changes == ("attribute",)

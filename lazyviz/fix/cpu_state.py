@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 
-from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.findings import FailureDetails, Finding
 from lazyviz.fix.source import STEP_CALLS, Change, Context, Proposal, call_name, define_once
 
 STATE_ON_CPU_NAME = "state_on_cpu"
@@ -66,7 +66,7 @@ def _wrapped(state: ast.expr) -> bool:
 def answers(finding: Finding, context: Context) -> bool:
     """TS: torch.save raised (no storage on the host); PyTorch/XLA: it read the state one
     tensor at a time, a graph each."""
-    crashed = finding.kind == "crash" and bool(finding.details.get("no_storage"))
+    crashed = finding.kind == "crash" and isinstance(finding.details, FailureDetails) and finding.details.no_storage
     return (crashed or finding.kind == "one_by_one_reads") and finding.frame is not None
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 
-from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.findings import ExtraSyncDetails, Finding
 from lazyviz.fix.source import Change, Context, Proposal, Source, alone_on_its_lines, call_name, path_to_line
 
 # What both branches may hold: names, constants, arithmetic, attributes and subscripts of
@@ -94,5 +94,5 @@ def propose(finding: Finding, context: Context) -> Proposal:
 
 def answers(finding: Finding, context: Context) -> bool:
     """A host read of a condition in the user's own code (inside a library: its line is named, no edit)."""
-    return finding.kind == "extra_sync" and finding.details.get("cause") == "bool" \
-        and not finding.details.get("library_line")
+    return isinstance(finding.details, ExtraSyncDetails) and finding.details.cause == "bool" \
+        and not finding.details.library_line

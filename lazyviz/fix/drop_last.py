@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import re
 
-from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.findings import Finding, RecompileDetails
 from lazyviz.analysis.findings.recompile import shape_change
 from lazyviz.fix.source import Context, Proposal, Source, enclosing_loops, keyword_set, loop_reads, path_to_line
 
@@ -114,4 +114,4 @@ def propose(finding: Finding, context: Context) -> Proposal:
 
 
 def answers(finding: Finding, context: Context) -> bool:
-    return finding.kind in ("recompile", "dynamic_shape") and "input_shape" in finding.details.get("changes", ())
+    return isinstance(finding.details, RecompileDetails) and "input_shape" in finding.details.changes

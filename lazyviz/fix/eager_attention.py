@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import os
 
-from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.findings import FallbackDetails, Finding
 from lazyviz.fix.source import Context, Proposal, Source, keyword_set
 
 SDPA_LINE = "transformers/integrations/sdpa_attention.py"  # where transformers calls it
@@ -51,4 +51,4 @@ def propose(finding: Finding, context: Context) -> Proposal:
 
 
 def answers(finding: Finding, context: Context) -> bool:
-    return finding.kind == "fallback" and (finding.details.get("library_line") or "").startswith(SDPA_LINE)
+    return isinstance(finding.details, FallbackDetails) and (finding.details.library_line or "").startswith(SDPA_LINE)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 
-from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.findings import Finding, HostCallDetails
 from lazyviz.fix.source import Change, Context, Proposal, calls_named
 
 
@@ -19,7 +19,8 @@ def _on_the_cpu(node: ast.expr) -> bool:
 
 
 def propose(finding: Finding, context: Context) -> Proposal:
-    frame, function = finding.frame, finding.details.get("call", "")
+    frame = finding.frame
+    function = finding.details.call if isinstance(finding.details, HostCallDetails) else ""
     source = context.source(frame.file) if frame is not None else None
     if source is None or frame is None:
         return Proposal(finding, finding.fix)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.findings import FallbackDetails, Finding
 from lazyviz.fix.source import Change, Context, Proposal, Source, call_name, define_once
 
 LOWERED_ADAM_NAME = "with_lowered_step"
@@ -118,5 +118,5 @@ def propose(finding: Finding, context: Context) -> Proposal:
 
 
 def answers(finding: Finding, context: Context) -> bool:
-    return finding.kind == "fallback" and finding.details.get("op") == "aten::lerp.Scalar" \
-        and (finding.details.get("call") or "").rpartition(".")[0] in ADAMS
+    return isinstance(finding.details, FallbackDetails) and finding.details.op == "aten::lerp.Scalar" \
+        and (finding.details.call or "").rpartition(".")[0] in ADAMS

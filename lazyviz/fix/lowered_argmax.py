@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 
-from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.findings import FallbackDetails, Finding
 from lazyviz.fix.source import Change, Context, Proposal
 
 _REDUCTIONS = {"aten::argmax": "max", "aten::argmin": "min"}
@@ -43,7 +43,7 @@ def _rewritten(call: ast.Call, text: str, reduction: str) -> str | None:
 
 
 def propose(finding: Finding, context: Context) -> Proposal:
-    op = finding.details.get("op", "")
+    op = finding.details.subject
     frame = finding.frame
     source = context.source(frame.file) if frame is not None else None
     if source is None or frame is None:
@@ -64,5 +64,5 @@ def propose(finding: Finding, context: Context) -> Proposal:
 
 def answers(finding: Finding, context: Context) -> bool:
     # The user's own call: inside a library's code the line is not theirs to edit.
-    return finding.kind == "fallback" and finding.details.get("op") in _REDUCTIONS \
-        and not finding.details.get("library_line") and not finding.details.get("call")
+    return isinstance(finding.details, FallbackDetails) and finding.details.op in _REDUCTIONS \
+        and not finding.details.library_line and not finding.details.call

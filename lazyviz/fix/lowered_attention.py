@@ -5,7 +5,7 @@ masked_fill, a float mask added, softmax, dropout where dropout_p > 0). Checked 
 the op on the CPU in tests/test_fix.py."""
 from __future__ import annotations
 
-from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.findings import FallbackDetails, Finding
 from lazyviz.fix.source import Context, Proposal, call_name, calls_named, define_once, renamed_call
 
 LOWERED_NAME = "scaled_dot_product_attention_lowered"
@@ -36,8 +36,8 @@ _KEYWORDS = {"attn_mask", "dropout_p", "is_causal", "scale"}
 
 
 def answers(finding: Finding, context: Context) -> bool:
-    return finding.kind == "fallback" and finding.details.get("call") == "scaled_dot_product_attention" \
-        and not finding.details.get("library_line") and finding.frame is not None
+    return isinstance(finding.details, FallbackDetails) and finding.details.call == "scaled_dot_product_attention" \
+        and not finding.details.library_line and finding.frame is not None
 
 
 def propose(finding: Finding, context: Context) -> Proposal:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.findings import FallbackDetails, Finding
 from lazyviz.fix.source import Context, Proposal, call_name, calls_named, define_once, renamed_call
 
 LOWERED_CLIP = """\
@@ -68,5 +68,5 @@ def propose(finding: Finding, context: Context) -> Proposal:
 
 
 def answers(finding: Finding, context: Context) -> bool:
-    return finding.kind == "fallback" and (finding.details.get("call") or "").endswith("clip_grad_norm_") \
-        and finding.details.get("op") == "aten::linalg_vector_norm"
+    return isinstance(finding.details, FallbackDetails) and (finding.details.call or "").endswith("clip_grad_norm_") \
+        and finding.details.op == "aten::linalg_vector_norm"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 
-from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.findings import FailureDetails, Finding
 from lazyviz.fix.source import Change, Context, Proposal, Source, call_name, define_once
 
 LOWERED_LSTM_NAME = "LSTMLowered"
@@ -213,4 +213,4 @@ def propose(finding: Finding, context: Context) -> Proposal:
 
 
 def answers(finding: Finding, context: Context) -> bool:
-    return finding.kind == "crash" and finding.details.get("module") == "recurrent"
+    return finding.kind == "crash" and isinstance(finding.details, FailureDetails) and finding.details.module == "recurrent"

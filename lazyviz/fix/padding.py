@@ -6,7 +6,7 @@ import ast
 import re
 from collections.abc import Sequence
 
-from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.findings import Finding, RecompileDetails
 from lazyviz.fix.drop_last import short_batch
 from lazyviz.fix.source import Context, Proposal, Source, keyword_set
 
@@ -60,7 +60,8 @@ def propose(finding: Finding, context: Context) -> Proposal:
     """Each batch padded to its own longest: a new sequence length is a new graph. The
     padding call given pad_to_multiple_of, the multiple chosen from the lengths the
     trace saw: one shape for all of them."""
-    history = [change for entry in finding.details.get("history", []) for change in entry.get("changes", [])]
+    steps = finding.details.history if isinstance(finding.details, RecompileDetails) else ()
+    history = [change for step in steps for change in step.changes]
     lengths = padded_lengths(history)
     if len(lengths) < 2:
         return Proposal(finding, finding.fix)

@@ -6,17 +6,20 @@ from __future__ import annotations
 import ast
 
 from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.findings.collective import CollectiveDetails
 from lazyviz.fix.source import Change, Context, Proposal, calls_named
 
 
 def answers(finding: Finding, context: Context) -> bool:
-    return finding.kind == "unasked_collective" and "suggested_spec" in finding.details
+    return isinstance(finding.details, CollectiveDetails) and finding.details.suggested_spec is not None
 
 
 def propose(finding: Finding, context: Context) -> Proposal:
-    where, spec = finding.details["annotation"], finding.details["suggested_spec"]
-    source = context.source(where["file"])
-    calls = calls_named(source, where["line"], "mark_sharding") if source is not None else []
+    details = finding.details
+    assert isinstance(details, CollectiveDetails) and details.annotation is not None and details.suggested_spec
+    where, spec = details.annotation, details.suggested_spec
+    source = context.source(where.file)
+    calls = calls_named(source, where.line, "mark_sharding") if source is not None else []
     if source is None or len(calls) != 1:
         return Proposal(finding, finding.fix)
     call = calls[0]
@@ -25,7 +28,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
     # Only a spec written out at the call, on one line, as the trace recorded it: a
     # name bound elsewhere may be shared by other annotations.
     if not isinstance(given, (ast.Tuple, ast.List)) or given.lineno != given.end_lineno \
-            or _literal(given) != [tuple(e) if isinstance(e, list) else e for e in finding.details["annotated_spec"]]:
+            or _literal(given) != [tuple(e) if isinstance(e, list) else e for e in details.annotated_spec or ()]:
         return Proposal(finding, finding.fix)
     text = source.line(given.lineno)
     quote = "'" if "'" in text[given.col_offset:given.end_col_offset] else '"'

@@ -57,7 +57,7 @@ _OPS = {"aten::split_copy": ("split", "chunk"), "aten::split_with_sizes_copy": (
 
 
 def _calls_of(finding: Finding) -> tuple[str, ...]:
-    op = str(finding.details.get("op") or "").split(".")[0]
+    op = finding.details.subject.split(".")[0]
     return _OPS.get(op, ())
 
 

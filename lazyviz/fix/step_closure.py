@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import re
 
-from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.findings import ExtraSyncDetails, Finding
 from lazyviz.fix.source import (
     CLOSURE_CALLS,
     SCOPES,
@@ -160,4 +160,4 @@ def _formatted(use: ast.Name, parents: dict[ast.AST, ast.AST]) -> bool:
 
 
 def answers(finding: Finding, context: Context) -> bool:
-    return finding.kind == "extra_sync" and finding.details.get("cause") in ("item", "print", "tolist")
+    return isinstance(finding.details, ExtraSyncDetails) and finding.details.cause in ("item", "print", "tolist")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 
-from lazyviz.analysis.findings import Finding, FindingKind
+from lazyviz.analysis.findings import Finding, GrowingGraph, RepeatedBlock
 from lazyviz.fix.source import STEP_CALLS, Change, Context, Proposal, Source, call_name, calls_named, define_once
 
 GENERATE_LOOPS = "transformers/generation/utils.py"
@@ -26,8 +26,8 @@ class SyncEachToken({stopping_criteria}):
 
 
 def answers(finding: Finding, context: Context) -> bool:
-    loop = finding.details.get("library_loop") or {}
-    return finding.kind == FindingKind.MISSING_MARK_STEP and loop.get("path") == GENERATE_LOOPS
+    loop = finding.details.library_loop if isinstance(finding.details, (GrowingGraph, RepeatedBlock)) else None
+    return loop is not None and loop.path == GENERATE_LOOPS
 
 
 def propose(finding: Finding, context: Context) -> Proposal:

@@ -251,8 +251,7 @@ def finding_key(finding: Finding) -> tuple[str, str, str]:
     """What a finding is about and in which function, without its line (the patch moves lines).
     A shape change at one step and the same change at several are one finding's two sizes:
     an edit that removes another sync site can turn the one into the other."""
-    details = finding.details
-    about = details.get("op") or details.get("cause") or ",".join(details.get("changes", ()))
+    about = finding.details.subject
     kind = "recompile" if finding.kind == "dynamic_shape" else finding.kind
     return kind, str(about), finding.frame.function if finding.frame else ""
 

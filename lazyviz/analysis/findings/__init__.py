@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from lazyviz.analysis.failures import FailureDetails
 from lazyviz.analysis.findings import (
     collective,
     crash,
@@ -20,15 +21,29 @@ from lazyviz.analysis.findings import (
     one_by_one_reads,
     recompile,
 )
-from lazyviz.analysis.findings.base import SEVERITIES, Finding, FindingKind, KindInfo, RunFacts
+from lazyviz.analysis.findings.base import SEVERITIES, Details, Finding, FindingKind, KindInfo, RunFacts
+from lazyviz.analysis.findings.collective import CollectiveDetails
+from lazyviz.analysis.findings.extra_sync import ExtraSyncDetails
+from lazyviz.analysis.findings.fallback import FallbackDetails
+from lazyviz.analysis.findings.host_call import HostCallDetails
+from lazyviz.analysis.findings.missing_mark_step import (
+    GrowingGraph,
+    MissingMarkStepDetails,
+    RepeatedBlock,
+    StepsWithoutSync,
+)
+from lazyviz.analysis.findings.one_by_one_reads import OneByOneReadsDetails
+from lazyviz.analysis.findings.recompile import RecompileDetails, ShapeStep
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.library import Stacks, no_stacks
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
 from lazyviz.trace.model import TS_NAMES, Execution, RunInfo
 from lazyviz.trace.table import ExecutionTable
 
-__all__ = ["FINDERS", "KINDS", "KIND_LABELS", "ROOT_KINDS", "SEVERITIES", "Finding", "FindingKind", "KindInfo",
-           "RunFacts", "find_all"]
+__all__ = ["FINDERS", "KINDS", "KIND_LABELS", "ROOT_KINDS", "SEVERITIES", "CollectiveDetails", "Details",
+           "ExtraSyncDetails", "FailureDetails", "FallbackDetails", "Finding", "FindingKind", "GrowingGraph",
+           "HostCallDetails", "KindInfo", "MissingMarkStepDetails", "OneByOneReadsDetails", "RecompileDetails",
+           "RepeatedBlock", "RunFacts", "ShapeStep", "StepsWithoutSync", "find_all"]
 
 # The finders, in the order their findings list at equal rank (host calls last: they take
 # in what the others found inside them).
@@ -58,8 +73,8 @@ def find_all(
 def _crash_speaks_for_its_op(findings: list[Finding]) -> list[Finding]:
     """The fallback a crash names (split's pieces left on the CPU) is that crash's cause:
     one finding says it, with the op's line, not a second one about the same op."""
-    named = {f.details.get("op") for f in findings if f.kind == FindingKind.CRASH} - {None}
-    return [f for f in findings if not (f.kind == FindingKind.FALLBACK and f.details.get("op") in named)]
+    named = {f.details.op for f in findings if isinstance(f.details, FailureDetails) and f.kind == FindingKind.CRASH}
+    return [f for f in findings if not (isinstance(f.details, FallbackDetails) and f.details.op in named)]
 
 
 # Findings whose fix changes what every other finding measures: fixed first.
@@ -88,8 +103,7 @@ def _blame_uncut_graph(findings: list[Finding], table: ExecutionTable, steps: in
             continue
         note = (f"; {each:.0f} ms per sync because the graph is not cut: "
                 f"fix the missing {cut} finding first")
-        blamed.append(replace(finding, message=finding.message + note,
-                              details={**finding.details, "inflated_by_missing_mark_step": len(inflated)}))
+        blamed.append(replace(finding, message=finding.message + note, uncut_syncs=len(inflated)))
     return blamed
 
 
@@ -112,7 +126,7 @@ def _absorbed(findings: list[Finding]) -> list[Finding]:
         if absorbs:
             own = set(finding.executions)
             kinds = sorted({t.kind for t in taken.values() if t.kind in absorbs and own & set(t.executions)})
-            finding = replace(finding, details={**finding.details, "absorbed": kinds})
+            finding = replace(finding, details=replace(finding.details, absorbed=tuple(kinds)))  # HostCallDetails
         result.append(finding)
     return result
 

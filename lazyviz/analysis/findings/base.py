@@ -3,7 +3,7 @@ each kind's name, label and colour role (declared by its own module, gathered he
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 
 from lazyviz.analysis.graphs import IRGraphs
@@ -30,6 +30,29 @@ class FindingKind(StrEnum):
     HOST_CALL = "host_call"
 
 
+@dataclass(frozen=True, kw_only=True)
+class Details:
+    """A kind's facts beyond its message: one record per kind, declared by the kind's
+    module, that the finder writes and readers (fix edits, the report) read as fields.
+    The JSON report writes every field (a nested record by its to_json)."""
+
+    def to_json(self) -> dict:
+        return {f.name: _json(getattr(self, f.name)) for f in fields(self)}
+
+    @property
+    def subject(self) -> str:
+        """What the finding is about, in a word or two (an op, a read's cause): a trial's label."""
+        return ""
+
+
+def _json(value: object) -> object:
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    if isinstance(value, (tuple, list)):
+        return [_json(item) for item in value]
+    return value
+
+
 @dataclass(frozen=True)
 class KindInfo:
     """How the report and the UI name a kind: a label of a few words, and the palette's
@@ -38,6 +61,7 @@ class KindInfo:
     kind: FindingKind
     label: str
     colour: str
+    details: type[Details]  # the record its findings' details are
     # Kinds whose findings this one takes in where their executions are all its own (a
     # host call's work inside it: make_grid's copies are not a recompile of the user's).
     absorbs: frozenset[str] = frozenset()
@@ -51,16 +75,17 @@ class Finding:
     frame: Frame | None
     executions: tuple[int, ...]
     fix: str = ""
-    details: dict = field(default_factory=dict)
+    details: Details = field(default_factory=Details)  # the kind's own record (its module's)
     cost_ms: float = 0.0  # the sync time of the executions it points at: what ranks it
     short: str = ""  # the message in a few words, where it can be shorter (the UI's strip)
+    uncut_syncs: int = 0  # its syncs that ran a graph a missing mark_step() left uncut
 
     def to_json(self) -> dict:
         return {
             "kind": self.kind, "severity": self.severity, "message": self.message,
             "site": self.frame.to_json() if self.frame else None,
-            "executions": list(self.executions), "fix": self.fix, "details": self.details,
-            "cost_ms": round(self.cost_ms, 3),
+            "executions": list(self.executions), "fix": self.fix, "details": self.details.to_json(),
+            "cost_ms": round(self.cost_ms, 3), "uncut_syncs": self.uncut_syncs,
         }
 
 

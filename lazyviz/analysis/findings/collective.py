@@ -4,14 +4,35 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from lazyviz.analysis.collectives import KINDS as COLLECTIVE_KINDS
-from lazyviz.analysis.collectives import Advice, Moved, advice, per_step, run_collectives, whole_batch
-from lazyviz.analysis.findings.base import Finding, FindingKind, KindInfo, RunFacts
+from lazyviz.analysis.collectives import Advice, Collective, Moved, advice, per_step, run_collectives, whole_batch
+from lazyviz.analysis.findings.base import Details, Finding, FindingKind, KindInfo, RunFacts
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.units import size_text
 from lazyviz.trace.model import Annotation, Frame
 from lazyviz.trace.table import ExecutionTable
+
+
+@dataclass(frozen=True)
+class MovedCollective:
+    collective: Collective
+    axes: tuple[str, ...]  # the mesh axes it runs along
+    executions: int  # the executions that ran it
+
+    def to_json(self) -> dict:
+        return dict(self.collective.to_json(), axes=list(self.axes), executions=self.executions)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectiveDetails(Details):
+    collectives: tuple[MovedCollective, ...]
+    sent_bytes_per_step: int | None = None  # what each device sends per step (a run with steps)
+    sent_bytes: int | None = None  # in the whole run (without steps)
+    annotation: Frame | None = None  # the annotation that disagrees, its spec, and the spec that agrees
+    annotated_spec: tuple | None = None
+    suggested_spec: tuple | None = None
 
 
 def collective_findings(table: ExecutionTable, graphs: IRGraphs, annotations: Sequence[Annotation],
@@ -82,12 +103,12 @@ def _collective_finding(moved: list[Moved], found: Advice | None, steps: int, ta
                "two runs shows the collectives gone")
     frame = Frame(first.file, first.line, "") if named else (found.annotation.frame if found else None)
     indices = table.indices(sorted({p for m in moved for p in m.positions}))
-    details = {"collectives": [dict(m.collective.to_json(), axes=list(m.axes), executions=len(m.positions))
-                               for m in moved],
-               "sent_bytes_per_step" if steps else "sent_bytes": round(per_step(moved, steps))}
-    if found is not None:
-        details |= {"annotation": found.annotation.frame.to_json(), "annotated_spec": list(found.annotation.spec),
-                    "suggested_spec": list(found.spec)}
+    sent_bytes = round(per_step(moved, steps))
+    details = CollectiveDetails(
+        collectives=tuple(MovedCollective(m.collective, m.axes, len(m.positions)) for m in moved),
+        sent_bytes_per_step=sent_bytes if steps else None, sent_bytes=None if steps else sent_bytes,
+        annotation=found.annotation.frame if found else None, annotated_spec=found.annotation.spec if found else None,
+        suggested_spec=tuple(found.spec) if found else None)
     return Finding(FindingKind.UNASKED_COLLECTIVE, "warning", message, frame, indices, fix, details,
                    short=f"{' and '.join(kinds)} the layout did not ask for: {sent} {per}")
 
@@ -118,7 +139,7 @@ def _spec(spec: Sequence) -> str:
     return repr(tuple(tuple(e) if isinstance(e, list) else e for e in spec))
 
 
-KINDS = (KindInfo(FindingKind.UNASKED_COLLECTIVE, "unasked collective", "sync"),)
+KINDS = (KindInfo(FindingKind.UNASKED_COLLECTIVE, "unasked collective", "sync", CollectiveDetails),)
 
 
 def find(facts: RunFacts) -> list[Finding]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from lazyviz.analysis.failures import crash, headline
+from lazyviz.analysis.failures import FailureDetails, crash, headline
 from lazyviz.analysis.findings.base import Finding, FindingKind, KindInfo, RunFacts
 from lazyviz.analysis.findings.fallback import FALLBACK_FIXES
 from lazyviz.analysis.graphs import IRGraphs
@@ -22,15 +22,15 @@ def crash_findings(run: RunInfo, executions: Sequence[Execution], ir_texts: Mapp
         return []
     what, fix, details, frame = found
     # The execution it points at: the fallback's, or the graph the device could not hold.
-    position = table.position_of(details["execution"]) if details.get("execution") is not None else None
+    position = table.position_of(details.execution) if details.execution is not None else None
     positions = [position] if position is not None else []
-    fallback_fix = FALLBACK_FIXES.get(details["op"]) if "op" in details else None
+    fallback_fix = FALLBACK_FIXES.get(details.op) if details.op else None
     fix = fix + (f"; {fallback_fix}" if fallback_fix else "")
     return [Finding(FindingKind.CRASH, "error", what, frame, table.indices(positions), fix, details,
-                    short=details["error"])]
+                    short=details.error)]
 
 
-KINDS = (KindInfo(FindingKind.CRASH, "raised", "miss"),)
+KINDS = (KindInfo(FindingKind.CRASH, "raised", "miss", FailureDetails),)
 
 
 def find(facts: RunFacts) -> list[Finding]:

@@ -3,12 +3,28 @@ of its own at every step: where, how often, and what to read instead."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from lazyviz.analysis.findings._shared import in_test
-from lazyviz.analysis.findings.base import Finding, FindingKind, KindInfo, RunFacts
+from lazyviz.analysis.findings.base import Details, Finding, FindingKind, KindInfo, RunFacts
 from lazyviz.analysis.library import Stacks, library_fix, library_line, no_stacks
 from lazyviz.trace.model import TS_NAMES, Execution
 from lazyviz.trace.table import ExecutionTable
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExtraSyncDetails(Details):
+    cause: str  # what synced: item, print, tolist, cpu, bool, ...
+    count: int  # its executions in steps
+    steps: int  # the steps it synced in
+    ms_per_step: float
+    library_line: str | None = None  # the library's line that reads, reached through the user's call
+    call: str | None = None  # that call
+
+    @property
+    def subject(self) -> str:
+        return self.cause
+
 
 SYNC_FIXES = {
     "item": "log every N steps, or read the value after the step with "
@@ -50,7 +66,8 @@ def extra_sync_findings(executions: Sequence[Execution], steps: int,
         what = first.detail or cause
         fix = SYNC_FIXES.get(cause, "").format(**names)
         library = library_line(stacks(first.stack_id))
-        details = {"cause": cause, "count": len(positions), "steps": steps_with, "ms_per_step": round(ms_per_step, 3)}
+        details = ExtraSyncDetails(cause=cause, count=len(positions), steps=steps_with,
+                                   ms_per_step=round(ms_per_step, 3))
         if library is not None and not what.endswith(" in a step closure"):
             # The read is in a library's code, reached through the user's call: their line has no `if` to change.
             through = f" inside {first.call}()" if first.call else ""
@@ -59,7 +76,7 @@ def extra_sync_findings(executions: Sequence[Execution], steps: int,
                 f"the read is {library.package}'s, not in your code ({library}): no edit of your line removes it; "
                 f"look for an option of {first.call or library.package + ' call'} that avoids it, or it costs "
                 f"{ms_per_step:.2f} ms every step")
-            details.update(library_line=f"{library.path}:{library.frame.line}", call=first.call)
+            details = replace(details, library_line=f"{library.path}:{library.frame.line}", call=first.call)
         elif what.endswith(" in a step closure"):
             # A closure reads what the step computed for free: an execution there ran new ops.
             fix = ("the step closure computes something new on the device before it reads it (torch.isnan(loss)"
@@ -77,7 +94,7 @@ def extra_sync_findings(executions: Sequence[Execution], steps: int,
     return findings
 
 
-KINDS = (KindInfo(FindingKind.EXTRA_SYNC, "extra sync", "sync"),)
+KINDS = (KindInfo(FindingKind.EXTRA_SYNC, "extra sync", "sync", ExtraSyncDetails),)
 
 
 def find(facts: RunFacts) -> list[Finding]:

@@ -3,8 +3,9 @@ every list."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
-from lazyviz.analysis.failures import explain
+from lazyviz.analysis.failures import FailureDetails, explain
 from lazyviz.analysis.findings.base import Finding, FindingKind, KindInfo, RunFacts
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.trace.model import Execution, Failure
@@ -28,13 +29,13 @@ def failure_findings(failures: Sequence[Failure], executions: Sequence[Execution
             FindingKind.FAILED_EXECUTION, "error",
             f"execution {failure.execution} ({sync}, graph {kind.graph}, {kind.nodes} nodes) failed in the "
             f"backend: {what}",
-            kind.frame, (failure.execution,), fix, {**details, "graph": kind.graph},
-            short=f"execution {failure.execution} failed: {details['error']}",
+            kind.frame, (failure.execution,), fix, replace(details, graph=kind.graph),
+            short=f"execution {failure.execution} failed: {details.error}",
         ))
     return findings
 
 
-KINDS = (KindInfo(FindingKind.FAILED_EXECUTION, "failed", "miss"),)
+KINDS = (KindInfo(FindingKind.FAILED_EXECUTION, "failed", "miss", FailureDetails),)
 
 
 def find(facts: RunFacts) -> list[Finding]:

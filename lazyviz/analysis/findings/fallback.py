@@ -4,12 +4,29 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from lazyviz.analysis.findings.base import Finding, FindingKind, KindInfo, RunFacts
+from lazyviz.analysis.findings.base import Details, Finding, FindingKind, KindInfo, RunFacts
 from lazyviz.analysis.library import LibraryLine, Stacks, library_fix, library_line, no_stacks
 from lazyviz.trace.model import Execution, Frame
 from lazyviz.trace.table import ExecutionTable
+
+
+@dataclass(frozen=True, kw_only=True)
+class FallbackDetails(Details):
+    op: str  # the op without a lowering (aten::lerp.Scalar)
+    calls: int  # how many times it ran on the CPU
+    executions_forced: int  # executions its inputs' pending graphs needed
+    per_step: float
+    call: str | None  # the call it ran in (clip_grad_norm_, Adam.step), where the stack names one
+    library_line: str | None  # the library's line that called it
+    library_fix: bool  # lazyviz knows a fix at that library line
+    ops: tuple[str, ...] = ()  # one call's ops together (scaled_dot_product_attention's), where merged
+
+    @property
+    def subject(self) -> str:
+        return self.op
+
 
 _CHECKED = " (checked on torch 2.13's TorchScript backend: no fallback, the same values)"
 OP_EQUIVALENTS = {
@@ -98,9 +115,9 @@ def fallback_findings(executions: Sequence[Execution], steps: int, after: Mappin
             f"{op} falls back to the CPU{f' in {call}()' if call else ''}: {count} call{'s' if count != 1 else ''}, "
             f"forcing {len(positions)} execution{'s' if len(positions) != 1 else ''}{per_step_text}",
             frame, table.indices(positions), fix,
-            {"op": op, "calls": count, "executions_forced": len(positions), "per_step": round(per_step, 3),
-             "call": call, "library_line": f"{library.path}:{library.frame.line}" if library else None,
-             "library_fix": library_fix(library, op) is not None},
+            FallbackDetails(op=op, calls=count, executions_forced=len(positions), per_step=round(per_step, 3),
+                            call=call, library_line=f"{library.path}:{library.frame.line}" if library else None,
+                            library_fix=library_fix(library, op) is not None),
         ))
     return _one_per_call(findings, table, steps)
 
@@ -135,26 +152,26 @@ def _one_per_call(findings: list[Finding], table: ExecutionTable, steps: int) ->
     tensor the path made) joins it."""
     by_call: dict[str, list[Finding]] = defaultdict(list)
     for finding in findings:
-        if finding.details["call"] and finding.executions:
-            by_call[finding.details["call"]].append(finding)
+        if finding.details.call and finding.executions:
+            by_call[finding.details.call].append(finding)
     # A call with no Python frame of its own (F.scaled_dot_product_attention is torch's C
     # function): its path's ops at one line are that call, where.self with them.
     at_line: dict[tuple, list[Finding]] = defaultdict(list)
     for finding in findings:
-        if not finding.details["call"] and finding.frame and finding.executions:
-            path = _PATHS.get(finding.details["op"]) or _PATH_COMPANIONS.get(finding.details["op"])
+        if not finding.details.call and finding.frame and finding.executions:
+            path = _PATHS.get(finding.details.op) or _PATH_COMPANIONS.get(finding.details.op)
             if path:
                 at_line[(finding.frame, path)].append(finding)
     named: dict[int, Finding] = {}  # id of a finding -> the same, naming its call
     for (frame, path), group in at_line.items():
-        if any(f.details["op"] in _PATHS for f in group) and len(group) > 1:
+        if any(f.details.op in _PATHS for f in group) and len(group) > 1:
             call = _PATH_CALLS[path]
-            named.update({id(f): replace(f, details={**f.details, "call": call}) for f in group})
+            named.update({id(f): replace(f, details=replace(f.details, call=call)) for f in group})
             by_call[f"{call}@{frame.site}"] = [named[id(f)] for f in group]
     findings = [named.get(id(f), f) for f in findings]
-    paths = {_PATHS[f.details["op"]]: call for call, group in by_call.items() for f in group if f.details["op"] in _PATHS}
+    paths = {_PATHS[f.details.op]: call for call, group in by_call.items() for f in group if f.details.op in _PATHS}
     for finding in findings:
-        path_call = paths.get(_PATHS.get(finding.details["op"], ""))
+        path_call = paths.get(_PATHS.get(finding.details.op, ""))
         if not finding.executions and path_call and len(by_call[path_call]) > 1:
             by_call[path_call].append(finding)
     merged = []
@@ -164,21 +181,21 @@ def _one_per_call(findings: list[Finding], table: ExecutionTable, steps: int) ->
             merged.append(finding)
         elif finding is group[0]:  # the rest of the group are in it
             executions = tuple(sorted({e for f in group for e in f.executions}))
-            ops = [f.details["op"] for f in group]
-            calls = sum(f.details["calls"] for f in group)
+            ops = tuple(f.details.op for f in group)
+            calls = sum(f.details.calls for f in group)
             per_step = f" ({len(executions) / steps:.3g} per step)" if steps else ""
             merged.append(replace(
                 finding,
-                message=f"{finding.details['call']}() falls back to the CPU through {len(ops)} ops ({', '.join(ops)}): "
+                message=f"{finding.details.call}() falls back to the CPU through {len(ops)} ops ({', '.join(ops)}): "
                         f"{calls} calls, forcing {len(executions)} execution{'s' if len(executions) != 1 else ''}"
                         f"{per_step}",
-                executions=executions, fix=next((f.fix for f in group if f.details["library_fix"]), None)
-                or next((f.fix for f in group if f.details["op"] in PATH_FIXES), finding.fix),
-                details={**finding.details, "ops": ops, "calls": calls, "executions_forced": len(executions)}))
+                executions=executions, fix=next((f.fix for f in group if f.details.library_fix), None)
+                or next((f.fix for f in group if f.details.op in PATH_FIXES), finding.fix),
+                details=replace(finding.details, ops=ops, calls=calls, executions_forced=len(executions))))
     return merged
 
 
-KINDS = (KindInfo(FindingKind.FALLBACK, "fallback", "fallback"),)
+KINDS = (KindInfo(FindingKind.FALLBACK, "fallback", "fallback", FallbackDetails),)
 
 
 def find(facts: RunFacts) -> list[Finding]:

@@ -4,11 +4,22 @@ names the calls)."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
-from lazyviz.analysis.findings.base import Finding, FindingKind, KindInfo, RunFacts
+from lazyviz.analysis.findings.base import Details, Finding, FindingKind, KindInfo, RunFacts
 from lazyviz.analysis.host_calls import ABSORBED_KINDS, host_calls
 from lazyviz.analysis.library import Stacks
 from lazyviz.trace.table import ExecutionTable
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostCallDetails(Details):
+    call: str  # the host-side function handed a lazy tensor (save_image)
+    absorbed: tuple[str, ...] = ()  # kinds of finding its own work made, taken into it
+
+    @property
+    def subject(self) -> str:
+        return self.call
 
 
 def host_call_findings(table: ExecutionTable, stacks: Stacks) -> list[Finding]:
@@ -30,12 +41,12 @@ def host_call_findings(table: ExecutionTable, stacks: Stacks) -> list[Finding]:
             frame, table.indices(sorted(positions)),
             f"hand {function}() a tensor on the CPU, {function}(x.detach().cpu(), ...): the pending graph runs "
             "once and the call works on the host, as it was written to",
-            {"call": function},
+            HostCallDetails(call=function),
             short=f"{function}() given a lazy tensor ({len(positions)} executions inside it)"))
     return findings
 
 
-KINDS = (KindInfo(FindingKind.HOST_CALL, "host call", "sync", absorbs=ABSORBED_KINDS),)
+KINDS = (KindInfo(FindingKind.HOST_CALL, "host call", "sync", HostCallDetails, absorbs=ABSORBED_KINDS),)
 
 
 def find(facts: RunFacts) -> list[Finding]:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from lazyviz.analysis.blocks import forward_loop, iterations_chain, layer_stack, repeated_block
 from lazyviz.analysis.findings._shared import growing_graphs, growing_sites, lines_that_built
-from lazyviz.analysis.findings.base import Finding, FindingKind, KindInfo, RunFacts
+from lazyviz.analysis.findings.base import Details, Finding, FindingKind, KindInfo, RunFacts
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.host_calls import host_call
 from lazyviz.analysis.ir import IRGraph
@@ -17,6 +17,46 @@ from lazyviz.analysis.library_loops import LibraryLoop, library_loop
 from lazyviz.analysis.loops import unsynced_iterations
 from lazyviz.trace.model import TS_NAMES, Execution, Frame
 from lazyviz.trace.table import ExecutionTable
+
+
+@dataclass(frozen=True, kw_only=True)
+class MissingMarkStepDetails(Details):
+    """What every form of a loop without mark_step() says: the graphs and sync sites that
+    show it, where one loop's finding speaks for several."""
+
+    graphs: tuple[str, ...] = ()
+    sites: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepsWithoutSync(MissingMarkStepDetails):
+    """Optimizer steps no sync separated (a run without steps): iterations that ended with
+    no sync, or the largest graph of each iteration growing."""
+
+    optimizer_steps: int
+    unsynced_iterations: int = 0
+    largest_per_iteration: tuple[int, ...] = ()  # nodes, the first 50 iterations
+
+
+@dataclass(frozen=True, kw_only=True)
+class GrowingGraph(MissingMarkStepDetails):
+    """The graph synced at one site grows by about the same number of nodes at every sync."""
+
+    growth_per_sync: int
+    syncs: int
+    nodes: tuple[int, ...]  # each sync's graph, the first 50
+    library_loop: LibraryLoop | None = None  # the library loop the syncs come from (generate()'s)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RepeatedBlock(MissingMarkStepDetails):
+    """One graph repeats a block of ops: a loop's iterations piled up into it."""
+
+    graph: str
+    pattern: tuple[str, ...]  # the block's ops
+    repeats: int
+    nodes: int  # the graph's size
+    library_loop: LibraryLoop | None = None
 
 
 def missing_mark_step_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str],
@@ -49,14 +89,14 @@ def _one_per_loop(findings: list[Finding]) -> list[Finding]:
         if len(group) == 1:
             merged.append(first)
             continue
-        sites = list(dict.fromkeys(f.frame.site for f in group if f.frame))
-        graphs = list(dict.fromkeys(g for f in group for g in f.details.get("graphs", [f.details.get("graph")]) if g))
+        sites = tuple(dict.fromkeys(f.frame.site for f in group if f.frame))
+        graphs = tuple(dict.fromkeys(g for f in group for g in f.details.graphs))
         more = len(group) - 1
         merged.append(replace(
             first, executions=tuple(sorted({e for f in group for e in f.executions})),
             message=f"{first.message} (one cause: {more} more graph{'s' if more > 1 else ''} show the same loop"
                     f"{f', at {len(sites)} sync sites' if len(sites) > 1 else ''})",
-            details={**first.details, "graphs": graphs, "sites": sites}))
+            details=replace(first.details, graphs=graphs, sites=sites)))
     return merged
 
 
@@ -83,7 +123,7 @@ def stepless_loop_findings(executions: Sequence[Execution], marks: Sequence[int]
                 f"{names['mark_step']}, so one graph holds the work of several iterations"
                 + (f"; the graphs that ran them hold up to {held} nodes" if positions else "")
                 + ", compiled again whenever their count changes")
-        details = {"unsynced_iterations": len(unsynced)}
+        details = StepsWithoutSync(optimizer_steps=len(marks), unsynced_iterations=len(unsynced))
     elif growing:
         start, stop = bounds[len(largest) - 1]
         last = range(start, min(stop, len(table)))
@@ -92,7 +132,7 @@ def stepless_loop_findings(executions: Sequence[Execution], marks: Sequence[int]
         what = (f"the largest graph of each iteration grows ({shown} nodes): a loop runs without "
                 f"{names['mark_step']}, so the parameters' updates are never cut from the graph and each "
                 "iteration's syncs run all of them again")
-        details = {"largest_per_iteration": largest[:50]}
+        details = StepsWithoutSync(optimizer_steps=len(marks), largest_per_iteration=tuple(largest[:50]))
     else:
         return []
     frame = table.kind_at(positions[0]).frame if positions else None
@@ -100,7 +140,7 @@ def stepless_loop_findings(executions: Sequence[Execution], marks: Sequence[int]
         FindingKind.MISSING_MARK_STEP, "warning", f"the optimizer stepped {len(marks)} times and {what}",
         frame, table.indices(positions),
         f"call {names['mark_step']} at the end of each iteration (after the optimizer step)",
-        {**details, "optimizer_steps": len(marks)},
+        details,
         short=f"the optimizer stepped {len(marks)} times and no step ended: "
               + ("iterations ran with no sync" if unsynced else "its largest graph grows each iteration"),
     )]
@@ -132,8 +172,7 @@ def growing_site_findings(executions: Sequence[Execution], names: Mapping[str, s
             _loop_fix(loop, names, first.frame,
                       f"call {names['mark_step']} at the end of each iteration (after the optimizer step); then "
                       f"{what} costs one small execution, or none if read in {names['step_closure']}"),
-            {"growth_per_sync": growth, "syncs": len(positions), "nodes": sizes[:50],
-             **({"library_loop": loop.to_json()} if loop else {})},
+            GrowingGraph(growth_per_sync=growth, syncs=len(positions), nodes=tuple(sizes[:50]), library_loop=loop),
         ))
     return findings
 
@@ -211,10 +250,10 @@ def growth_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str]
         positions = table.merged(numbers)
         if tuple(block) in by_block:
             earlier = findings[by_block[tuple(block)]]
-            holding = earlier.details["graphs"] + [graph_id]
+            holding = (*earlier.details.graphs, graph_id)
             findings[by_block[tuple(block)]] = replace(
                 earlier, executions=tuple(sorted({*earlier.executions, *table.indices(positions)})),
-                details={**earlier.details, "graphs": holding})
+                details=replace(earlier.details, graphs=holding))
             continue
         by_block[tuple(block)] = len(findings)
         first = table.kinds[numbers[0]]
@@ -229,8 +268,8 @@ def growth_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str]
             _loop_fix(loop, names, first.frame,
                       f"call {names['mark_step']} at the end of each iteration of the loop that builds it "
                       f"(the loop runs before line {first.frame.line if first.frame else '?'})"),
-            {"graph": graph_id, "pattern": block, "repeats": repeats, "nodes": summary.size, "graphs": [graph_id],
-             **({"library_loop": loop.to_json()} if loop else {})},
+            RepeatedBlock(graph=graph_id, pattern=tuple(block), repeats=repeats, nodes=summary.size,
+                          graphs=(graph_id,), library_loop=loop),
         ))
     return [_also_in(f) for f in findings]
 
@@ -261,14 +300,14 @@ def _unrolled_loop(graph: IRGraph | None, blocks: dict[tuple[str, ...], tuple[li
 
 def _also_in(finding: Finding) -> Finding:
     """A repeated block found in several graphs (the syncs after it ran it too): said once."""
-    more = len(finding.details["graphs"]) - 1
+    more = len(finding.details.graphs) - 1
     if not more:
         return finding
     return replace(finding, message=f"{finding.message} (and {more} more graph{'s' if more > 1 else ''} "
                                     "holding the same repeated block)")
 
 
-KINDS = (KindInfo(FindingKind.MISSING_MARK_STEP, "no mark_step", "sync"),)
+KINDS = (KindInfo(FindingKind.MISSING_MARK_STEP, "no mark_step", "sync", MissingMarkStepDetails),)
 
 
 def find(facts: RunFacts) -> list[Finding]:

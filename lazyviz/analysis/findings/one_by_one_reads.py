@@ -3,9 +3,10 @@ run's costliest sites: one copy of them all does it in one execution."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from lazyviz.analysis.findings._shared import growing_sites, runs_of
-from lazyviz.analysis.findings.base import Finding, FindingKind, KindInfo, RunFacts
+from lazyviz.analysis.findings.base import Details, Finding, FindingKind, KindInfo, RunFacts
 from lazyviz.trace.model import TS_NAMES, Execution
 from lazyviz.trace.table import ExecutionTable
 
@@ -14,6 +15,18 @@ from lazyviz.trace.table import ExecutionTable
 _HOST_READS = frozenset({"cpu", "to"})
 MIN_READS_IN_A_ROW = 4  # reads of one line, back to back, that make "one at a time"
 COSTLIEST_SITES = 3  # only among the run's costliest sites: a few cheap reads are nobody's problem
+
+
+@dataclass(frozen=True, kw_only=True)
+class OneByOneReadsDetails(Details):
+    cause: str  # the read: cpu, to
+    count: int  # reads at the line
+    in_a_row: int  # the longest run of them with nothing between
+    graphs: int  # distinct graphs they ran
+
+    @property
+    def subject(self) -> str:
+        return self.cause
 
 
 def one_by_one_read_findings(executions: Sequence[Execution], names: Mapping[str, str] = TS_NAMES) -> list[Finding]:
@@ -46,13 +59,13 @@ def one_by_one_read_findings(executions: Sequence[Execution], names: Mapping[str
             first.frame, table.indices(positions),
             f"call {names['mark_step']} first, then move them: after the sync they are device data and copy "
             "without a graph each (for torch.save: save the state moved to the CPU)",
-            {"cause": first.cause, "count": len(positions), "in_a_row": longest, "graphs": graphs},
+            OneByOneReadsDetails(cause=first.cause, count=len(positions), in_a_row=longest, graphs=graphs),
             short=f"{len(positions)} reads to the host one at a time ({graphs} graphs, {ms:,.0f} ms)",
         ))
     return findings
 
 
-KINDS = (KindInfo(FindingKind.ONE_BY_ONE_READS, "host reads", "sync"),)
+KINDS = (KindInfo(FindingKind.ONE_BY_ONE_READS, "host reads", "sync", OneByOneReadsDetails),)
 
 
 def find(facts: RunFacts) -> list[Finding]:

@@ -6,12 +6,43 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from lazyviz.analysis.findings._shared import in_test, lines_that_built
-from lazyviz.analysis.findings.base import Finding, FindingKind, KindInfo, RunFacts
+from lazyviz.analysis.findings.base import Details, Finding, FindingKind, KindInfo, RunFacts
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
+
+
+@dataclass(frozen=True)
+class ShapeStep:
+    """One recompile of a dynamic-shape finding: when, and the sizes that changed."""
+
+    step: int
+    execution: int
+    changes: tuple[str, ...]  # "%3 [8, 10] -> [7, 10]"
+
+    def to_json(self) -> dict:
+        return {"step": self.step, "execution": self.execution, "changes": list(self.changes)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecompileDetails(Details):
+    """A recompile's (recompile) or one site's changing input sizes (dynamic_shape)."""
+
+    recompiles: int
+    steps: int | None  # the steps they were in; None in a run without steps
+    changes: tuple[str, ...]  # the kinds of change: input_shape, attribute, dtype, ...
+    sites: tuple[str, ...] = ()  # where one cause reaches several sync sites: each
+    compared: int | None = None  # recompiles diffed against their closest graph (the rest counted)
+    closest_graph: str | None = None  # the graph it was compared with, and that graph's execution
+    closest_execution: int | None = None
+    new_graph: str | None = None
+    history: tuple[ShapeStep, ...] = ()  # dynamic_shape: each recompile's sizes
+
+    @property
+    def subject(self) -> str:
+        return ",".join(self.changes)
 
 
 def recompile_findings(recompiles: list[Recompile | PendingRecompile], steps: int = 1,
@@ -86,10 +117,10 @@ def _alike_finding(group: list[Recompile], more: int, waited: list[tuple[int, in
         FindingKind.RECOMPILE, "warning", in_test(first.context) + message,
         first.frame, tuple(sorted(executions)),
         fix=_recompile_fix(first),
-        details={"closest_graph": first.closest, "closest_execution": first.closest_execution,
-                 "new_graph": first.new_graph, "recompiles": count, "compared": len(group),
-                 "steps": len(at_steps) if steps else None,
-                 "changes": sorted({c.kind for c in (first.diff.origins if first.diff else ())})},
+        details=RecompileDetails(
+            closest_graph=first.closest, closest_execution=first.closest_execution, new_graph=first.new_graph,
+            recompiles=count, compared=len(group), steps=len(at_steps) if steps else None,
+            changes=tuple(sorted({c.kind for c in (first.diff.origins if first.diff else ())}))),
         short=in_test(first.context) + short,
     )
 
@@ -97,9 +128,9 @@ def _alike_finding(group: list[Recompile], more: int, waited: list[tuple[int, in
 def _shape_finding(group: list[Recompile], steps: int) -> Finding:
     """One site's recompiles for input sizes alone: one step's change, sizes that change
     again and again (batches), or an input that grows by the same size each time."""
-    history = [{"step": r.step, "execution": r.execution,
-                "changes": [f"{c.node} {c.before} -> {c.after}" for c in r.diff.origins if c.kind in _SIZES]}
-               for r in group]
+    history = tuple(ShapeStep(r.step, r.execution,
+                              tuple(f"{c.node} {c.before} -> {c.after}" for c in r.diff.origins if c.kind in _SIZES))
+                    for r in group)
     first = next(c for c in group[0].diff.origins if c.kind in _SIZES)
     built = f", built at {first.source_line}" if first.location else ""
     # An input's shape, or a size a tensor was made at on the device (in the graph).
@@ -127,8 +158,8 @@ def _shape_finding(group: list[Recompile], steps: int) -> Finding:
         FindingKind.RECOMPILE if once else FindingKind.DYNAMIC_SHAPE, "warning", message, group[0].frame,
         tuple(r.execution for r in group),
         fix=_ACCUMULATOR_FIX if growth is not None and not once else _SHAPE_FIX,
-        details={"history": history, "changes": [first.kind], "recompiles": len(group),
-                 "steps": len({r.step for r in group}) if steps else None},
+        details=RecompileDetails(history=history, changes=(first.kind,), recompiles=len(group),
+                                 steps=len({r.step for r in group}) if steps else None),
         short=in_test(group[0].context) + short,
     )
 
@@ -223,8 +254,8 @@ def _one_per_cause(findings: list[Finding], groups: list[list[Recompile]]) -> li
     by_cause: dict[tuple, int] = {}
     at_steps: list[set[int]] = []  # per merged finding, the steps its recompiles were in
     # Input shapes first, the site that recompiled most for them leading.
-    pairs = sorted(zip(findings, groups), key=lambda pair: (pair[0].details.get("changes") != ["input_shape"],
-                                                             -pair[0].details["recompiles"]))
+    pairs = sorted(zip(findings, groups), key=lambda pair: (pair[0].details.changes != ("input_shape",),
+                                                             -pair[0].details.recompiles))
     for finding, group in pairs:
         causes = _causes_of(group[0])
         known = next((by_cause[c] for c in causes if c in by_cause), None)
@@ -236,28 +267,28 @@ def _one_per_cause(findings: list[Finding], groups: list[list[Recompile]]) -> li
         at_steps[known] |= {r.step for r in group}
         by_cause.update(dict.fromkeys(causes, known))
         first = merged[known]
-        sites = first.details.get("sites") or [first.frame.site if first.frame else "?"]
+        sites = first.details.sites or (first.frame.site if first.frame else "?",)
         site = finding.frame.site if finding.frame else "?"
-        count = first.details["recompiles"] + finding.details["recompiles"]
-        steps = first.details.get("steps") and len(at_steps[known])
+        count = first.details.recompiles + finding.details.recompiles
+        steps = first.details.steps and len(at_steps[known])
         merged[known] = replace(
             first, executions=tuple(sorted({*first.executions, *finding.executions})),
-            details={**first.details, "sites": sites if site in sites else [*sites, site], "recompiles": count,
-                     "steps": steps})
+            details=replace(first.details, sites=sites if site in sites else (*sites, site), recompiles=count,
+                            steps=steps))
     return [_reaching(f) for f in merged]
 
 
 def _reaching(finding: Finding) -> Finding:
-    sites = finding.details.get("sites")
+    sites = finding.details.sites
     if not sites:
-        if finding.kind == FindingKind.DYNAMIC_SHAPE and finding.details["steps"]:
-            recompiles, steps = finding.details["recompiles"], finding.details["steps"]
+        if finding.kind == FindingKind.DYNAMIC_SHAPE and finding.details.steps:
+            recompiles, steps = finding.details.recompiles, finding.details.steps
             more = ", each a recompile" if recompiles == steps else f" ({recompiles} recompiles)"
             return replace(finding, message=finding.message.replace(" steps (first ", f" steps{more} (first ", 1))
         return finding
     shown = ", ".join(site.rpartition("/")[2] for site in sites)
     where = f"at {len(sites)} sync sites: {shown}" if len(sites) > 1 else f"at {shown}"
-    return replace(finding, message=f"{finding.message} (one cause: {finding.details['recompiles']} recompiles "
+    return replace(finding, message=f"{finding.message} (one cause: {finding.details.recompiles} recompiles "
                                     f"{where})")
 
 
@@ -333,7 +364,8 @@ def _recompile_fix(recompile: Recompile) -> str:
     return _PATH_FIX
 
 
-KINDS = (KindInfo(FindingKind.RECOMPILE, "recompile", "miss"), KindInfo(FindingKind.DYNAMIC_SHAPE, "shapes", "miss"))
+KINDS = (KindInfo(FindingKind.RECOMPILE, "recompile", "miss", RecompileDetails),
+         KindInfo(FindingKind.DYNAMIC_SHAPE, "shapes", "miss", RecompileDetails))
 
 
 def find(facts: RunFacts) -> list[Finding]:
