@@ -604,6 +604,20 @@ def test_a_state_read_to_the_host_one_tensor_at_a_time_is_a_finding() -> None:
     assert not [f for f in analyze(run_info(steps=12), spread, irs).findings if f.kind == "one_by_one_reads"]
 
 
+def test_an_evaluation_loops_read_of_each_batch_is_not_one_at_a_time() -> None:
+    """minGPT's adder: each batch of the evaluation reads `(pred == gt).cpu()`, 95 reads in a
+    row at one line, one graph each time, each built in the 15 ms of Python before it: a
+    loop's one sync per iteration, which a mark_step() first would not change."""
+    def reads(build_ms: float) -> list:
+        executions = [ex(i, step=i, graph="step", sync_ms=5.0) for i in range(4)]
+        return executions + [ex(4 + i, step=4, cause="cpu", detail="Tensor.cpu()", graph="batch", sync_ms=20.0,
+                                trace_ms=build_ms, line=168) for i in range(12)]
+    irs = {"step": chain_ir(20), "batch": chain_ir(30)}
+    assert not [f for f in analyze(run_info(steps=4), reads(15.5), irs).findings if f.kind == "one_by_one_reads"]
+    # The same graph read back to back with nothing built between: tensors already pending, one at a time.
+    [finding] = [f for f in analyze(run_info(steps=4), reads(0.05), irs).findings if f.kind == "one_by_one_reads"]
+    assert finding.details.in_a_row == 12 and finding.details.graphs == 1
+
 
 def test_a_fallback_over_two_host_calls_is_their_work_not_a_finding_of_its_own() -> None:
     """dcgan's two save_image() calls: the copy fallback counted over both is inside them."""
