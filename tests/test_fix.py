@@ -700,6 +700,27 @@ def test_if_tensor_keeping_the_best_loss_is_chosen_on_the_device_proved_against_
         == int(row(result.stderr, "executions ")[1])
 
 
+@pytest.mark.torch
+def test_an_edit_of_a_package_the_script_imports_is_what_the_copy_runs(tmp_path: Path) -> None:
+    """minGPT's adder: projects/adder/adder.py imports `mingpt`, installed with pip install
+    -e . from the project's folder. The copy's run imported the user's mingpt, not the
+    copy's, so the split edit in mingpt/model.py was never tried and "did not fix the
+    crash". Here the package is reached through the user's PYTHONPATH: the same."""
+    folder = tmp_path / "project"
+    shutil.copytree(PROGRAMS / "package_project", folder)
+    env = {**os.environ, "PYTHONPATH": str(folder)}
+    trace = tmp_path / "t.trace"
+    cli("run", "--no-tui", "-o", trace, "scripts/train.py", cwd=folder, env=env)
+    before = hashes(folder)
+    result = cli("fix", trace, "--try", "--until-clean", cwd=folder, env=env)
+    assert result.status == 0, result.stderr
+    assert "+        q, k, v = split_lowered(self.qkv(x), 8, dim=1)" in result.stdout
+    # autograd's "expected device lazy:0 but got cpu" is the split's pieces left on the CPU.
+    assert "is gone; the copy ran to its end" in result.stderr.split("the whole way")[0]
+    assert row(result.stderr, "exit") == ["raised", "RuntimeError", "exited", "0"]
+    assert hashes(folder) == before
+
+
 def gpt_project(tmp_path: Path) -> Path:
     """nanoGPT's shape: train.py beside model.py, whose qkv split crashes on TS."""
     return project(tmp_path, PROGRAMS / "gpt_char" / "train.py", PROGRAMS / "gpt_char" / "model.py")

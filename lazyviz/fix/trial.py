@@ -7,6 +7,7 @@ step time, the findings, and the script's output (numbers to a tolerance)."""
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import statistics
 import subprocess
@@ -23,7 +24,15 @@ from lazyviz.analysis.run import Run
 from lazyviz.analysis.units import size_text
 from lazyviz.errors import LazyvizError
 from lazyviz.fix.output_check import OutputCheck, check_output
-from lazyviz.fix.workspace import copy_root, in_copy, make_copy, original_line, paths_above, work_folder
+from lazyviz.fix.workspace import (
+    copy_root,
+    import_path,
+    in_copy,
+    make_copy,
+    original_line,
+    paths_above,
+    work_folder,
+)
 from lazyviz.trace import TraceError
 from lazyviz.trace import open as open_trace
 from lazyviz.trace.files import launch_folder, rank_trace
@@ -308,12 +317,14 @@ def run_side(side: Side, info: RunInfo, root: Path, bound: Bound | None, timeout
                "--capture", info.capture if info.capture in ("full", "light") else "full", "-o", str(side.trace)]
     if bound is not None:
         command += bound.flags
-    command += ["-m", info.argv[0]] if info.module else [str(in_copy(Path(cwd, info.script).resolve(), root,
-                                                                      side.folder))]
+    script = None if info.module else in_copy(Path(cwd, info.script).resolve(), root, side.folder)
+    command += ["-m", info.argv[0]] if script is None else [str(script)]
     command += info.argv[1:]
+    path = import_path(side.folder, list(side.texts), run_in if script is None else script.parent)
+    env = {**os.environ, **({"PYTHONPATH": path} if path else {})}
     try:
         done = subprocess.run(command, cwd=run_in, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL, check=False)
+                              stdin=subprocess.DEVNULL, check=False, env=env)
     except subprocess.TimeoutExpired:
         # --steps bounds a run with steps; one bounded by iterations has only --timeout to give.
         lower = "lower --steps or " if bound is not None and bound.unit == "steps" else ""

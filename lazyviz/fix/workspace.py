@@ -137,6 +137,26 @@ def in_copy(path: Path, root: Path, copy: Path) -> Path:
     return copy / path.relative_to(root)
 
 
+def import_root(file: Path, top: Path) -> Path:
+    """The folder a module is imported from: the one above its package's folders (each
+    with an __init__.py), never above `top`."""
+    folder = file.parent
+    while folder != top and top in folder.parents and (folder / "__init__.py").exists():
+        folder = folder.parent
+    return folder
+
+
+def import_path(copy: Path, edited: Sequence[str], script_folder: Path) -> str:
+    """PYTHONPATH for a copy's run: the copy's import roots of the edited modules first.
+    A package the user installed with `pip install -e .` (minGPT's `mingpt`), or reached
+    through their PYTHONPATH, is imported from their folder, not the copy: without this
+    the copy's run ran the original's code and the edit was never tried."""
+    roots = dict.fromkeys(import_root(copy / name, copy) for name in edited if name.endswith(".py"))
+    roots.pop(script_folder, None)  # the script's own folder is sys.path[0] already
+    given = os.environ.get("PYTHONPATH", "")
+    return os.pathsep.join([*map(str, roots), *([given] if given else [])])
+
+
 def original_line(original: str, patched: str, line: int) -> int | None:
     """The original's line for a line of the patched text: the same statement where the
     edit kept it or rewrote it in place (a call wrapped on its line), None for a line the

@@ -127,8 +127,10 @@ def _fallback_fix(op: str, library: LibraryLine | None, call: str | None, forced
     known path the op marks; an equivalent of the op only where the user calls it
     themselves (torch.where inside MultiheadAttention is not theirs to rewrite)."""
     own = call is None or call.startswith("Tensor.") or call.rpartition(".")[2] in op
+    # x.split(...) on the user's line is their own call, not a library's to find an option of.
+    inside = None if own and library is None else call
     return (library_fix(library, op) or (call and CALL_FIXES.get(call.rpartition(".")[2])) or PATH_FIXES.get(op)
-            or (OP_EQUIVALENTS.get(op) if own else None) or _no_lowering_fix(op, library, call, forced, steps))
+            or (OP_EQUIVALENTS.get(op) if own else None) or _no_lowering_fix(op, library, inside, forced, steps))
 
 
 def _no_lowering_fix(op: str, library: LibraryLine | None, call: str | None, forced: int, steps: int) -> str:

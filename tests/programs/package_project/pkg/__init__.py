@@ -1,0 +1,1 @@
+"""The model of a project installed as a package (pip install -e .)."""
