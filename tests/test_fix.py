@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -391,6 +392,16 @@ def test_a_crash_that_is_gone_is_the_proof() -> None:
     ok, said = crash_verdict(crashed, crashed)
     assert not ok and said.startswith("the edit did not fix the crash") and "model.py:56 (RuntimeError)" in said
     assert not crash_verdict(ran, crashed)[0]
+    # time_sequence_prediction: the split's pieces fixed, the same statement (an LSTMCell's
+    # call) raises for the cell's own view next: another error, not the same crash.
+    pieces = replace(crashed, error="RuntimeError: Input tensor is not a lazy tensor: torch.DoubleTensor")
+    view = replace(crashed, error="RuntimeError: The operator aten::as_strided appears to be a view operator",
+                   executions=4)
+    ok, said = crash_verdict(pieces, view)
+    assert not ok and said.startswith("the error at model.py:56 (RuntimeError) is gone, but the same statement "
+                                      "raised another after running further (4 executions)")
+    at = [replace(view, error=f"{view.error} at {address}") for address in ("0x7f12", "0x7fa0")]
+    assert crash_verdict(*at)[1].startswith("the edit did not fix")  # only an address differs
     table = comparison(crashed, ran)
     assert table.splitlines()[0] == "  the crash at model.py:56 (RuntimeError) is gone; the copy ran to its end"
 

@@ -30,6 +30,7 @@ from lazyviz.fix.trial import (
     prepared_side,
     ran_further,
     run_side,
+    same_crash,
     shown,
 )
 from lazyviz.fix.workspace import copy_root, original_line, work_folder
@@ -69,9 +70,9 @@ class Round:
 def _worse(new: Measures, old: Measures, for_crash: bool = True) -> str:
     """Why a round made things worse than the last kept one, or ""."""
     ok, ending = crash_verdict(old, new)
-    if not ok and old.crash and new.crash and ran_further(old, new) and new.crash != old.crash:
+    if not ok and old.crash and new.crash and ran_further(old, new) and not same_crash(old, new):
         return ""  # one crash traded for a later one: the next round's edit is for that one
-    if not ok and not for_crash and old.crash and new.crash == old.crash and new.exit_status == old.exit_status:
+    if not ok and not for_crash and same_crash(old, new) and new.exit_status == old.exit_status:
         ok, ending = True, ""  # the same crash, which none of the round's edits was for: judged on the rest
     if not ok:
         return ending if old.crash else f"it ended {ending_of(new.state)}, not {ending_of(old.state)}"
@@ -122,7 +123,7 @@ def gains(new: Measures, old: Measures, original: Original) -> tuple[list[str], 
     ok, ending = crash_verdict(old, new)
     if ok and ending:
         found.append(ending)
-    elif old.crash and new.crash != old.crash and ran_further(old, new):
+    elif old.crash and new.crash and not same_crash(old, new) and ran_further(old, new):
         found.append(ending)  # "... is gone, but the copy crashed further on (4 optimizer steps) at ..."
     old_keys, new_keys = by_key(old.findings), by_key(new.findings)
     fixed = [group[0].short or group[0].message for key, group in old_keys.items() if key not in new_keys]

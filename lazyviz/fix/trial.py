@@ -366,6 +366,17 @@ def _progress(m: Measures) -> str:
     return f"{m.steps} steps" if m.steps else f"{m.executions} executions"
 
 
+def _gist(error: str) -> str:
+    """An error's first line without its numbers (sizes, addresses): what it says."""
+    return re.sub(r"0x[0-9a-fA-F]+|\d+", "#", error)
+
+
+def same_crash(before: Measures, after: Measures) -> bool:
+    """The same statement raising the same error. A different error there is the edit at
+    work (time_sequence_prediction: the split's pieces fixed, the LSTMCell's view next)."""
+    return bool(before.crash) and after.crash == before.crash and _gist(after.error) == _gist(before.error)
+
+
 def crash_verdict(before: Measures, after: Measures) -> tuple[bool, str]:
     """Did the patched copy end as the original did, or better? (ok, a sentence saying
     how, "" when both ended alike). A crash that is gone is the proof: the copy running on
@@ -373,9 +384,13 @@ def crash_verdict(before: Measures, after: Measures) -> tuple[bool, str]:
     if before.crash and not after.crash and after.exit_status == 0:
         ran = "ran on to the bound" if after.state.startswith("stopped after") else "ran to its end"
         return True, f"the crash at {before.crash} is gone; the copy {ran}"
-    if before.crash and after.crash == before.crash:
+    if same_crash(before, after):
         return False, (f"the edit did not fix the crash: the copy raised the same error in the same statement "
                        f"({before.crash})")
+    if before.crash and after.crash == before.crash:
+        further = f" after running further ({_progress(after)})" if ran_further(before, after) else ""
+        return False, (f"the error at {before.crash} is gone, but the same statement raised another{further}: "
+                       f"{after.error[:160]}")
     if before.crash and after.crash and after.crash != before.crash:
         further = f" further on ({_progress(after)})" if ran_further(before, after) else ""
         return False, f"the crash at {before.crash} is gone, but the copy crashed{further} at {after.crash}"
