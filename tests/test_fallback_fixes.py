@@ -309,3 +309,59 @@ def test_a_recurrent_module_written_as_its_cell_over_the_time_steps_is_torchs_wi
     for case in cases:
         assert case["fallbacks"] == [], case
         assert max(case["out"], case["state"], case["grad"]) < 1e-5, case
+
+
+CELL_CHECK = """import json, sys, torch, torch._lazy, torch._lazy.ts_backend, torch._lazy.metrics as metrics
+from lazyviz.fix.lowered_rnn import LOWERED
+kind = sys.argv[1]
+name, text = LOWERED[kind]
+ns = {"torch": torch}
+exec(text.format(torch="torch"), ns)
+Lowered, Module = ns[name], getattr(torch.nn, kind)
+torch._lazy.ts_backend.init()
+found = []
+for options, shape, given, dtype in [({"input_size": 5, "hidden_size": 6}, (3, 5), True, torch.float32),
+                                     ({"input_size": 1, "hidden_size": 4}, (2, 1), False, torch.float64),
+                                     ({"input_size": 5, "hidden_size": 6, "bias": False}, (3, 5), True, torch.float32),
+                                     ({"input_size": 5, "hidden_size": 6}, (5,), True, torch.float32)]:
+    torch.manual_seed(0)
+    reference = Module(**options).to(dtype)
+    lowered = Lowered(**options).to(dtype)
+    lowered.load_state_dict(reference.state_dict())
+    x = torch.randn(*shape, dtype=dtype, requires_grad=True)
+    state = torch.randn(*shape[:-1], options["hidden_size"], dtype=dtype)
+    hx = ((state, state * 0.5) if kind == "LSTMCell" else state) if given else None
+    out = reference(x, hx)
+    outs = out if kind == "LSTMCell" else (out,)
+    sum(o.sum() for o in outs).backward()
+    grad = x.grad.clone()
+    metrics.reset()
+    lazy = lowered.to("lazy")
+    xl = x.detach().to("lazy").requires_grad_()
+    lazy_hx = None if hx is None else tuple(t.to("lazy") for t in hx) if kind == "LSTMCell" else hx.to("lazy")
+    lazy_out = lazy(xl, lazy_hx)
+    lazy_outs = lazy_out if kind == "LSTMCell" else (lazy_out,)
+    sum(o.sum() for o in lazy_outs).backward()
+    torch._lazy.mark_step()
+    fallbacks = [n for n in metrics.counter_names() if n.startswith("aten::") and metrics.counter_value(n)]
+    found.append({"out": max((a - b.cpu()).abs().max().item() for a, b in zip(outs, lazy_outs)),
+                  "grad": (grad - xl.grad.cpu()).abs().max().item(), "fallbacks": fallbacks,
+                  "dtype": str(lazy_outs[0].dtype)})
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.parametrize("kind", ["LSTMCell", "GRUCell"])
+def test_a_cell_written_from_ops_that_lower_is_torchs_without_a_fallback(kind: str) -> None:
+    """The cell edits (fix/lowered_rnn.py; torch's LSTMCell and GRUCell kernels take a view
+    that cannot run on TS): with the torch cell's weights loaded, the new state and the
+    input's gradient on the lazy device are torch's on the CPU, for a given state or none,
+    no bias, Double (time_sequence_prediction's) and an unbatched input; nothing falls back."""
+    done = subprocess.run([sys.executable, "-c", CELL_CHECK, kind], capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    cases = json.loads(done.stdout)
+    assert len(cases) == 4 and cases[1]["dtype"] == "torch.float64"
+    for case in cases:
+        assert case["fallbacks"] == [], case
+        assert max(case["out"], case["grad"]) < 1e-5, case

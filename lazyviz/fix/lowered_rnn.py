@@ -1,7 +1,8 @@
 """nn.LSTM, nn.GRU and nn.RNN cannot run on TS as they are: their forward unbinds the
 sequence into time steps, which falls back and hands them back on the host, and their
-next op raises. The edit makes each such module of the file its Lowered subclass
-(LSTMLowered, GRULowered, RNNLowered): the same parameters, so a state_dict loads into
+next op raises; nn.LSTMCell's and nn.GRUCell's kernel takes a view that cannot run there
+at all. The edit makes each such module of the file its Lowered subclass (LSTMLowered,
+GRULowered, RNNLowered, LSTMCellLowered, GRUCellLowered): the same parameters, so a state_dict loads into
 torch's module and back, and a forward that is the module's cell over the time steps
 from ops that lower (narrow, matmul, sigmoid, tanh, stack), for the options it reads:
 layers, bias, batch_first, bidirectional, dropout between layers, an unbatched input, a
@@ -133,9 +134,65 @@ _RNN_CELL = """\
 """
 RNN_LOWERED = GRU_LOWERED.replace("GRU", "RNN").replace(_GRU_CELL, _RNN_CELL)
 
+# The cells: torch's LSTMCell and GRUCell kernels take a view (as_strided) that has no
+# lowering on TS and cannot fall back, so the cell cannot run there at all (RNNCell runs).
+LSTM_CELL_LOWERED = """\
+
+
+class LSTMCellLowered({torch}.nn.LSTMCell):
+    \"\"\"nn.LSTMCell from ops that lower on the lazy device: torch's cell kernel takes a
+    view (as_strided) that cannot run there. The same parameters, the same arithmetic.\"\"\"
+
+    def forward(self, input, hx=None):
+        batched = input.dim() == 2
+        x = input if batched else input.unsqueeze(0)
+        if hx is None:
+            zeros = x.new_zeros(x.size(0), self.hidden_size)
+            hx = (zeros, zeros)
+        elif not batched:
+            hx = (hx[0].unsqueeze(0), hx[1].unsqueeze(0))
+        h, c = hx
+        gates = x @ self.weight_ih.t() + h @ self.weight_hh.t()
+        if self.bias:
+            gates = gates + self.bias_ih + self.bias_hh
+        size = self.hidden_size
+        i, f, g, o = (gates.narrow(1, k * size, size) for k in range(4))
+        c = {torch}.sigmoid(f) * c + {torch}.sigmoid(i) * {torch}.tanh(g)
+        h = {torch}.sigmoid(o) * {torch}.tanh(c)
+        return (h, c) if batched else (h.squeeze(0), c.squeeze(0))
+"""
+GRU_CELL_LOWERED = """\
+
+
+class GRUCellLowered({torch}.nn.GRUCell):
+    \"\"\"nn.GRUCell from ops that lower on the lazy device: torch's cell kernel takes a
+    view (as_strided) that cannot run there. The same parameters, the same arithmetic.\"\"\"
+
+    def forward(self, input, hx=None):
+        batched = input.dim() == 2
+        x = input if batched else input.unsqueeze(0)
+        if hx is None:
+            hx = x.new_zeros(x.size(0), self.hidden_size)
+        elif not batched:
+            hx = hx.unsqueeze(0)
+        gi, gh = x @ self.weight_ih.t(), hx @ self.weight_hh.t()
+        if self.bias:
+            gi, gh = gi + self.bias_ih, gh + self.bias_hh
+        size = self.hidden_size
+        r = {torch}.sigmoid(gi.narrow(1, 0, size) + gh.narrow(1, 0, size))
+        z = {torch}.sigmoid(gi.narrow(1, size, size) + gh.narrow(1, size, size))
+        n = {torch}.tanh(gi.narrow(1, 2 * size, size) + r * gh.narrow(1, 2 * size, size))
+        h = (1 - z) * n + z * hx
+        return h if batched else h.squeeze(0)
+"""
+
 # torch's recurrent modules -> (the Lowered class's name, its text to fill with {torch}).
 LOWERED = {"LSTM": (LOWERED_LSTM_NAME, LOWERED_LSTM), "GRU": ("GRULowered", GRU_LOWERED),
-           "RNN": ("RNNLowered", RNN_LOWERED)}
+           "RNN": ("RNNLowered", RNN_LOWERED), "LSTMCell": ("LSTMCellLowered", LSTM_CELL_LOWERED),
+           "GRUCell": ("GRUCellLowered", GRU_CELL_LOWERED)}
+CELLS = frozenset({"LSTMCell", "GRUCell"})
+# The cell a crash names (the view op's call, analysis.failures' VIEW_WORKAROUNDS).
+_CELL_CALLS = frozenset(f"{cell}.forward" for cell in CELLS)
 # A module made from its class by name (word_language_model's `getattr(nn, rnn_type)(...)`):
 # the class looked up, then its Lowered one, whichever it is.
 BY_NAME = "lowered_rnn"
@@ -170,12 +227,19 @@ def _by_name(func: ast.expr) -> bool:
             and len(func.args) == 2 and ast.unparse(func.args[0]) in ("nn", "torch.nn"))
 
 
+def _cell_crash(finding: Finding) -> bool:
+    return isinstance(finding.details, FailureDetails) and finding.details.call in _CELL_CALLS
+
+
 def propose(finding: Finding, context: Context) -> Proposal:
-    """Each recurrent module made in the files of the stack where it raised (the model's file)."""
+    """Each recurrent module made in the files of the stack where it raised (the model's
+    file): the cells where a cell's view raised, else the modules."""
     files = dict.fromkeys(frame.file for frame in [*context.stack(finding), *([finding.frame] if finding.frame else [])])
+    cells = _cell_crash(finding)
     for file in files:
         source = context.source(file)
-        calls = _constructions(source) if source is not None else []
+        calls = [(call, name) for call, name in (_constructions(source) if source is not None else [])
+                 if (name in CELLS) == cells]
         if source is None or not calls:
             continue
         changes: list[Change] = []
@@ -189,7 +253,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
             changes.append(Change(source.path, line, line + 1, (text,)))
         where = ", ".join(f"{source.at(change.start)}" for change in changes)
         names = {name for _, name in calls}
-        kinds = sorted(LOWERED) if BY_NAME in names else sorted(names)
+        kinds = sorted(set(LOWERED) - CELLS) if BY_NAME in names else sorted(names)
         torch, imports = call_name(source, "torch.nn", "torch")
         module = torch.rpartition(".")[0]
         defined = [change for name in kinds
@@ -201,16 +265,19 @@ def propose(finding: Finding, context: Context) -> Proposal:
         modules = " and ".join(f"nn.{name}" for name in sorted(names - {BY_NAME}))
         modules = " and ".join(filter(None, [modules, "the module made by name" if BY_NAME in names else ""]))
         made = ", ".join(LOWERED[name][0] for name in kinds)
+        why = ("its forward the cell's arithmetic from ops that lower (torch's cell kernel takes a view that "
+               "cannot run here)" if cells else "its forward the cell over the time steps from ops that lower "
+               "(torch's unbinds the sequence, which falls back here)")
         return Proposal(finding, f"the {modules} at {where} made as {made}, defined once in the file: the same "
-                                 "parameters, its forward the cell over the time steps from ops that lower (torch's "
-                                 "unbinds the sequence, which falls back here)", tuple(changes))
-    if any(any(lowered in (context.source(f).text if context.source(f) else "") for lowered, _ in LOWERED.values())
-           for f in files):
-        return Proposal(finding, "every nn.LSTM, nn.GRU and nn.RNN there is made Lowered already, and the module still "
-                                 "raises: a module made elsewhere", outlived=True)
-    return Proposal(finding, f"{finding.fix} (no nn.LSTM, nn.GRU or nn.RNN made in the files of the stack: change it "
-                             "by hand)")
+                                 f"parameters, {why}", tuple(changes))
+    which = "nn.LSTMCell and nn.GRUCell" if cells else "nn.LSTM, nn.GRU and nn.RNN"
+    if any(any(LOWERED[name][0] in (context.source(f).text if context.source(f) else "")
+               for name in LOWERED if (name in CELLS) == cells) for f in files):
+        return Proposal(finding, f"every {which} there is made Lowered already, and the module still raises: a "
+                                 "module made elsewhere", outlived=True)
+    return Proposal(finding, f"{finding.fix} (no {which} made in the files of the stack: change it by hand)")
 
 
 def answers(finding: Finding, context: Context) -> bool:
-    return finding.kind == "crash" and isinstance(finding.details, FailureDetails) and finding.details.module == "recurrent"
+    return finding.kind == "crash" and isinstance(finding.details, FailureDetails) and (
+        finding.details.module == "recurrent" or _cell_crash(finding))
