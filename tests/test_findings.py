@@ -20,7 +20,7 @@ from lazyviz.trace.synthetic import chain_ir
 BLOCK = ("aten::mul", "aten::addcmul", "aten::sqrt", "aten::div", "aten::add")
 
 
-def unrolled_ir(iterations: int, chained: bool, built_in: tuple[str, ...] = ()) -> str:
+def unrolled_ir(iterations: int, chained: bool, built_in: tuple[str, ...] = (), block: tuple[str, ...] = BLOCK) -> str:
     """A block of ops `iterations` times in one graph: each iteration reads the previous
     one's result (a loop without mark_step()), or its own input (an optimizer updating
     one parameter after another). built_in: the functions the block's ops were built in,
@@ -32,7 +32,7 @@ def unrolled_ir(iterations: int, chained: bool, built_in: tuple[str, ...] = ()) 
         lines.append(f"  %{node} = [Float[8]] lazy_tensors::device_data(), device=CPU0, NodeType=D")
         value = f"%{previous}" if chained and previous is not None else f"%{node}"
         node += 1
-        for number, op in enumerate(BLOCK):
+        for number, op in enumerate(block):
             where = f", location={built_in[number % len(built_in)]}@model.py:{40 + number}" if built_in else ""
             lines.append(f"  %{node} = [Float[8]] {op}({value}){where}, NodeType=N")
             value = f"%{node}"
@@ -56,6 +56,15 @@ def test_a_modules_own_loop_in_its_forward_is_not_a_missing_mark_step() -> None:
                             (("forward", "train"), ["missing_mark_step"]),
                             ((), ["missing_mark_step"])):
         ir = unrolled_ir(8, True, built_in)
+        findings = growth_findings([ex(0, cause="item", graph="g", nodes=48)], {"g": ir})
+        assert [f.kind for f in findings] == found, built_in
+    # time_sequence_prediction with its split edited: each time step's piece is a narrow
+    # that split_lowered made before the loop, and LTC builds a view's node where it is
+    # used, so each iteration holds a slice "built in" split_lowered. Still forward's loop.
+    sliced = ("aten::slice_copy", *BLOCK[1:])
+    for built_in, found in ((("split_lowered", "forward", "forward", "forward", "forward"), []),
+                            (("forward", "forward", "train", "forward", "forward"), ["missing_mark_step"])):
+        ir = unrolled_ir(8, True, built_in, sliced)
         findings = growth_findings([ex(0, cause="item", graph="g", nodes=48)], {"g": ir})
         assert [f.kind for f in findings] == found, built_in
 

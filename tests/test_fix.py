@@ -732,6 +732,27 @@ def test_an_edit_of_a_package_the_script_imports_is_what_the_copy_runs(tmp_path:
     assert hashes(folder) == before
 
 
+@pytest.mark.torch
+def test_an_lstm_cell_model_goes_from_its_split_to_its_cells_to_a_run(tmp_path: Path) -> None:
+    """pytorch/examples' time_sequence_prediction: the split's pieces come back on the CPU
+    and the first LSTMCell raises; with the split edited, the same statement raises for
+    the cell's own view (another error, not the same crash: kept); the cells made
+    LSTMCellLowered, it trains."""
+    folder = project(tmp_path, PROGRAMS / "time_sequence_lazy.py")
+    trace = traced(folder, "time_sequence_lazy.py", "--steps", "2")
+    result = cli("fix", trace, "--try", "--until-clean", cwd=folder)
+    assert result.status == 0, result.stderr
+    applies(result.stdout, folder)
+    assert "split_lowered(input, 1, dim=1)" in result.stdout
+    assert "+        self.lstm1 = LSTMCellLowered(1, 16)" in result.stdout
+    assert "+        self.lstm2 = LSTMCellLowered(16, 16)" in result.stdout
+    assert result.stdout.count("+class LSTMCellLowered(torch.nn.LSTMCell):") == 1
+    rounds = result.stderr.split("the whole way")[0]
+    assert "is gone, but the same statement raised another" in rounds and "not kept" not in rounds
+    assert "is gone; the copy ran to its end" in rounds
+    assert row(result.stderr, "exit") == ["raised", "RuntimeError", "exited", "0"]
+
+
 def gpt_project(tmp_path: Path) -> Path:
     """nanoGPT's shape: train.py beside model.py, whose qkv split crashes on TS."""
     return project(tmp_path, PROGRAMS / "gpt_char" / "train.py", PROGRAMS / "gpt_char" / "model.py")
@@ -905,3 +926,25 @@ def test_a_bare_attention_call_is_one_finding_and_its_edit_removes_the_fallback(
         in result.stdout
     assert row(result.stderr, "executions per step") == ["7.0", "1.0"]
     assert "output: the same" in result.stderr
+
+
+def test_a_loop_that_steps_already_gets_no_second_mark_step() -> None:
+    """time_sequence_prediction: `optimizer.step(closure)`, then `mark_step()`, then a print
+    of the loss. A step call anywhere in the loop's own body cuts each iteration: one more
+    at the end would cut nothing, so no edit (earlier, only a last statement counted)."""
+    from lazyviz.fix import mark_step
+    from lazyviz.fix.source import STEP_CALLS, Source
+
+    text = ("import torch._lazy\n"
+            "for step in range(3):\n"
+            "    loss = optimizer.step(closure)\n"
+            "    torch._lazy.mark_step()\n"
+            "    print('loss', loss.item())\n")
+    source = Source("/w/train.py", text)
+    finding = Finding("missing_mark_step", "warning", "repeats", Frame("/w/train.py", 3, "<module>"), (1,))
+    step_call = STEP_CALLS["torch._lazy.mark_step()"]
+    proposal = mark_step._insert_at_loop_end(finding, source, source.tree.body[1], step_call)
+    assert proposal.outlived and not proposal.changes and "already in the loop at train.py:2" in proposal.summary
+    without = Source("/w/train.py", text.replace("    torch._lazy.mark_step()\n", ""))
+    added = mark_step._insert_at_loop_end(finding, without, without.tree.body[1], step_call)
+    assert [change.lines for change in added.changes] == [("    torch._lazy.mark_step()\n",)]

@@ -122,11 +122,19 @@ def forward_loop(graph: IRGraph, start: int, period: int, repeats: int) -> bool:
     iterations of a loop without mark_step() also build a loss, a backward or an update
     outside it. Unknown (no location recorded) is not a forward's loop."""
     ops = [node for node in graph.nodes if not node.is_input][start:start + period * repeats]
-    functions = {node.location.rpartition("@")[0] for node in ops if node.location}
+    functions = {node.location.rpartition("@")[0] for node in ops if node.location and not _made_where_used(node.op)}
     # A generator expression or lambda in forward (`(gates.narrow(...) for k in range(4))`)
     # is forward's own code.
     return functions - _INNER_SCOPES == {"forward"}
 
 
 _INNER_SCOPES = frozenset({"<genexpr>", "<listcomp>", "<setcomp>", "<dictcomp>", "<lambda>"})
+# Nodes whose location is where a value was made, not where the loop used it: the lazy core
+# builds a view's node (and its scalar arguments) when the view is used, so a time step's
+# piece that a helper sliced before the loop (split_lowered) appears in each iteration.
+_VIEWS_XLA = frozenset({"xla::generic_slice", "xla::select", "aten::view", "aten::permute", "aten::expand"})
+
+
+def _made_where_used(op: str) -> bool:
+    return op == "prim::Constant" or op.endswith("_copy") or op in _VIEWS_XLA
 

@@ -98,8 +98,10 @@ def _insert_at_loop_end(finding: Finding, source: Source, loop: ast.AST, step_ca
     if first.lineno == loop.lineno:
         return Proposal(finding, f"{finding.fix} (the loop at {where} is written on one line: split it first)")
     call, imports = call_name(source, *step_call)
-    if _is_step_call(last, call):
-        return Proposal(finding, f"{call}() is already at the end of the loop at {where} (an earlier edit, or "
+    # Anywhere in the loop's own body (time_sequence_prediction's, then a print): each
+    # iteration is cut already, and a second call at the end would cut nothing more.
+    if any(_is_step_call(statement, call) for statement in loop.body):
+        return Proposal(finding, f"{call}() is already in the loop at {where}, once an iteration (an earlier edit, or "
                                  "yours), and the finding is still there: another would change nothing. The "
                                  "diagnosis was wrong or the cause is elsewhere: read the repeated block's lines",
                         outlived=True)
