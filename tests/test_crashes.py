@@ -112,3 +112,39 @@ def test_a_whole_module_loaded_with_weights_only_names_the_class_to_allow(tmp_pa
     assert crash["site"]["line"] == line_of(script, 'net = torch.load("net.pt")')
     assert "torch.serialization.add_safe_globals([__main__.Net])" in crash["fix"]
     assert "\x1b" not in crash["message"]
+
+
+MODEL_LEFT_ON_THE_CPU = """import torch
+import torch._lazy.ts_backend
+
+torch._lazy.ts_backend.init()
+dataset = torch.randn(64, 3, 8, 8)  # a CPU dataset the script holds: not the tensor that raised
+model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())  # never moved: imagenet's CPU path
+images = dataset[:2].to("lazy")
+print(model(images).sum().item())
+"""
+
+
+def test_a_model_never_moved_to_the_device_is_named_by_the_frame_that_raised(tmp_path: Path) -> None:
+    """pytorch/examples' imagenet moves its model only for an accelerator: on the lazy
+    device the conv raised "Input tensor is not a lazy tensor" with no fallback behind it,
+    and lazyviz could only say that some CPU tensor met lazy ones. The frame that raised
+    (torch's _conv_forward) held the Conv2d's own weight and bias on the CPU."""
+    script = tmp_path / "unmoved.py"
+    script.write_text(MODEL_LEFT_ON_THE_CPU)
+    run = cli("run", "--no-tui", "-o", tmp_path / "m.trace", script, cwd=tmp_path)
+    assert run.status == 1 and "Input tensor is not a lazy tensor" in run.stderr
+    [crash] = [f for f in json.loads(cli("report", "--format", "json", tmp_path / "m.trace").stdout)["findings"]
+               if f["kind"] == "crash"]
+    assert crash["details"]["on_cpu"] == ["weight", "bias"]
+    assert "the Conv2d it ran in holds its weight and bias on the CPU" in crash["message"]
+    assert "model.to(device)" in crash["fix"] and "dataset" not in crash["message"]
+    assert crash["site"]["line"] == line_of(script, "print(model(images)")
+    # The user's own frame holds anything (the CPU dataset): nothing is named from it.
+    moved = MODEL_LEFT_ON_THE_CPU.replace("torch.nn.ReLU())", "torch.nn.ReLU()).to('lazy')").replace(
+        "print(model(images).sum().item())", "print((model(images) + dataset[:2, :1, :6, :6]).sum().item())")
+    script.write_text(moved)
+    cli("run", "--no-tui", "-f", "-o", tmp_path / "m.trace", script, cwd=tmp_path)
+    [crash] = [f for f in json.loads(cli("report", "--format", "json", tmp_path / "m.trace").stdout)["findings"]
+               if f["kind"] == "crash"]
+    assert crash["details"]["on_cpu"] == [] and "a tensor on the CPU met lazy tensors" in crash["message"]

@@ -82,6 +82,7 @@ class FailureDetails(Details):
     module: str | None = None  # "recurrent": torch's LSTM/GRU/RNN took the sequence apart
     no_storage: bool = False  # a lazy tensor read for its host storage (torch.save, numpy())
     unsafe_global: str | None = None  # the class torch.load's weights_only refused
+    on_cpu: tuple[str, ...] = ()  # the CPU tensors the frame that raised held beside lazy ones
 
     @property
     def subject(self) -> str:
@@ -270,6 +271,8 @@ def _not_lazy(run: RunInfo, table: ExecutionTable, what: str, details: FailureDe
     """"Input tensor is not a lazy tensor": the fallback that left a CPU tensor behind
     (a split's pieces), at its own line where lazyviz can tell."""
     op, call, execution = _last_fallback(run, table)
+    if op is None and run.cpu_at_raise:
+        return _held_on_cpu(run, what, details, user)
     if op is None:
         return (f"{what}: a tensor on the CPU met lazy tensors (one made without device=, or brought back with "
                 ".cpu() or .to('cpu'))"), ("make every tensor of the step on the lazy device: create it with "
@@ -308,6 +311,26 @@ def _not_lazy(run: RunInfo, table: ExecutionTable, what: str, details: FailureDe
     return (f"{what}: a tensor that is not lazy reached a lazy op; the last op to fall back before it was {op}"
             f"{in_call} ({when}), whose result may have stayed on the CPU"), (
         "keep that op's result on the lazy device (.to('lazy')) or replace it with ops that lower"), details, user
+
+
+def _held_on_cpu(run: RunInfo, what: str, details: FailureDetails,
+                 user: Frame | None) -> tuple[str, str, FailureDetails, Frame | None]:
+    """The frame that raised named its CPU tensors: a module's own parameters (a model
+    never moved to the device: imagenet's CPU path), or tensors made on the CPU."""
+    held = run.cpu_at_raise
+    names = " and ".join(", ".join(name for name, _, _ in held).rsplit(", ", 1))
+    details = replace(details, on_cpu=tuple(name for name, _, _ in held))
+    owners = {owner for _, kind, owner in held if kind in ("parameter", "buffer")}
+    device = run.device or "lazy"
+    if owners:
+        owner = " and ".join(sorted(owners))
+        return (f"{what}: the {owner} it ran in holds its {names} on the CPU while its input is on the {device} "
+                "device: the model was not moved there"), (
+            f"move the model to the device its inputs are on, once, after it is made: model.to(device) (its "
+            f"parameters and buffers; torch's CPU default needs no move, the {device} device does)"), details, user
+    return (f"{what}: {names} {'is' if len(held) == 1 else 'are'} on the CPU beside tensors on the {device} "
+            "device"), (f"make {names} on the {device} device: create it with device=... or move it with "
+                        ".to(device) before the op"), details, user
 
 
 # XLA: "Out of memory allocating 549755813888 bytes"; CPU: "you tried to allocate N bytes";

@@ -18,6 +18,7 @@ import warnings
 from lazyviz.backends import framework_packages
 from lazyviz.errors import LazyvizError
 from lazyviz.record.imports import top_level_imports
+from lazyviz.record.raised_with import cpu_tensors
 from lazyviz.record.recorder import Recorder
 from lazyviz.record.stack_walk import LAZYVIZ_DIR
 from lazyviz.record.tracer import RUNNER_FILES
@@ -121,6 +122,7 @@ def main(argv: list[str]) -> int:
         return 2
     status, error_line, error_text, interrupted = 0, None, None, False
     error_frames: list[tuple[str, int, str]] = []
+    cpu_at_raise: list[tuple[str, str, str]] = []
     if _imports_torch(options.target, options.module):
         for caught in import_warnings:
             warnings.showwarning(caught.message, caught.category, caught.filename, caught.lineno)
@@ -136,12 +138,13 @@ def main(argv: list[str]) -> int:
     except BaseException as error:
         error_line = f"{type(error).__name__}: {error}"
         error_text, error_frames = _print_user_traceback(error)
+        cpu_at_raise = cpu_tensors(error)
         interrupted = isinstance(error, KeyboardInterrupt)
         status = 130 if interrupted else 1
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        recorder.finish(status, error_line, error_text, error_frames)
+        recorder.finish(status, error_line, error_text, error_frames, cpu_at_raise)
     if interrupted:  # die of SIGINT, as the interpreter does, so shells see it
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)

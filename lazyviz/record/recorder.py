@@ -218,7 +218,8 @@ class Recorder:
                     error=f"{type(error).__name__}: {error}" if error is not None else None, traceback_text=text)
 
     def finish(self, exit_status: int, error: str | None = None, traceback_text: str | None = None,
-               error_frames: list[tuple[str, int, str]] | None = None) -> None:
+               error_frames: list[tuple[str, int, str]] | None = None,
+               cpu_at_raise: list[tuple[str, str, str]] | None = None) -> None:
         """Stop recording with how the code ended, written once for both ways of
         recording; say on stderr when the trace stopped growing or tracing failed."""
         tracer, writer = self._tracer, self._writer
@@ -233,7 +234,8 @@ class Recorder:
             writer.set_run(
                 exit_status=exit_status, error=error, traceback=traceback_text, complete=True, steps=tracer.steps(),
                 elapsed_s=round(time.perf_counter() - (self._started or 0.0), 3), tracer_errors=tracer.errors,
-                notes=tracer.notes, error_frames=error_frames or [], stopped_after_steps=tracer.stopped_at_step,
+                notes=tracer.notes, error_frames=error_frames or [], cpu_at_raise=cpu_at_raise or [],
+                stopped_after_steps=tracer.stopped_at_step,
                 stopped_after_iterations=tracer.stopped_at_iteration,
                 sources=source_hashes([*self._script, *tracer.user_files()]),
             )

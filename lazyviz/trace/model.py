@@ -313,6 +313,9 @@ class RunInfo:
     failures: list[Failure] = field(default_factory=list)  # executions the backend failed to compile or run
     notes: list[str] = field(default_factory=list)  # what tracing changed in what the backend shows the user
     error_frames: list[Frame] = field(default_factory=list)  # where the script raised, outermost first
+    # The CPU tensors its innermost frame held beside lazy ones when it raised: (name,
+    # "parameter" / "buffer" / "tensor", the module's class or "").
+    cpu_at_raise: list[tuple[str, str, str]] = field(default_factory=list)
     # Fallback ops run after the last execution (none carries them): op -> calls.
     fallbacks_after_last_execution: dict[str, int] = field(default_factory=dict)
     # Other counters that moved after the last execution (XLA's host<->device copies, read

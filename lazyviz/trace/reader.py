@@ -289,7 +289,7 @@ _RUN_FIELDS: dict[str, tuple[type | tuple[type, ...], object]] = {
     "elapsed_s": ((int, float, type(None)), None), "names": (dict, {}), "device": (str, "lazy"),
     "complete": (bool, None), "ended_by": ((str, type(None)), None),
     "startup_ms": ((int, float, type(None)), None), "tracer_errors": (list, []), "source": (str, "script"),
-    "failures": (list, []), "notes": (list, []), "error_frames": (list, []),
+    "failures": (list, []), "notes": (list, []), "error_frames": (list, []), "cpu_at_raise": (list, []),
     "fallbacks_after_last_execution": (dict, {}), "counters_after_last_execution": (dict, {}),
     "device_used": (bool, False),
     "stopped_after_steps": ((int, type(None)), None), "sources": (dict, {}), "fix_trial": (dict, {}),
@@ -501,6 +501,8 @@ class Trace:
             notes=[str(note) for note in get("notes")],
             error_frames=[Frame(f[0], f[1], f[2]) for f in get("error_frames") if isinstance(f, list) and len(f) == 3
                           and isinstance(f[0], str) and type(f[1]) is int and isinstance(f[2], str)],
+            cpu_at_raise=[(f[0], f[1], f[2]) for f in get("cpu_at_raise") if isinstance(f, list) and len(f) == 3
+                          and all(isinstance(part, str) for part in f)],
             device_used=get("device_used"), stopped_after_steps=get("stopped_after_steps"),
             stopped_after_iterations=get("stopped_after_iterations"), optimizer_steps=get("optimizer_steps"),
             optimizer_marks=[n for n in get("optimizer_marks") if type(n) is int],
