@@ -201,6 +201,34 @@ def test_a_value_read_only_to_be_printed_is_kept_a_tensor() -> None:
         assert "move it by hand" in proposed(use), use
 
 
+def test_a_step_closure_binds_only_what_the_loop_rebinds_and_breaks_a_long_line() -> None:
+    """dcgan's log line: `opt` and `dataloader` were passed as the closure's arguments,
+    names the loop never rebinds, and the lambda made a first line of 175 characters."""
+    from types import SimpleNamespace
+
+    from lazyviz.analysis.findings import ExtraSyncDetails, Finding
+    from lazyviz.fix import step_closure
+    from lazyviz.fix.source import Context, Source
+
+    text = ("opt = parse()\n"
+            "for epoch in range(opt.niter):\n"
+            "    for i, data in enumerate(dataloader, 0):\n"
+            "        errD = step(data)\n"
+            "        print('[%d/%d][%d/%d] Loss_D: %.4f Loss_G: %.4f D(x): %.4f D(G(z)): %.4f / %.4f'\n"
+            "              % (epoch, opt.niter, i, len(dataloader), errD.item(), 0.0, 0.0, 0.0, 0.0))\n")
+    info = SimpleNamespace(sources={}, names={"step_closure": "torch._lazy.add_step_closure"})
+    context = Context(SimpleNamespace(info=info), lambda path: Source(path, text))
+    finding = Finding("extra_sync", "warning", "Tensor.item() forces 1 extra execution per step",
+                      Frame("/w/main.py", 5, "<module>"), (1,),
+                      details=ExtraSyncDetails(cause="item", count=1, steps=1, ms_per_step=1.0))
+    [change, *_] = step_closure.propose(finding, context).changes
+    assert change.lines[:2] == ("        torch._lazy.add_step_closure(\n",
+                                "            lambda epoch, i, errD: print('[%d/%d][%d/%d] Loss_D: %.4f Loss_G: %.4f "
+                                "D(x): %.4f D(G(z)): %.4f / %.4f'\n")
+    assert change.lines[-1].endswith("0.0, 0.0, 0.0, 0.0)), args=(epoch, i, errD))\n")
+    compile("".join(change.lines).strip(), "edited", "exec")  # one statement that parses
+
+
 def test_a_later_rounds_edits_name_the_users_lines_not_the_copys(tmp_path: Path) -> None:
     """dcgan's round 2 said "the read at main.py:311": the copy's line, 50 lines of round
     1's helper below the user's 261."""

@@ -21,6 +21,7 @@ from lazyviz.fix.source import (
     path_to_line,
 )
 
+LONG_LINE = 120  # a first line longer than this breaks after add_step_closure(
 READS = frozenset({"item", "tolist", "cpu", "numpy"})  # calls that read a tensor's values on the host
 # A printf conversion; a 0-dim tensor formats as its number under the numeric ones.
 _CONVERSION = re.compile(r"%(?:\([^)]*\))?[-+ #0]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[hlL]?([a-zA-Z%])")
@@ -88,18 +89,24 @@ def propose(finding: Finding, context: Context) -> Proposal:
                                  f"{context.run.info.names.get('mark_step', 'mark_step()')}), then read that name in "
                                  f"{context.run.info.names.get('step_closure', 'a step closure')}: a closure that "
                                  "computes on the device runs a graph of its own")
-    scope = next((node for node in reversed(chain) if isinstance(node, SCOPES)), source.tree)
-    # Bound as the closure's arguments: it runs at the step's end, after the loop body
-    # may have rebound them.
-    names = [n for n in _free_names(statement.value) if n in _names_bound_in(scope)]
+    # Bound as the closure's arguments: it runs at the step's end, after the loop body may
+    # have rebound them. A name the loops never rebind (dcgan's opt, dataloader) is read
+    # as it is.
+    outermost = loops[0]
+    rebound = _names_bound_in(outermost) | {n.id for n in ast.walk(getattr(outermost, "target", outermost))
+                                            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    names = [n for n in _free_names(statement.value) if n in rebound]
     call, imports = call_name(source, *closure_call)
     expression = ast.get_source_segment(source.text, statement.value) or ""
-    if names:
-        listed = ", ".join(names)
-        moved = f"{call}(lambda {listed}: {expression}, args=({listed}{',' if len(names) == 1 else ''}))"
-    else:
-        moved = f"{call}(lambda: {expression})"
     head = source.line(statement.lineno)[: statement.col_offset]
+    listed = ", ".join(names)
+    lam = f"lambda {listed}: " if names else "lambda: "
+    opened = f"{call}("
+    # A long first line breaks after the call's parenthesis, the lambda a level deeper.
+    if len(head) + len(opened) + len(lam) + len(expression.splitlines()[0] if expression else "") > LONG_LINE:
+        opened += f"{source.newline()}{head}{' ' * 4}"
+    arguments = f", args=({listed}{',' if len(names) == 1 else ''})" if names else ""
+    moved = f"{opened}{lam}{expression}{arguments})"
     tail = source.line(statement.end_lineno or statement.lineno)[statement.end_col_offset or 0:]
     text = head + moved + tail
     change = Change(source.path, statement.lineno, (statement.end_lineno or statement.lineno) + 1,
