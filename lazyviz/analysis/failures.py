@@ -169,7 +169,7 @@ def _built(node: Node) -> str:
 
 # The lazy core's words when a CPU tensor reaches a lazy op (TorchScript backend, XLA); in
 # a list of tensors (torch.cat) an internal assert says it.
-_NOT_LAZY = re.compile(r"is not a lazy tensor|is not an XLA tensor|[Ee]xpected .* to be on the same device"
+_NOT_LAZY = re.compile(r"is not a lazy tensor|is not an XLA tensor|Expected XLA tensor|[Ee]xpected .* to be on the same device"
                        r"|GetTensorList only supports lists of valid tensors"
                        # autograd, where the forward ran on CPU pieces: "expected device lazy:0 but got cpu"
                        r"|expected device (?:lazy|xla)\S* but got cpu")

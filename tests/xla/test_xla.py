@@ -1218,3 +1218,29 @@ def test_generates_decode_loop_is_named_and_cut_per_token_by_a_stopping_criterio
     executions = after["CachedCompile"] + after["UncachedCompile"]
     assert int(row(result.stderr, "executions")[1]) == executions
     assert after["MarkStep"] >= 6  # a sync per token, from the criterion
+
+
+MODEL_LEFT_ON_THE_CPU = """import torch
+import torch_xla
+
+device = torch_xla.device()
+dataset = torch.randn(64, 3, 8, 8)
+model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())  # never moved: imagenet's CPU path
+images = dataset[:2].to(device)
+print(model(images).sum().item())
+"""
+
+
+def test_a_model_never_moved_to_the_device_is_named_on_xla_too(tmp_path: Path) -> None:
+    """PyTorch/XLA says it its own way ("Expected XLA tensor. Got: torch.FloatTensor"), and
+    the finding said no more than that; the frame that raised held the Conv2d's own weight
+    and bias on the CPU, as on TS."""
+    script = tmp_path / "unmoved.py"
+    script.write_text(MODEL_LEFT_ON_THE_CPU)
+    traceback_text = crashed_as_untraced(script, tmp_path / "m.trace")
+    assert "Expected XLA tensor" in traceback_text
+    [crash] = [f for f in report(tmp_path / "m.trace")["findings"] if f["kind"] == "crash"]
+    assert crash["details"]["on_cpu"] == ["weight", "bias"]
+    assert "the Conv2d it ran in holds its weight and bias on the CPU while its input is on the xla device" in \
+        crash["message"]
+    assert "model.to(device)" in crash["fix"] and crash["site"]["line"] == line_of(script, "print(model(images)")
