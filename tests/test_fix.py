@@ -948,3 +948,32 @@ def test_a_loop_that_steps_already_gets_no_second_mark_step() -> None:
     without = Source("/w/train.py", text.replace("    torch._lazy.mark_step()\n", ""))
     added = mark_step._insert_at_loop_end(finding, without, without.tree.body[1], step_call)
     assert [change.lines for change in added.changes] == [("    torch._lazy.mark_step()\n",)]
+
+
+def test_an_adam_made_in_another_file_than_its_step_is_made_lowered_there() -> None:
+    """minGPT steps its optimizer in trainer.py and makes it in model.py's
+    configure_optimizers (an AdamW over parameter groups): the lerp_ finding is at the
+    step, and the edit looked for the construction in trainer.py alone."""
+    from types import SimpleNamespace
+
+    from lazyviz.analysis.findings import FallbackDetails
+    from lazyviz.fix import lowered_adam
+    from lazyviz.fix.source import Context, Source
+
+    texts = {"/p/trainer.py": "def run(self):\n    self.optimizer = self.model.configure_optimizers(self.config)\n"
+                              "    self.optimizer.step()\n",
+             "/p/model.py": "import torch\n\n\ndef configure_optimizers(groups, config):\n"
+                            "    optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=config.betas)\n"
+                            "    return optimizer\n"}
+    info = SimpleNamespace(sources={path: "" for path in texts}, names={})
+    context = Context(SimpleNamespace(info=info), lambda path: Source(path, texts[path]) if path in texts else None)
+    details = FallbackDetails(op="aten::lerp.Scalar", calls=41, executions_forced=41, per_step=41.0,
+                              call="Adam.step", library_line=None, library_fix=False)
+    finding = Finding("fallback", "warning", "lerp falls back", Frame("/p/trainer.py", 3, "run"), (1,),
+                      details=details)
+    assert lowered_adam.answers(finding, context)
+    proposal = lowered_adam.propose(finding, context)
+    assert "the optimizer at model.py:5 made through with_lowered_step()" in proposal.summary
+    assert {change.file for change in proposal.changes} == {"/p/model.py"}
+    edited = [c.lines[0] for c in proposal.changes if c.start == 5]
+    assert edited == ["    optimizer = with_lowered_step(torch.optim.AdamW)(groups, lr=config.lr, betas=config.betas)\n"]

@@ -84,21 +84,39 @@ def _constructions(source: Source) -> list[ast.Call]:
 
 def propose(finding: Finding, context: Context) -> Proposal:
     """Every construction of the optimizer class the finding names in the file of its line
-    (a GAN's two Adams), made through with_lowered_step."""
+    (a GAN's two Adams), else in the run's other files (minGPT makes its AdamW in the
+    model's configure_optimizers, and steps it in trainer.py), made through
+    with_lowered_step."""
     frame = finding.frame
     source = context.source(frame.file) if frame is not None else None
     name = "/".join(ADAMS)
     if source is None or frame is None:
         return Proposal(finding, finding.fix)
-    calls = _constructions(source)
-    if not calls and LOWERED_ADAM_NAME in source.text:
-        return Proposal(finding, f"every {name} in {source.name} is made through {LOWERED_ADAM_NAME}() already, and "
+    others = [other for path in sorted(context.run.info.sources)
+              if path != frame.file and (other := context.source(path)) is not None]
+    made = [source] if _constructions(source) else [other for other in others if _constructions(other)]
+    if not made and any(LOWERED_ADAM_NAME in each.text for each in [source, *others]):
+        return Proposal(finding, f"every {name} of the run is made through {LOWERED_ADAM_NAME}() already, and "
                                  "lerp_ still falls back: another optimizer of that class is made elsewhere",
                         outlived=True)
-    if not calls:
-        return Proposal(finding, f"{finding.fix} (no {name}(...) made in {source.name} to edit)")
+    if not made:
+        return Proposal(finding, f"{finding.fix} (no {name}(...) made in {source.name} or the run's other files "
+                                 "to edit)")
+    changes: list[Change] = []
+    where: list[str] = []
+    for each in made:
+        constructions, support = _made_lowered(each)
+        changes += [*constructions, *support]
+        where += [each.at(change.start) for change in constructions]
+    return Proposal(finding, f"the optimizer at {', '.join(where)} made through {LOWERED_ADAM_NAME}(): its step() "
+                             "from ops that lower (the same update, options, state and hooks), defined once in the "
+                             "file: no lerp_ fallback, no sync per parameter", tuple(changes))
+
+
+def _made_lowered(source: Source) -> tuple[list[Change], list[Change]]:
+    """The file's constructions made through with_lowered_step, and what defines it there once."""
     by_line: dict[int, list[ast.Call]] = {}
-    for call in calls:
+    for call in _constructions(source):
         by_line.setdefault(call.func.lineno, []).append(call)
     changes: list[Change] = []
     for line, here in sorted(by_line.items()):
@@ -109,12 +127,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
         changes.append(Change(source.path, line, line + 1, (text,)))
     torch, imports = call_name(source, "torch.optim", "torch")
     defined = define_once(source, LOWERED_ADAM_NAME, LOWERED_ADAM.format(torch=torch.rpartition(".")[0]))
-    where = ", ".join(f"{source.at(change.start)}" for change in changes)
-    if defined:
-        changes += [*imports, *defined]
-    return Proposal(finding, f"the optimizer at {where} made through {LOWERED_ADAM_NAME}(): its step() from ops that "
-                             "lower (the same update, options, state and hooks), defined once in the file: no lerp_ "
-                             "fallback, no sync per parameter", tuple(changes))
+    return changes, [*imports, *defined] if defined else []
 
 
 def answers(finding: Finding, context: Context) -> bool:
