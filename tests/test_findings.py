@@ -641,3 +641,14 @@ def test_a_fallback_over_two_host_calls_is_their_work_not_a_finding_of_its_own()
     kept = _absorbed([real, copy, fake, at("fallback", 248, (3, 11))])
     assert [(f.kind, f.frame.line) for f in kept] == [("host_call", 265), ("host_call", 269), ("fallback", 248)]
     assert kept[0].details.absorbed == kept[1].details.absorbed == ("fallback",)
+
+
+def test_a_loop_with_one_step_among_many_optimizer_steps_still_misses_mark_step() -> None:
+    """minGPT's adder after its crashes were fixed: the checkpoint's state_on_cpu ran one
+    mark_step() at iteration 0, then the loop stepped its optimizer on with no sync at
+    all. One step among five optimizer steps is a loop without mark_step() all the same."""
+    executions = [ex(i, step=0 if i < 3 else 1, graph=f"g{i}", nodes=40) for i in range(4)]
+    for steps, found in ((0, True), (1, True), (4, False)):
+        info = run_info(steps=steps, optimizer_steps=5, optimizer_marks=[1, 4, 4, 4, 4])
+        kinds = [f.kind for f in find_all(executions, steps, [], {}, run=info)]
+        assert ("missing_mark_step" in kinds) == found, steps

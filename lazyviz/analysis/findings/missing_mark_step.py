@@ -312,5 +312,12 @@ KINDS = (KindInfo(FindingKind.MISSING_MARK_STEP, "no mark_step", "sync", Missing
 
 def find(facts: RunFacts) -> list[Finding]:
     return missing_mark_step_findings(facts.executions, facts.graphs, facts.names, facts.quick,
-                                      facts.run.optimizer_marks if facts.run and not facts.steps else (),
+                                      facts.run.optimizer_marks if _steps_fewer_than_iterations(facts) else (),
                                       facts.stacks)
+
+
+def _steps_fewer_than_iterations(facts: RunFacts) -> bool:
+    """A loop that steps its optimizer more than twice per mark_step(): none at all, or
+    one a save helper or an evaluation made (minGPT's adder, its checkpoint saved through
+    state_on_cpu at iteration 0, then iterations that never sync)."""
+    return facts.run is not None and facts.run.optimizer_steps > 2 * facts.steps
