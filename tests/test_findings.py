@@ -652,3 +652,17 @@ def test_a_loop_with_one_step_among_many_optimizer_steps_still_misses_mark_step(
         info = run_info(steps=steps, optimizer_steps=5, optimizer_marks=[1, 4, 4, 4, 4])
         kinds = [f.kind for f in find_all(executions, steps, [], {}, run=info)]
         assert ("missing_mark_step" in kinds) == found, steps
+
+
+def test_a_torch_module_that_is_the_op_gets_the_ops_equivalent() -> None:
+    """time_sequence_prediction's criterion = nn.MSELoss(): mse_loss falls back inside
+    MSELoss.forward(), torch's module the user called. The module is the op: its
+    equivalent is theirs to write, not "look for an option of that call"."""
+    executions = [ex(i, step=i, cause="fallback", detail="aten::mse_loss", fallback_ops={"aten::mse_loss": 1},
+                     call="MSELoss.forward") for i in range(4)]
+    [finding] = fallback_findings(executions, 4)
+    assert "((output - target) ** 2).mean()" in finding.fix and "option" not in finding.fix
+    executions = [ex(i, step=i, cause="fallback", detail="aten::where.self", fallback_ops={"aten::where.self": 1},
+                     call="MultiheadAttention.forward") for i in range(4)]
+    [finding] = fallback_findings(executions, 4)
+    assert "masked_fill" not in finding.fix  # torch's where inside MultiheadAttention is not theirs to rewrite

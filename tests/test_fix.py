@@ -977,3 +977,38 @@ def test_an_adam_made_in_another_file_than_its_step_is_made_lowered_there() -> N
     assert {change.file for change in proposal.changes} == {"/p/model.py"}
     edited = [c.lines[0] for c in proposal.changes if c.start == 5]
     assert edited == ["    optimizer = with_lowered_step(torch.optim.AdamW)(groups, lr=config.lr, betas=config.betas)\n"]
+
+
+def test_the_cut_for_lbfgs_goes_at_the_end_of_the_closure_before_its_return() -> None:
+    """LBFGS.step() calls the closure each of its iterations: the loop is torch's, and
+    the user's code inside it is the closure, so mark_step() goes before its return (the
+    step loop's own end would cut nothing inside LBFGS.step())."""
+    from types import SimpleNamespace
+
+    from lazyviz.analysis.findings import GrowingGraph
+    from lazyviz.analysis.library_loops import LibraryLoop
+    from lazyviz.fix import mark_step
+    from lazyviz.fix.source import Context, Source
+
+    text = ("import torch\n"
+            "for i in range(3):\n"
+            "    def closure():\n"
+            "        optimizer.zero_grad()\n"
+            "        loss = criterion(seq(input), target)\n"
+            "        loss.backward()\n"
+            "        return loss\n"
+            "    optimizer.step(closure)\n")
+    info = SimpleNamespace(sources={}, names={"mark_step": "torch._lazy.mark_step()"})
+    context = Context(SimpleNamespace(info=info, trace=None), lambda path: Source(path, text))
+    loop = LibraryLoop("torch/optim/lbfgs.py", "step", 330, "LBFGS.step", "call it at the end of closure()", "closure")
+    finding = Finding("missing_mark_step", "warning", "the graph grows", Frame("/w/train.py", 5, "closure"), (1,),
+                      details=GrowingGraph(growth_per_sync=23357, syncs=6, nodes=(7951,), library_loop=loop))
+    proposal = mark_step.propose(finding, context)
+    assert "at the end of closure() at train.py:3, before it returns" in proposal.summary
+    [change, *imports] = proposal.changes
+    assert (change.start, change.lines) == (7, ("        torch._lazy.mark_step()\n",))
+    assert [i.lines for i in imports] == [("import torch._lazy\n",)]
+    with_cut = Source("/w/train.py", text.replace("        return loss\n", "        torch._lazy.mark_step()\n"
+                                                                            "        return loss\n"))
+    context = Context(SimpleNamespace(info=info, trace=None), lambda path: with_cut)
+    assert mark_step.propose(finding, context).outlived

@@ -57,3 +57,24 @@ def test_syncs_from_several_lines_of_the_users_or_from_their_own_code_are_no_lib
     # A library function lazyviz knows no loop of: named, without a hook to offer.
     other = library_loop([[USER, Frame(f"{SITE}/somelib/run.py", 40, "fit"), BOOL]])
     assert other is not None and not other.known and (other.path, other.function) == ("somelib/run.py", "fit")
+
+
+def test_lbfgs_calling_the_users_closure_is_a_loop_whose_cut_is_in_the_closure() -> None:
+    """time_sequence_prediction: LBFGS.step() evaluates the closure up to max_iter times with
+    no sync between, so the forward's graph grows ~23,000 nodes an evaluation (the round
+    with the cells lowered took 22 GB). The syncs come from the closure, called by torch's
+    lbfgs.py before its loop and in it: one loop, the closure named."""
+    from lazyviz.analysis.library_loops import callback_loop
+
+    step = Frame("/w/train.py", 110, "<module>")
+    wrapper = Frame(f"{SITE}/torch/optim/optimizer.py", 517, "wrapper")
+    closure = Frame("/w/train.py", 106, "closure")
+    loss = Frame(f"{SITE}/torch/nn/functional.py", 3885, "mse_loss")
+    stacks = [[step, wrapper, Frame(f"{SITE}/torch/optim/lbfgs.py", line, "step"), closure, loss]
+              for line in (330, 457)]
+    loop = callback_loop(stacks)
+    assert loop is not None and loop.callback == "closure" and loop.call == "LBFGS.step" and loop.line == 330
+    assert "at the end of closure()" in loop.hook
+    assert callback_loop([*stacks, [step, Frame("/w/train.py", 120, "evaluate"), loss]]) is None
+    assert callback_loop([[Frame("/w/train.py", 90, "train"), wrapper, Frame(f"{SITE}/torch/optim/adam.py", 200,
+                                                                              "step"), loss]]) is None

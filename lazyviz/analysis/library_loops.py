@@ -28,6 +28,15 @@ HOOKS: dict[str, tuple[frozenset[str] | None, str]] = {
 }
 
 
+# Library functions that call a function of the user's at each iteration of their own loop
+# (file under its package folder -> (the function, the call the user made, the advice)): the
+# step call goes at the end of that function of the user's, the only code of theirs inside.
+CALLBACK_LOOPS: dict[str, tuple[str, str, str]] = {
+    "torch/optim/lbfgs.py": (
+        "step", "LBFGS.step",
+        "LBFGS.step() calls your {callback}() at each of its iterations (up to max_iter) and never cuts the "
+        "graph between them: call {mark_step} at the end of {callback}(), before it returns the loss"),
+}
 # Decorators' inner functions: never the call a user wrote.
 _WRAPPERS = frozenset({"wrapper", "wrapped", "inner", "decorate_context", "decorated", "fn", "func"})
 
@@ -39,6 +48,7 @@ class LibraryLoop:
     line: int  # where in it the first sync came from
     call: str  # the library function the user's line called: "generate"
     hook: str  # how to cut it through the library's own hook ({mark_step} to fill); "" where none is known
+    callback: str = ""  # the user's function it calls each iteration (LBFGS's closure), where it does so
 
     @property
     def known(self) -> bool:
@@ -46,7 +56,36 @@ class LibraryLoop:
         return bool(self.hook)
 
     def to_json(self) -> dict:
-        return {"path": self.path, "function": self.function, "line": self.line, "call": self.call}
+        return {"path": self.path, "function": self.function, "line": self.line, "call": self.call,
+                "callback": self.callback}
+
+
+def callback_loop(stacks: Sequence[Sequence[Frame]]) -> LibraryLoop | None:
+    """Where every sync comes from one function of the user's that a library loop calls
+    (CALLBACK_LOOPS: LBFGS.step() evaluating the closure): that loop, the function named.
+    None where any stack does not go through it."""
+    found: dict[tuple[str, str, str], int] = {}  # (path, function, callback) -> the first line in it
+    for stack in stacks:
+        looping = None
+        for frame in stack:
+            owner = _installed_path(frame.file)
+            if owner in CALLBACK_LOOPS and frame.function == CALLBACK_LOOPS[owner][0]:
+                looping = (owner, frame.function, frame.line)
+            elif looping is not None and frame_owner(frame.file) is None:
+                found.setdefault((looping[0], looping[1], frame.function), looping[2])
+                break
+        else:
+            return None
+    if len(found) != 1:  # LBFGS calls the closure before its loop and in it: one callback all the same
+        return None
+    [((path, function, callback), line)] = found.items()
+    _, call, advice = CALLBACK_LOOPS[path]
+    return LibraryLoop(path, function, line, call, advice.replace("{callback}", callback), callback)
+
+
+def _installed_path(file: str) -> str:
+    """A file of an installed package (torch's too) under its package folder; "" for the user's."""
+    return next((file.rpartition(where)[2] for where in ("/site-packages/", "/dist-packages/") if where in file), "")
 
 
 def library_loop(stacks: Sequence[Sequence[Frame]]) -> LibraryLoop | None:

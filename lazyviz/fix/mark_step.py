@@ -6,7 +6,8 @@ import ast
 import os
 from collections import Counter
 
-from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.findings import Finding, GrowingGraph, RepeatedBlock
+from lazyviz.analysis.library_loops import LibraryLoop
 from lazyviz.fix.source import (
     STEP_CALLS,
     Change,
@@ -64,6 +65,9 @@ def propose(finding: Finding, context: Context) -> Proposal:
     stack = context.stack(finding)
     if not stack:
         return Proposal(finding, f"{finding.fix} (its source is not readable here)")
+    loop = finding.details.library_loop if isinstance(finding.details, (GrowingGraph, RepeatedBlock)) else None
+    if loop is not None and loop.callback:
+        return _at_callback_end(finding, context, loop, step_call)
     built = context.built_at(finding)
     building = {where.rpartition(":")[0] for where in built}
     files = dict.fromkeys([*(frame.file for frame in stack),
@@ -90,6 +94,33 @@ def propose(finding: Finding, context: Context) -> Proposal:
         if source and loops:
             return _insert_at_loop_end(finding, source, loops[-1], step_call)
     return Proposal(finding, f"{finding.fix} (lazyviz cannot tell which loop: the IR names no line inside one)")
+
+
+def _at_callback_end(finding: Finding, context: Context, loop: LibraryLoop, step_call: tuple[str, str]) -> Proposal:
+    """The loop is a library's that calls a function of the user's each iteration (LBFGS's
+    closure): the step call at that function's end, before its return."""
+    frame = next((f for f in reversed(context.stack(finding)) if f.function == loop.callback
+                  and context.source(f.file) is not None), None)
+    source = context.source(frame.file) if frame is not None else None
+    defined = [node for node in ast.walk(source.tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and node.name == loop.callback and node.lineno <= frame.line <= (node.end_lineno or node.lineno)] \
+        if source is not None and frame is not None else []
+    if source is None or not defined:
+        return Proposal(finding, f"{finding.fix} (no {loop.callback}() of yours readable here to edit)")
+    function = defined[-1]  # the innermost
+    call, imports = call_name(source, *step_call)
+    where = source.at(function.lineno)
+    if any(_is_step_call(statement, call) for statement in function.body):
+        return Proposal(finding, f"{call}() is already in {loop.callback}() at {where}, and the finding is still "
+                                 "there: the cause is elsewhere (read the growing graph's lines)", outlived=True)
+    last = function.body[-1]
+    before = isinstance(last, ast.Return) and alone_on_its_lines(source, last)
+    line = last.lineno if before else (last.end_lineno or last.lineno) + 1
+    indent = source.indent_of(last.lineno)
+    change = Change(source.path, line, line, (f"{indent}{call}(){source.newline()}",))
+    return Proposal(finding, f"call {call}() at the end of {loop.callback}() at {where}{', before it returns' * before}"
+                             f": {loop.call}() calls it at each of its iterations, so each evaluation runs as one "
+                             "graph", (change, *imports))
 
 
 def _insert_at_loop_end(finding: Finding, source: Source, loop: ast.AST, step_call: tuple[str, str]) -> Proposal:

@@ -126,7 +126,10 @@ def _fallback_fix(op: str, library: LibraryLine | None, call: str | None, forced
     """The most specific first: the library's code it ran in, the call the user made, the
     known path the op marks; an equivalent of the op only where the user calls it
     themselves (torch.where inside MultiheadAttention is not theirs to rewrite)."""
-    own = call is None or call.startswith("Tensor.") or call.rpartition(".")[2] in op
+    # nn.MSELoss()(out, target) is the user's mse_loss: the module is the op, called by them.
+    module_op = call is not None and call.endswith(".forward") and \
+        call.partition(".")[0].lower() == op.removeprefix("aten::").split(".")[0].replace("_", "")
+    own = call is None or call.startswith("Tensor.") or call.rpartition(".")[2] in op or module_op
     # x.split(...) on the user's line is their own call, not a library's to find an option of.
     inside = None if own and library is None else call
     return (library_fix(library, op) or (call and CALL_FIXES.get(call.rpartition(".")[2])) or PATH_FIXES.get(op)

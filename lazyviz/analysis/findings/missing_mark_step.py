@@ -13,7 +13,7 @@ from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.host_calls import host_call
 from lazyviz.analysis.ir import IRGraph
 from lazyviz.analysis.library import Stacks, no_stacks
-from lazyviz.analysis.library_loops import LibraryLoop, library_loop
+from lazyviz.analysis.library_loops import LibraryLoop, callback_loop, library_loop
 from lazyviz.analysis.loops import unsynced_iterations
 from lazyviz.trace.model import TS_NAMES, Execution, Frame
 from lazyviz.trace.table import ExecutionTable
@@ -183,7 +183,8 @@ def _library_loop(table: ExecutionTable, positions: Sequence[int], stacks: Stack
     One lazyviz does not know is named only where the graph's nodes were built at the
     user's call itself: nodes built on other lines of theirs are a loop of theirs at work."""
     ids = {table.kind_at(p).stack_id for p in positions} - {None}
-    loop = library_loop([stacks(stack_id) for stack_id in sorted(ids)]) if ids else None
+    called = [stacks(stack_id) for stack_id in sorted(ids)]
+    loop = (callback_loop(called) or library_loop(called)) if ids else None
     if loop is None or loop.known:
         return loop
     frame = table.kind_at(positions[0]).frame
@@ -202,6 +203,9 @@ def _loop_fix(loop: LibraryLoop | None, names: Mapping[str, str], frame: Frame |
     if loop is None:
         return default
     at = f" at line {frame.line}" if frame else ""
+    if loop.callback:  # the sync is in the user's function the loop calls, not at their call
+        return f"the loop is {loop.path}'s {loop.function}() (line {loop.line}): " + \
+            loop.hook.format(mark_step=names["mark_step"])
     if loop.known:
         return (f"the loop is {loop.path}'s {loop.function}() (line {loop.line}), inside your {loop.call}() call{at}: "
                 + loop.hook.format(mark_step=names["mark_step"]))
