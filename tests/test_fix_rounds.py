@@ -390,3 +390,25 @@ def test_a_file_a_later_round_patches_first_maps_back_to_the_users_own(tmp_path:
     original, patched = side.texts["main.py"]
     assert original == "a = 1\nb = 2\nc = 3\n" and original_line(original, patched, 5) == 3
     assert (side.folder / "main.py").read_text() == patched
+
+
+def test_a_round_is_worse_for_a_recompile_at_step_after_step_not_for_one_change() -> None:
+    """imagenet's round 1 (mark_step() in the loop) cut sync per iteration 14.9 s -> 4.1 s
+    and was "not kept: it brought a recompile": 2 recompiles at 1 of 6 steps, the first
+    cut step's graph. mnist_forward_forward's, 62 of 64 steps, is what the rule is for."""
+    from lazyviz.analysis.findings import Finding, RecompileDetails
+    from lazyviz.fix.rounds import _worse
+    from lazyviz.fix.trial import Measures
+
+    def measured(*findings: Finding) -> Measures:
+        return Measures(0, "exited 0", 6, 12, 4, 2, 100, 10.0, None, 12, [], list(findings))
+
+    def recompiled(recompiles: int, steps: int | None) -> Finding:
+        return Finding("recompile", "warning", "recompiled", Frame("/w/main.py", 475, "__str__"),
+                       tuple(range(recompiles + 1)), details=RecompileDetails(recompiles=recompiles, steps=steps,
+                                                                              changes=("op_added",)))
+
+    assert _worse(measured(recompiled(2, 1)), measured()) == ""
+    assert _worse(measured(recompiled(4, 1)), measured()) == ""  # one step's change, however many syncs
+    assert _worse(measured(recompiled(62, 62)), measured()).startswith("it brought a recompile")
+    assert _worse(measured(recompiled(5, None)), measured()).startswith("it brought a recompile")
