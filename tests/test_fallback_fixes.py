@@ -251,7 +251,8 @@ def test_adam_written_from_ops_that_lower_is_torchs_adam_without_a_fallback() ->
         assert case["params"] < 1e-6 and case["state"] < 1e-6, case
 
 
-RECURRENT_CHECK = """import json, sys, torch, torch._lazy, torch._lazy.ts_backend, torch._lazy.metrics as metrics
+# What both recurrent checks start with: the Lowered class of `kind` beside torch's.
+LOWERED_BESIDE_TORCHS = """import json, sys, torch, torch._lazy, torch._lazy.ts_backend, torch._lazy.metrics as metrics
 from lazyviz.fix.lowered_rnn import LOWERED
 kind = sys.argv[1]
 name, text = LOWERED[kind]
@@ -260,6 +261,8 @@ exec(text.format(torch="torch"), ns)
 Lowered, Module = ns[name], getattr(torch.nn, kind)
 torch._lazy.ts_backend.init()
 found = []
+"""
+RECURRENT_CHECK = LOWERED_BESIDE_TORCHS + """\
 for options, shape, given in [({"input_size": 5, "hidden_size": 6}, (7, 3, 5), False),
                               ({"input_size": 5, "hidden_size": 6, "batch_first": True, "num_layers": 2}, (3, 7, 5), True),
                               ({"input_size": 5, "hidden_size": 4, "bidirectional": True, "num_layers": 2,
@@ -311,15 +314,7 @@ def test_a_recurrent_module_written_as_its_cell_over_the_time_steps_is_torchs_wi
         assert max(case["out"], case["state"], case["grad"]) < 1e-5, case
 
 
-CELL_CHECK = """import json, sys, torch, torch._lazy, torch._lazy.ts_backend, torch._lazy.metrics as metrics
-from lazyviz.fix.lowered_rnn import LOWERED
-kind = sys.argv[1]
-name, text = LOWERED[kind]
-ns = {"torch": torch}
-exec(text.format(torch="torch"), ns)
-Lowered, Module = ns[name], getattr(torch.nn, kind)
-torch._lazy.ts_backend.init()
-found = []
+CELL_CHECK = LOWERED_BESIDE_TORCHS + """\
 for options, shape, given, dtype in [({"input_size": 5, "hidden_size": 6}, (3, 5), True, torch.float32),
                                      ({"input_size": 1, "hidden_size": 4}, (2, 1), False, torch.float64),
                                      ({"input_size": 5, "hidden_size": 6, "bias": False}, (3, 5), True, torch.float32),
