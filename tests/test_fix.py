@@ -839,6 +839,26 @@ def test_iterations_bound_a_loop_without_steps(tmp_path: Path) -> None:
 
 
 @pytest.mark.torch
+def test_a_loop_that_never_syncs_is_placed_by_its_optimizer_step(tmp_path: Path) -> None:
+    """minGPT's trainer once its fallbacks were lowered: the loop syncs only every 10th
+    iteration, so within the bound no execution says where it is, and the finding had no
+    line ("its source is not readable here"). The optimizer's first step says it."""
+    script = tmp_path / "quiet.py"
+    script.write_text((ROOT / "tests" / "scripts" / "no_mark_step_loop.py").read_text().replace(
+        'print(f"step {step} loss', 'if step % 10 == 9:\n        print(f"step {step} loss'))
+    trace = tmp_path / "quiet.trace"
+    assert cli("run", "--no-tui", "--iterations", "4", "-o", trace, script, cwd=tmp_path).status == 0
+    with lazyviz.open(trace) as opened:
+        assert opened.run.optimizer_step_at.line == line_of(script, "optimizer.step()")
+        findings = Run(opened).analysed().findings
+    [stepless] = [f for f in findings if "optimizer stepped" in f.message]
+    assert not stepless.executions and stepless.frame.line == line_of(script, "optimizer.step()")
+    proposed = cli("fix", trace, cwd=tmp_path)
+    assert "+    torch._lazy.mark_step()" in proposed.stdout, proposed.stderr
+    assert f"at the end of the loop at quiet.py:{line_of(script, 'for step in range')}" in proposed.stderr
+
+
+@pytest.mark.torch
 def test_a_growing_loops_trial_is_bounded_by_its_first_iterations_not_the_whole_run(tmp_path: Path) -> None:
     # The graph grows at every sync, so the finding's last sync is the run's last: the
     # trial needs only the first few iterations to see it (and its fix) again.

@@ -17,17 +17,21 @@ class IterationCounter:
     """Counts optimizer.step() calls of any torch optimizer while installed."""
 
     def __init__(self, executions: array, limit: int | None, on_limit: Callable[[int], None],
-                 save: Callable[[dict[str, object]], None]) -> None:
+                 save: Callable[[dict[str, object]], None],
+                 where: Callable[[], tuple[str, int, str] | None] = lambda: None) -> None:
         """executions: the tracer's [executions, steps] counts, read at each optimizer step.
         limit: end the script (on_limit(iterations) raises) once this many have run.
         save: hands the run fields to the trace, at the 1st, 2nd, 4th, 8th... optimizer
-        step (a killed run keeps what it had) and at the end."""
+        step (a killed run keeps what it had) and at the end.
+        where: the user's line that called the optimizer's step, asked at the first."""
         self._executions = executions
         self.limit = limit
         self._on_limit = on_limit
         self._save = save
         self.count = 0
         self.marks = array("q")  # executions recorded when each optimizer step returned
+        self._where = where
+        self.step_at: tuple[str, int, str] | None = None  # the user's line of the first optimizer step
         self._handle: Any = None
 
     def install(self) -> None:
@@ -44,6 +48,12 @@ class IterationCounter:
 
     def _stepped(self, optimizer: object, args: object, kwargs: object) -> None:
         self.count += 1
+        if self.count == 1:
+            # Where the loop is, though no sync may ever tell (a loop that never syncs).
+            try:
+                self.step_at = self._where()
+            except Exception:  # never the script's problem
+                self.step_at = None
         if len(self.marks) < MAX_MARKS:
             self.marks.append(self._executions[0])
         if self.count & (self.count - 1) == 0:  # a power of two: log2(steps) saves in all
@@ -55,4 +65,5 @@ class IterationCounter:
         """What the trace keeps: the total and the first steps' marks."""
         if not self.count:
             return {}
-        return {"optimizer_steps": self.count, "optimizer_marks": list(self.marks)}
+        return {"optimizer_steps": self.count, "optimizer_marks": list(self.marks),
+                "optimizer_step_at": list(self.step_at) if self.step_at else None}

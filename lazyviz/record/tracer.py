@@ -96,7 +96,11 @@ class Tracer:
         self.wrappers = SyncWrappers(self, backend, writer, self._counts, self.stacks, self.errors, self.notes,
                                      self._sync_raised, step_limit, launched)
         self.iterations = IterationCounter(self._counts, iteration_limit, self.wrappers.iteration_limit_reached,
-                                           lambda fields: writer.set_run(**fields))
+                                           lambda fields: writer.set_run(**fields), self._optimizer_step_at)
+
+    def _optimizer_step_at(self) -> tuple[str, int, str] | None:
+        """The user's line whose optimizer.step() is running (asked from its hook)."""
+        return self.stacks.user_frame(self.stacks.stack(sys._getframe(1), to_user_frame=True))
 
     @property
     def execution_count(self) -> int:

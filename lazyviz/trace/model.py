@@ -331,6 +331,7 @@ class RunInfo:
     # the executions recorded when each of the first few thousand returned.
     optimizer_steps: int = 0
     optimizer_marks: list[int] = field(default_factory=list)
+    optimizer_step_at: Frame | None = None  # the user's line that called the first optimizer step
     sources: dict[str, str] = field(default_factory=dict)  # the user's files when the run ended: path -> sha256
     # The shardings the script asked for (SPMD), each distinct (line, shape, spec) once.
     annotations: list[Annotation] = field(default_factory=list)

@@ -294,7 +294,7 @@ _RUN_FIELDS: dict[str, tuple[type | tuple[type, ...], object]] = {
     "device_used": (bool, False),
     "stopped_after_steps": ((int, type(None)), None), "sources": (dict, {}), "fix_trial": (dict, {}),
     "lost_pieces": (list, []), "stopped_after_iterations": ((int, type(None)), None), "optimizer_steps": (int, 0),
-    "optimizer_marks": (list, []), "annotations": (list, []),
+    "optimizer_marks": (list, []), "annotations": (list, []), "optimizer_step_at": ((list, type(None)), None),
 }
 
 
@@ -506,6 +506,7 @@ class Trace:
             device_used=get("device_used"), stopped_after_steps=get("stopped_after_steps"),
             stopped_after_iterations=get("stopped_after_iterations"), optimizer_steps=get("optimizer_steps"),
             optimizer_marks=[n for n in get("optimizer_marks") if type(n) is int],
+            optimizer_step_at=_frame(*step_at) if (step_at := get("optimizer_step_at")) and len(step_at) == 3 else None,
             sources={str(k): str(v) for k, v in get("sources").items()}, fix_trial=TrialRecord.from_json(get("fix_trial")),
             fallbacks_after_last_execution={str(op): n for op, n in get("fallbacks_after_last_execution").items()
                                             if type(n) is int and n > 0},

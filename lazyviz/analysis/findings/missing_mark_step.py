@@ -61,17 +61,19 @@ class RepeatedBlock(MissingMarkStepDetails):
 
 def missing_mark_step_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str],
                                names: Mapping[str, str] = TS_NAMES, quick: bool = False,
-                               optimizer_marks: Sequence[int] = (), stacks: Stacks = no_stacks) -> list[Finding]:
+                               optimizer_marks: Sequence[int] = (), stacks: Stacks = no_stacks,
+                               step_at: Frame | None = None) -> list[Finding]:
     """The forms of a loop without mark_step(): optimizer steps that no sync separated, a
     graph that grows at every sync of one site, and a loop unrolled into one graph (report
     and check ask the same question). quick: not the last (it searches every graph's ops).
-    optimizer_marks: of a run without steps (RunInfo.optimizer_marks)."""
+    optimizer_marks: of a run without steps (RunInfo.optimizer_marks); step_at: the user's
+    line that stepped the optimizer (RunInfo.optimizer_step_at)."""
     graphs = IRGraphs.of(ir_texts)
     growing = growing_site_findings(executions, names, graphs, stacks)
     if not quick:
         growing += growth_findings(executions, graphs, names, skip=growing_graphs(executions), stacks=stacks)
     # Last: where the graphs show the loop, they say it; the optimizer's count joins them.
-    return _one_per_loop(growing + stepless_loop_findings(executions, optimizer_marks, names))
+    return _one_per_loop(growing + stepless_loop_findings(executions, optimizer_marks, names, step_at))
 
 
 def _one_per_loop(findings: list[Finding]) -> list[Finding]:
@@ -102,7 +104,7 @@ def _one_per_loop(findings: list[Finding]) -> list[Finding]:
 
 
 def stepless_loop_findings(executions: Sequence[Execution], marks: Sequence[int],
-                           names: Mapping[str, str] = TS_NAMES) -> list[Finding]:
+                           names: Mapping[str, str] = TS_NAMES, step_at: Frame | None = None) -> list[Finding]:
     """A training loop without mark_step(), told by the optimizer's steps (marks: the
     executions recorded when each returned) however its syncs hide it: iterations that
     ended with no sync at all (a loss printed every 10 iterations runs 10 as one graph),
@@ -135,7 +137,8 @@ def stepless_loop_findings(executions: Sequence[Execution], marks: Sequence[int]
         details = StepsWithoutSync(optimizer_steps=len(marks), largest_per_iteration=tuple(largest[:50]))
     else:
         return []
-    frame = table.kind_at(positions[0]).frame if positions else None
+    # Iterations that never synced have no execution to say where: the optimizer's step does.
+    frame = table.kind_at(positions[0]).frame if positions else step_at
     return [Finding(
         FindingKind.MISSING_MARK_STEP, "warning", f"the optimizer stepped {len(marks)} times and {what}",
         frame, table.indices(positions),
@@ -317,7 +320,7 @@ KINDS = (KindInfo(FindingKind.MISSING_MARK_STEP, "no mark_step", "sync", Missing
 def find(facts: RunFacts) -> list[Finding]:
     return missing_mark_step_findings(facts.executions, facts.graphs, facts.names, facts.quick,
                                       facts.run.optimizer_marks if _steps_fewer_than_iterations(facts) else (),
-                                      facts.stacks)
+                                      facts.stacks, facts.run.optimizer_step_at if facts.run else None)
 
 
 def _steps_fewer_than_iterations(facts: RunFacts) -> bool:
