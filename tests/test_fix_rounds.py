@@ -429,3 +429,29 @@ def test_a_round_is_worse_for_a_recompile_at_step_after_step_not_for_one_change(
     assert _worse(measured(recompiled(4, 1)), measured()) == ""  # one step's change, however many syncs
     assert _worse(measured(recompiled(62, 62)), measured()).startswith("it brought a recompile")
     assert _worse(measured(recompiled(5, None)), measured()).startswith("it brought a recompile")
+
+
+def test_a_read_that_feeds_state_is_not_moved_after_the_step() -> None:
+    """imagenet: `losses.update(loss.item(), images.size(0))`, and the meter is printed by
+    progress.display() later in the same iteration. In a step closure the update ran
+    after the print: each line showed the last iteration's loss (hidden from the output
+    check, as the unseeded loss moves between runs anyway). Only output calls move."""
+    from types import SimpleNamespace
+
+    from lazyviz.analysis.findings import ExtraSyncDetails, Finding
+    from lazyviz.fix import step_closure
+    from lazyviz.fix.source import Context, Source
+
+    def proposed(statement: str) -> str:
+        text = f"for i, (images, target) in enumerate(loader):\n    {statement}\n    progress.display(i)\n"
+        info = SimpleNamespace(sources={}, names={"step_closure": "torch._lazy.add_step_closure"})
+        context = Context(SimpleNamespace(info=info), lambda path: Source(path, text))
+        finding = Finding("extra_sync", "warning", "Tensor.item() forces 1 extra execution per step",
+                          Frame("/w/main.py", 2, "train"), (1,),
+                          details=ExtraSyncDetails(cause="item", count=1, steps=1, ms_per_step=1.0))
+        proposal = step_closure.propose(finding, context)
+        return proposal.changes[0].lines[0] if proposal.changes else proposal.summary
+
+    assert "change it by hand" in proposed("losses.update(loss.item(), images.size(0))")
+    assert proposed("print(loss.item())").startswith("    torch._lazy.add_step_closure(lambda")
+    assert proposed("logger.info('loss %.3f', loss.item())").startswith("    torch._lazy.add_step_closure(lambda")

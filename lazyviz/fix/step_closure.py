@@ -21,6 +21,9 @@ from lazyviz.fix.source import (
     path_to_line,
 )
 
+# Calls whose only effect is output: moved into a step closure, they print the same later.
+OUTPUT_CALLS = frozenset({"print", "info", "debug", "warning", "warn", "error", "log", "write", "add_scalar",
+                          "add_scalars", "add_text", "set_postfix", "set_description", "pprint", "echo"})
 LONG_LINE = 120  # a first line longer than this breaks after add_step_closure(
 READS = frozenset({"item", "tolist", "cpu", "numpy"})  # calls that read a tensor's values on the host
 # A printf conversion; a 0-dim tensor formats as its number under the numeric ones.
@@ -79,6 +82,15 @@ def propose(finding: Finding, context: Context) -> Proposal:
             or not alone_on_its_lines(source, statement):
         return Proposal(finding, f"{finding.fix} (the read at {frame.site.rpartition('/')[2]} is not a call "
                                  "statement of its own: move it by hand)")
+    called = statement.value.func
+    name = called.id if isinstance(called, ast.Name) else getattr(called, "attr", "")
+    if name not in OUTPUT_CALLS:
+        # imagenet's `losses.update(loss.item(), n)`: the meter it updates is printed later in
+        # the same iteration, before the step ends; run after the step, it would print the
+        # last iteration's value.
+        return Proposal(finding, f"{finding.fix} (the read at {source.at(statement.lineno)} feeds {name or 'a'}"
+                                 "(), which may keep state the loop reads before the step ends: moved after the "
+                                 "step it could be read a step late; change it by hand)")
     computed = [call for call in ast.walk(statement.value) if isinstance(call, ast.Call)
                 and isinstance(call.func, ast.Attribute) and call.func.attr in READS
                 and not isinstance(call.func.value, (ast.Name, ast.Attribute))]
