@@ -196,26 +196,30 @@ def test_a_host_call_given_a_detached_tensor_gets_cpu_not_a_second_detach() -> N
     assert edited(3) == "vutils.save_image(real.detach().cpu(), 'real.png', normalize=True)\n"
 
 
-def test_a_value_read_only_to_be_printed_is_kept_a_tensor() -> None:
-    """dcgan: `D_x = output.mean().item()` each iteration, formatted with %.4f in the
-    log line: no .item(), so the step closure that prints reads it after the step."""
+def step_closure_edit(text: str, line: int = 2) -> str:
+    """The step-closure edit of main.py (`text`) for an `.item()` read at `line`: its first
+    changed line, or its words where it makes no edit."""
     from types import SimpleNamespace
 
     from lazyviz.analysis.findings import ExtraSyncDetails, Finding
     from lazyviz.fix import step_closure
     from lazyviz.fix.source import Context, Source
 
+    info = SimpleNamespace(sources={}, names={"step_closure": "torch._lazy.add_step_closure"})
+    context = Context(SimpleNamespace(info=info), lambda path: Source(path, text))
+    finding = Finding("extra_sync", "warning", "Tensor.item() forces 1 extra execution per step",
+                      Frame("/w/main.py", line, "<module>"), (1,),
+                      details=ExtraSyncDetails(cause="item", count=1, steps=1, ms_per_step=1.0))
+    proposal = step_closure.propose(finding, context)
+    return proposal.changes[0].lines[0] if proposal.changes else proposal.summary
+
+
+def test_a_value_read_only_to_be_printed_is_kept_a_tensor() -> None:
+    """dcgan: `D_x = output.mean().item()` each iteration, formatted with %.4f in the
+    log line: no .item(), so the step closure that prints reads it after the step."""
+
     def proposed(use: str) -> str:
-        text = ("for i, data in enumerate(loader):\n"
-                "    D_x = output.mean().item()\n"
-                f"    {use}\n")
-        info = SimpleNamespace(sources={}, names={"step_closure": "torch._lazy.add_step_closure"})
-        context = Context(SimpleNamespace(info=info), lambda path: Source(path, text))
-        finding = Finding("extra_sync", "warning", "Tensor.item() forces 1 extra execution per step",
-                          Frame("/w/main.py", 2, "<module>"), (1,),
-                          details=ExtraSyncDetails(cause="item", count=1, steps=1, ms_per_step=1.0))
-        proposal = step_closure.propose(finding, context)
-        return proposal.changes[0].lines[0] if proposal.changes else proposal.summary
+        return step_closure_edit(f"for i, data in enumerate(loader):\n    D_x = output.mean().item()\n    {use}\n")
 
     assert proposed("print('[%d] D(x): %.4f' % (i, D_x))") == "    D_x = output.mean().detach()\n"
     assert proposed("print(f'D(x): {D_x:.4f}')") == "    D_x = output.mean().detach()\n"
@@ -444,21 +448,10 @@ def test_a_read_that_feeds_state_is_not_moved_after_the_step() -> None:
     progress.display() later in the same iteration. In a step closure the update ran
     after the print: each line showed the last iteration's loss (hidden from the output
     check, as the unseeded loss moves between runs anyway). Only output calls move."""
-    from types import SimpleNamespace
-
-    from lazyviz.analysis.findings import ExtraSyncDetails, Finding
-    from lazyviz.fix import step_closure
-    from lazyviz.fix.source import Context, Source
 
     def proposed(statement: str) -> str:
-        text = f"for i, (images, target) in enumerate(loader):\n    {statement}\n    progress.display(i)\n"
-        info = SimpleNamespace(sources={}, names={"step_closure": "torch._lazy.add_step_closure"})
-        context = Context(SimpleNamespace(info=info), lambda path: Source(path, text))
-        finding = Finding("extra_sync", "warning", "Tensor.item() forces 1 extra execution per step",
-                          Frame("/w/main.py", 2, "train"), (1,),
-                          details=ExtraSyncDetails(cause="item", count=1, steps=1, ms_per_step=1.0))
-        proposal = step_closure.propose(finding, context)
-        return proposal.changes[0].lines[0] if proposal.changes else proposal.summary
+        return step_closure_edit(f"for i, (images, target) in enumerate(loader):\n    {statement}\n"
+                                 "    progress.display(i)\n")
 
     assert "change it by hand" in proposed("losses.update(loss.item(), images.size(0))")
     assert proposed("print(loss.item())").startswith("    torch._lazy.add_step_closure(lambda")
