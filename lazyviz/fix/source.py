@@ -267,9 +267,12 @@ class Context:
 
     def unless_stale(self, proposal: Proposal) -> Proposal:
         """An edit made from a file that changed since the trace would land on the wrong
-        lines: then words, saying so."""
+        lines: then words, saying so. The finding's own file too: what a proposal read at
+        its line (a call to move, a loop to end) may be another statement now."""
         recorded = self.run.info.sources
-        for file in dict.fromkeys(c.file for c in proposal.changes):
+        frame = proposal.finding.frame
+        read = [frame.file] if frame is not None else []
+        for file in dict.fromkeys([*(c.file for c in proposal.changes), *read]):
             if file in recorded and file_hash(file) != recorded[file]:
                 return Proposal(proposal.finding, f"{proposal.finding.fix} ({os.path.basename(file)} changed since "
                                                   "the trace was recorded: run it again for an edit)", stale=file)

@@ -1187,7 +1187,8 @@ def test_generates_decode_loop_is_named_and_cut_per_token_by_a_stopping_criterio
     assert len(data["executions"]) == truth["CachedCompile"] + truth["UncachedCompile"]
     [loop] = [f for f in data["findings"] if f["kind"] == "missing_mark_step"]
     assert loop["details"]["library_loop"] | {"line": 0} == {
-        "path": "transformers/generation/utils.py", "function": "_sample", "call": "generate", "line": 0}
+        "path": "transformers/generation/utils.py", "function": "_sample", "call": "generate", "line": 0,
+        "callback": ""}  # generate()'s loop calls no function of the user's
     assert "(the loop of generate(): transformers/generation/utils.py, in _sample())" in loop["message"]
     assert "stopping_criteria=StoppingCriteriaList([SyncEachToken()])" in loop["fix"]
     assert "the loop runs before line" not in loop["fix"]  # no loop of the user's to name
