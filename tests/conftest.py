@@ -52,6 +52,15 @@ def python(*args: str | Path, cwd: Path | None = None, env: dict | None = None) 
     return Completed(result.returncode, result.stdout, result.stderr)
 
 
+def assert_diff_applies(diff: str, folder: Path) -> None:
+    """The diff applies as a user applies it, from the folder the script ran in: with
+    `git apply --check` and with `patch --dry-run -p1` (bytes as printed: CRLF kept)."""
+    assert diff, "no diff"
+    for command in (["git", "apply", "--check", "-"], ["patch", "--dry-run", "--batch", "-p1"]):
+        check = subprocess.run(command, input=diff.encode(), cwd=folder, capture_output=True)
+        assert check.returncode == 0, f"{command[0]}: {check.stdout.decode()}{check.stderr.decode()}\n{diff}"
+
+
 def line_of(path: Path, text: str) -> int:
     """The 1-based line of the first code line containing text (tests never hard-code
     lines); docstring lines, which quote code in backticks, are skipped."""

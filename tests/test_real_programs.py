@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, cli, line_of, row
+from conftest import ROOT, assert_diff_applies, cli, line_of, row
 
 import lazyviz
 
@@ -82,6 +82,7 @@ def test_mnists_own_argmax_is_edited_to_max_indices_and_falls_back_no_more(tmp_p
     trace = tmp_path / "mnist.trace"
     assert cli("run", "--no-tui", "-o", trace, program, *MNIST, cwd=tmp_path).status == 0
     diff = cli("fix", trace, cwd=tmp_path).stdout
+    assert_diff_applies(diff, tmp_path)
     assert "+            correct += scores.max(dim=1).indices.eq(labels).sum().item()" in diff
 
     def untraced() -> tuple[dict[str, int], str]:
@@ -335,6 +336,7 @@ def test_bert_per_batch_padding_and_sdpa_get_their_edits_proved_against_ltcs_cou
     assert cli("run", "--no-tui", "-o", trace, "bert_classifier.py", *BERT, cwd=folder).status == 0
     fixed = cli("fix", trace, "--try", cwd=folder)
     assert fixed.status == 0, fixed.stderr
+    assert_diff_applies(fixed.stdout, folder)
     assert "+                    collate_fn=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=32))" in fixed.stdout
     assert "edit: pad_to_multiple_of=32 on the padding at bert_classifier.py:" in fixed.stderr
     assert "become 1 shape" in fixed.stderr

@@ -5,7 +5,6 @@ patch on a copy, `--write` applies it to the user's files when they are unchange
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import os
 import tempfile
@@ -15,7 +14,7 @@ from pathlib import Path
 from lazyviz.analysis.run import Run
 from lazyviz.commands.base import CliError, open_trace, regular_file, say, step_count
 from lazyviz.fix.patch import PatchError, edited_copy, is_diff, patched_texts
-from lazyviz.fix.proposals import Change, Proposal, Source, apply_changes, file_hash, propose, unified_diff
+from lazyviz.fix.proposals import Change, Proposal, Source, apply_changes, diff_texts, file_hash, propose, unified_diff
 from lazyviz.fix.rounds import RoundEdits, until_clean
 from lazyviz.fix.trial import (
     DEFAULT_STEPS,
@@ -128,12 +127,7 @@ class FixCommand:
                                                     options.keep, next_round, len(run.executions))
         say(table)
         originals = {file: Path(file).read_bytes().decode("utf-8") for file in final}
-        for file in sorted(final):
-            if final[file] != originals[file]:
-                shown = os.path.relpath(file, info.cwd)
-                print("".join(difflib.unified_diff(originals[file].splitlines(keepends=True),
-                                                   final[file].splitlines(keepends=True), f"a/{shown}", f"b/{shown}")),
-                      end="", flush=True)
+        print(diff_texts(originals, final, info.cwd), end="", flush=True)
         kept = [r for r in rounds if r.kept]
         if kept:
             self._keep(options.trace, info, trial_record(before, kept[-1].measures, bound,
@@ -168,11 +162,7 @@ class FixCommand:
         say(f"lazyviz: {len(proposals)} finding{'s' if len(proposals) != 1 else ''} in the trace"
             + "".join(f"\n  {n}. {p.finding.severity}: {(p.finding.short or p.finding.message)[:160]}"
                       for n, p in enumerate(proposals, 1)))
-        for file in sorted(patched):  # the edit as applied, in the form lazyviz prints its own
-            shown = os.path.relpath(file, info.cwd)
-            print("".join(difflib.unified_diff(originals[file].splitlines(keepends=True),
-                                               patched[file].splitlines(keepends=True),
-                                               f"a/{shown}", f"b/{shown}")), end="", flush=True)
+        print(diff_texts(originals, patched, info.cwd), end="", flush=True)  # the edit as applied, as lazyviz prints its own
         bound = trial_bound(run, [e for p in proposals for e in shown_again_by(p.finding, run)], options.steps)
         say(f"lazyviz: trying your patch on a copy, {bound} each side (the original, then the patched copy)...")
         result, before, after, checked = try_patch(info, patched, bound, options.timeout, options.keep,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lazyviz.errors import LazyvizError
+from lazyviz.fix.source import split_lines
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _NO_NEWLINE = "\\ No newline at end of file"
@@ -38,22 +39,33 @@ class _FilePatch:
     hunks: list[_Hunk] = field(default_factory=list)
 
 
+def _lines(text: str) -> list[str]:
+    """The lines without their endings, cut only at line ends (not at a form feed)."""
+    return [line.removesuffix("\n").removesuffix("\r") for line in split_lines(text)]
+
+
 def is_diff(text: str) -> bool:
     """Does this text read as a unified diff (rather than a source file)?"""
-    lines = text.splitlines()
+    lines = _lines(text)
     return any(a.startswith("--- ") and b.startswith("+++ ") for a, b in itertools.pairwise(lines)) \
         and any(_HUNK.match(line) for line in lines)
 
 
 def _path_of(header: str) -> str:
-    """The path of a `---`/`+++` line: up to a tab (diff -u puts the date there)."""
+    """The path of a `---`/`+++` line: up to a tab (diff -u puts the date there), or
+    quoted as git quotes a name with a quote, backslash or control character."""
     path = header[4:].split("\t", 1)[0].rstrip()
-    return path[1:-1] if path.startswith('"') and path.endswith('"') else path
+    if len(path) > 1 and path.startswith('"') and path.endswith('"'):
+        try:  # C escapes; an octal escape is one byte of the name's UTF-8
+            return path[1:-1].encode().decode("unicode_escape").encode("latin-1").decode()
+        except (UnicodeDecodeError, UnicodeEncodeError):
+            return path[1:-1]
+    return path
 
 
 def parse(text: str) -> list[_FilePatch]:
     files: list[_FilePatch] = []
-    lines = text.splitlines()
+    lines = _lines(text)
     at = 0
     while at < len(lines):
         line = lines[at]
@@ -120,7 +132,7 @@ def _resolve(candidates: list[str], cwd: Path, folder: Path, exists: Callable[[P
 
 def _apply_hunks(text: str, patch: _FilePatch, shown: str) -> str:
     ending = "\r\n" if "\r\n" in text else "\n"
-    lines = text.splitlines()
+    lines = _lines(text)
     ends_with_newline = text.endswith(("\n", "\r"))
     delta = 0  # how far the hunks before moved the lines (theirs, and where they were found)
     for number, hunk in enumerate(patch.hunks, 1):

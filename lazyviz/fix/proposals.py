@@ -54,14 +54,15 @@ from lazyviz.fix.source import (
     Proposal,
     Source,
     apply_changes,
+    diff_texts,
     file_hash,
     overlap,
     read_source,
     unified_diff,
 )
 
-__all__ = ["EDITS", "Change", "Proposal", "Source", "apply_changes", "file_hash", "propose", "read_source",
-           "unified_diff"]
+__all__ = ["EDITS", "Change", "Proposal", "Source", "apply_changes", "diff_texts", "file_hash", "propose",
+           "read_source", "unified_diff"]
 
 # Every kind of edit, in the order a finding is offered to them: (does it answer this
 # finding, the proposal). The first that answers makes the proposal; none: words.

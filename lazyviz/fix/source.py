@@ -9,6 +9,7 @@ import ast
 import difflib
 import hashlib
 import os
+import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -70,7 +71,7 @@ class Source:
     def __init__(self, path: str, text: str, origin: Callable[[int], int | None] | None = None) -> None:
         self.path = path
         self.text = text
-        self.lines = text.splitlines(keepends=True)
+        self.lines = split_lines(text)
         self.tree = ast.parse(text, filename=path)
         self.name = os.path.basename(path)
         self.origin = origin
@@ -91,6 +92,22 @@ class Source:
 
     def newline(self) -> str:
         return "\r\n" if self.lines and self.lines[0].endswith("\r\n") else "\n"
+
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def split_lines(text: str) -> list[str]:
+    """The text's lines with their endings, cut where Python's parser cuts them (\\n,
+    \\r\\n, \\r). str.splitlines also cuts at a form feed, \\v, \\x1c-\\x1e and
+    \\u2028, which real source files hold: every line number after one would be off."""
+    lines, start = [], 0
+    for end in _LINE_END.finditer(text):
+        lines.append(text[start:end.end()])
+        start = end.end()
+    if start < len(text):
+        lines.append(text[start:])
+    return lines
 
 
 def file_hash(path: str) -> str | None:
@@ -239,7 +256,7 @@ def define_once(source: Source, name: str, text: str) -> tuple[Change, ...]:
     top = [node for node in source.tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
     after = (top[-1].end_lineno or top[-1].lineno) if top else 0
     body = text.replace("\n", source.newline())
-    return (Change(source.path, after + 1, after + 1, tuple(body.splitlines(keepends=True))),)
+    return (Change(source.path, after + 1, after + 1, tuple(split_lines(body))),)
 
 
 # The backends' names (RunInfo.names) -> (dotted call, its module).
@@ -335,37 +352,76 @@ def overlap(a: Change, b: Change) -> bool:
 
 
 def apply_changes(texts: Mapping[str, str], changes: Sequence[Change]) -> dict[str, str]:
-    """The files' new texts, every change applied (bottom first, so line numbers hold)."""
+    """The files' new texts, every change applied (bottom first, so line numbers hold). A
+    file that ended without a newline still does: the diff shows only the lines changed."""
     patched: dict[str, str] = {}
     by_file: dict[str, list[Change]] = {}
     for change in changes:
         by_file.setdefault(change.file, []).append(change)
     for file, file_changes in by_file.items():
-        lines = texts[file].splitlines(keepends=True)
-        if lines and not lines[-1].endswith(("\n", "\r")):
-            lines[-1] += "\n"
+        lines = split_lines(texts[file])
+        unterminated = bool(lines) and not lines[-1].endswith(("\n", "\r"))
+        if unterminated:  # an edit may insert after the last line
+            lines[-1] += "\r\n" if lines[0].endswith("\r\n") else "\n"
         # Inserts at one line keep their order: later first, since each goes in at start.
         ordered = sorted(enumerate(file_changes), key=lambda p: (p[1].start, p[1].end, p[0]), reverse=True)
         for _, change in ordered:
             lines[change.start - 1:change.end - 1] = list(change.lines)
-        patched[file] = "".join(lines)
+        text = "".join(lines)
+        patched[file] = text.removesuffix("\r\n" if text.endswith("\r\n") else "\n") if unterminated else text
     return patched
 
 
 def unified_diff(texts: Mapping[str, str], changes: Sequence[Change], relative_to: str = "") -> str:
-    """The changes as one unified diff (a/ and b/ paths, relative to `relative_to` where
-    the file is inside it), as `git apply` and `patch -p1` read it."""
-    patched = apply_changes(texts, changes)
-    parts = []
+    """The changes as one unified diff (see diff_texts)."""
+    return diff_texts(texts, apply_changes(texts, changes), relative_to)
+
+
+def diff_texts(originals: Mapping[str, str], patched: Mapping[str, str], relative_to: str = "") -> str:
+    """The one diff lazyviz prints, of every file whose text changed: a/ and b/ paths
+    relative to `relative_to` where the file is inside it, and what `git apply` and
+    `patch -p1` need to apply it to the files as they are: "\\ No newline at end of
+    file" after a last line without one, line endings kept (CRLF files), a name with a
+    space ended by a tab, a name with a quote, backslash or control character quoted."""
+    parts: list[str] = []
     for file in sorted(patched):
+        old, new = split_lines(originals.get(file, "")), split_lines(patched[file])
+        if old == new:
+            continue
         name = os.path.relpath(file, relative_to) if relative_to else file
         if name.startswith(".."):
             name = file
-        name = name.lstrip("/")
-        parts.extend(difflib.unified_diff(texts[file].splitlines(keepends=True),
-                                          patched[file].splitlines(keepends=True),
-                                          f"a/{name}", f"b/{name}"))
+        name = name.lstrip("/").replace(os.sep, "/")
+        parts += [f"--- {_diff_path('a', name)}\n", f"+++ {_diff_path('b', name)}\n"]
+        for group in difflib.SequenceMatcher(None, old, new, autojunk=False).get_grouped_opcodes(3):
+            parts.append(f"@@ -{_hunk_range(group[0][1], group[-1][2])} +{_hunk_range(group[0][3], group[-1][4])} @@\n")
+            for tag, old_start, old_end, new_start, new_end in group:
+                if tag == "equal":
+                    parts += (_diff_line(" ", line) for line in old[old_start:old_end])
+                    continue
+                parts += (_diff_line("-", line) for line in old[old_start:old_end])
+                parts += (_diff_line("+", line) for line in new[new_start:new_end])
     return "".join(parts)
+
+
+def _hunk_range(start: int, end: int) -> str:
+    """A hunk side's "first,count" (0-based slice in): an empty side names the line before it."""
+    count = end - start
+    return str(start + 1) if count == 1 else f"{start + (count > 0)},{count}"
+
+
+def _diff_line(mark: str, line: str) -> str:
+    return mark + line if line.endswith("\n") else f"{mark}{line}\n\\ No newline at end of file\n"
+
+
+def _diff_path(side: str, name: str) -> str:
+    """How git and GNU diff write a path both tools read back."""
+    path = f"{side}/{name}"
+    if any(c in path for c in '"\\') or any(ord(c) < 32 or ord(c) == 127 for c in path):
+        escapes = {'"': '\\"', "\\": "\\\\", "\t": "\\t", "\n": "\\n"}
+        quoted = "".join(escapes.get(c, c) if c in escapes or ord(c) >= 32 else f"\\{ord(c):03o}" for c in path)
+        return f'"{quoted}"'
+    return path + "\t" if " " in path else path  # patch reads a name up to a tab (diff -u puts its date there)
 
 
 def keyword_set(source: Source, call: ast.Call, name: str, value: str) -> Change | None:
