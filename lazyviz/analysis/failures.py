@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from lazyviz.analysis.findings.base import Details
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.ir import IRGraph, Node
-from lazyviz.trace.model import Failure, Frame, RunInfo
+from lazyviz.trace.model import Failure, Frame, RunInfo, first_sentence
 from lazyviz.trace.table import ExecutionTable
 
 _ERROR_LINE = re.compile(r"^\s*(\w+(?:Error|Exception)): (.+)$")
@@ -81,6 +81,7 @@ class FailureDetails(Details):
     used_at: str | None = None  # the line of the named op's first use (XLA names a wrapper's line)
     module: str | None = None  # "recurrent": torch's LSTM/GRU/RNN took the sequence apart
     no_storage: bool = False  # a lazy tensor read for its host storage (torch.save, numpy())
+    sparse: bool = False  # a sparse tensor made on, or moved to, a device that has no sparse layout
     unsafe_global: str | None = None  # the class torch.load's weights_only refused
     on_cpu: tuple[str, ...] = ()  # the CPU tensors the frame that raised held beside lazy ones
 
@@ -226,9 +227,9 @@ def crash(run: RunInfo, table: ExecutionTable,
     where = f" at {_short(raised_at)} in {raised_at.function}()" if raised_at else ""
     called = f", called from {_short(user)}" if user is not None and user != raised_at else ""
     script = run.script.rpartition("/")[2]
-    first = _ANSI.sub("", run.error.splitlines()[0]).rstrip(". ")  # torch's own bold in a message: not the report's
+    first = first_sentence(_ANSI.sub("", run.error.splitlines()[0])).rstrip(". ")  # torch's bold: not the report's
     what = f"{script} raised {first}{where}{called}"
-    details = FailureDetails(error=run.error.splitlines()[0], raised_at=raised_at.site if raised_at else None)
+    details = FailureDetails(error=first_sentence(run.error.splitlines()[0]), raised_at=raised_at.site if raised_at else None)
     if _NO_STORAGE.search(run.error):  # torch.save or numpy() on a lazy tensor
         details = replace(details, no_storage=True)
         return (f"{what}: a lazy tensor has no storage on the host to read"), (
@@ -261,9 +262,24 @@ def crash(run: RunInfo, table: ExecutionTable,
     view = _VIEW_CANNOT_FALL_BACK.search(run.error)
     if view is not None:
         return _view_op(run, table, what, view.group(1), details, user or raised_at)
+    if _SPARSE.search(run.error):
+        return (f"{what}: lazy tensors have no sparse layout (neither has PyTorch/XLA), so a sparse tensor cannot be "
+                f"made on the {run.device or 'lazy'} device or moved there"), SPARSE_FIX, \
+            replace(details, sparse=True), user or raised_at
     if not _NOT_LAZY.search(run.error):
-        return what, "", details, user or raised_at
+        return what, UNKNOWN_CRASH_FIX, details, user or raised_at
     return _not_lazy(run, table, what, details, user or raised_at)
+
+
+# An op of the sparse layout dispatched to a lazy backend: torch names the backend
+# 'SparseLazy' (TS), 'SparseXLA' (PyTorch/XLA), 'SparsePrivateUse1' (a fork's device).
+_SPARSE = re.compile(r"'Sparse(?:Lazy|XLA|PrivateUse1)' backend")
+SPARSE_FIX = ("keep the tensor dense on the device: drop .to_sparse() before .to(device) (torch.mm, torch.spmm and "
+              "torch.sparse.mm give the same values on dense tensors), or call .to_dense() before moving it")
+# A crash lazyviz has no reading of: what a user can still do to tell the backend's part.
+UNKNOWN_CRASH_FIX = ("lazyviz has no explanation for this error: run the script on the CPU; if it passes there, the "
+                     "lazy device is what differs at this line: call it on the CPU (its inputs moved with .cpu()) to "
+                     "see the eager error, or keep that call off the device")
 
 
 def _not_lazy(run: RunInfo, table: ExecutionTable, what: str, details: FailureDetails,

@@ -21,7 +21,8 @@ the changes applied and shown as a unified diff.
 - cpu_state.py: torch.save of lazy tensors, the state moved to the CPU after one sync;
 - lowered_attention.py: the user's own scaled_dot_product_attention falling back, from ops that lower;
 - sharding_spec.py: an SPMD annotation that forces a gather, the partition spec that avoids it;
-- host_tensor.py: a host-side library call (save_image) handed a lazy tensor, given x.detach().cpu().
+- host_tensor.py: a host-side library call (save_image) handed a lazy tensor, given x.detach().cpu();
+- dense_layout.py: a sparse tensor sent to a lazy device (no sparse layout there), kept dense.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from lazyviz.analysis.run import Run
 from lazyviz.fix import (
     baked_values,
     cpu_state,
+    dense_layout,
     device_branch,
     drop_last,
     eager_attention,
@@ -84,6 +86,7 @@ EDITS: list[tuple[Callable[[Finding, Context], bool], Callable[[Finding, Context
     (lowered_attention.answers, lowered_attention.propose),
     (sharding_spec.answers, sharding_spec.propose),
     (host_tensor.answers, host_tensor.propose),
+    (dense_layout.answers, dense_layout.propose),
 ]
 
 

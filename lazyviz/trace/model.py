@@ -1,6 +1,7 @@
 """Plain model objects read from a trace: what analysis, the UI and exporters consume."""
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -366,9 +367,23 @@ class RunInfo:
         elif self.stopped_after_iterations is not None:
             ending = f"stopped after {self.stopped_after_iterations} optimizer steps, as asked (--iterations)"
         elif self.error:
-            ending = f"raised {self.error}"
+            lines = self.error.splitlines()
+            ending = f"raised {first_sentence(lines[0]) if lines else self.error}"
         elif self.source != "script":
             ending = "ended"
         else:
             ending = f"exited {self.exit_status}"
         return ending if self.complete else f"{ending}; the trace stopped early (it keeps what was recorded before)"
+
+
+def first_sentence(line: str) -> str:
+    """A long message's first sentence: torch's dispatcher error goes on for thousands of
+    characters (every backend the op has, a Facebook employee's link) after the part
+    that says what failed."""
+    if len(line) <= 200:
+        return line
+    end = _SENTENCE_END.search(line, 40)
+    return line[:end.start() + 1] if end is not None else line
+
+
+_SENTENCE_END = re.compile(r"[.!?] (?=[A-Z])")
