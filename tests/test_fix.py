@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SAMPLES, cli, line_of, row
+from conftest import ROOT, SAMPLES, assert_diff_applies, cli, line_of, row
 
 import lazyviz
 from lazyviz.analysis.findings import Finding, RecompileDetails
@@ -54,13 +54,6 @@ def hashes(folder: Path) -> dict[str, str]:
     return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def applies(diff: str, folder: Path) -> None:
-    """The diff is one `git apply` takes, from the folder the script ran in."""
-    check = subprocess.run(["git", "apply", "--check", "-"], input=diff, text=True, cwd=folder,
-                           capture_output=True)
-    assert check.returncode == 0, check.stderr + diff
-
-
 @pytest.mark.torch
 def test_item_per_step_moves_into_a_step_closure_proved_on_a_copy(tmp_path: Path) -> None:
     folder = project(tmp_path, SAMPLES / "item_in_loop.py")
@@ -72,7 +65,7 @@ def test_item_per_step_moves_into_a_step_closure_proved_on_a_copy(tmp_path: Path
     assert f"@@ -{printed - 3},7 +{printed - 3},7 @@" in result.stdout
     assert ('+        torch._lazy.add_step_closure(lambda step, loss: print(f"step {step} loss {loss.item():.4f}"), '
             "args=(step, loss))") in result.stdout
-    applies(result.stdout, folder)
+    assert_diff_applies(result.stdout, folder)
     assert "edit: move the read at item_in_loop.py" in result.stderr
     # Measured: the extra execution per step is gone, and the losses print as before.
     assert row(result.stderr, "executions per step") == ["2.0", "1.0"]
@@ -115,7 +108,7 @@ def test_missing_mark_step_goes_at_the_loop_end_and_before_continue(tmp_path: Pa
     trace = traced(folder, "skips.py")
     result = cli("fix", trace, "--try", cwd=folder)
     assert result.status == 0, result.stderr
-    applies(result.stdout, folder)
+    assert_diff_applies(result.stdout, folder)
     assert "+        torch._lazy.mark_step()\n         continue" in result.stdout
     assert "     state = state * 0.9\n+    torch._lazy.mark_step()\n print(" in result.stdout
     # The read in the loop is what grew: its graph is a step's now.
@@ -208,7 +201,7 @@ def test_word_language_model_gets_mark_step_after_its_optimizer_update(tmp_path:
     trace = traced(folder, "word_lm.py", "--data", ".")
     result = cli("fix", trace, "--try", cwd=folder)
     assert result.status == 0, result.stderr
-    applies(result.stdout, folder)
+    assert_diff_applies(result.stdout, folder)
     # At the end of the batch loop, after the update and the logging, not in the
     # per-parameter update loop.
     # (Right after the logging line: the line the diff shows before it.)
@@ -230,7 +223,7 @@ def test_short_last_batch_gets_drop_last_on_the_loader_the_loop_reads(tmp_path: 
     trace = traced(folder, "mnist_lazy.py", "--epochs", "1", "--batch-size", "32")
     result = cli("fix", trace, "--try", cwd=folder)
     assert result.status == 0, result.stderr
-    applies(result.stdout, folder)
+    assert_diff_applies(result.stdout, folder)
     # The training loader (passed to train_epoch as `loader`), not the test loader.
     assert "+    train = torch.utils.data.DataLoader(random_digits(options.train_size, 1), " \
            "batch_size=options.batch_size, drop_last=True)" in result.stdout
@@ -447,7 +440,7 @@ def test_mnist_first_port_gets_mark_step_in_the_training_loop_not_where_it_synce
     trace = traced(folder, "mnist_lazy.py", "--epochs", "1", "--batch-size", "32", "--no-mark-step")
     result = cli("fix", trace, "--try", cwd=folder)
     assert result.status == 0, result.stderr
-    applies(result.stdout, folder)
+    assert_diff_applies(result.stdout, folder)
     logged = line_of(PROGRAMS / "mnist_lazy.py", 'print(f"epoch {epoch} batch')
     assert f"@@ -{logged - 2},6 +{logged - 2},7 @@" in result.stdout
     assert result.stdout.count("+        torch._lazy.mark_step()") == 1
@@ -493,7 +486,7 @@ def test_a_slice_bound_baked_into_the_graph_becomes_an_index_select_proved(tmp_p
     trace = traced(folder, "sliding_window.py")
     result = cli("fix", trace, "--try", cwd=folder)
     assert result.status == 0, result.stderr
-    applies(result.stdout, folder)
+    assert_diff_applies(result.stdout, folder)
     assert "-    window = data[:, step:step + 16]\n" \
            "+    window = data.index_select(1, torch.arange(step, step + 16).to(data.device))" in result.stdout
     old, new = (int(c) for c in row(result.stderr, "recompiles after warm-up"))
@@ -523,7 +516,7 @@ def test_a_python_index_into_the_schedule_becomes_data_proved_against_ltcs_count
         assert sum(e.cache == "miss" for e in opened.executions()) == ltc["UncachedCompile"] == 12
     result = cli("fix", trace, "--try", cwd=folder)
     assert result.status == 0, result.stderr
-    applies(result.stdout, folder)
+    assert_diff_applies(result.stdout, folder)
     program = PROGRAMS / "euler_sampler.py"
     assert ("-        sigma = sigmas[i]\n"
             "+        sigma = sigmas.index_select(0, torch.tensor([i]).to(sigmas.device)).squeeze(0)\n") in result.stdout
@@ -742,7 +735,7 @@ def test_an_lstm_cell_model_goes_from_its_split_to_its_cells_to_a_run(tmp_path: 
     trace = traced(folder, "time_sequence_lazy.py", "--steps", "2")
     result = cli("fix", trace, "--try", "--until-clean", cwd=folder)
     assert result.status == 0, result.stderr
-    applies(result.stdout, folder)
+    assert_diff_applies(result.stdout, folder)
     assert "split_lowered(input, 1, dim=1)" in result.stdout
     assert "+        self.lstm1 = LSTMCellLowered(1, 16)" in result.stdout
     assert "+        self.lstm2 = LSTMCellLowered(16, 16)" in result.stdout
@@ -768,7 +761,7 @@ def test_a_gpt_goes_from_its_qkv_split_crash_to_a_clean_run_round_after_round(tm
     before = hashes(folder)
     result = cli("fix", trace, "--try", "--until-clean", cwd=folder)
     assert result.status == 0, result.stderr
-    applies(result.stdout, folder)
+    assert_diff_applies(result.stdout, folder)
     assert hashes(folder) == before  # the user's files untouched
     # The split in model.py, by narrow; the checkpoint saved from the CPU; the loop's
     # missing mark_step(); then the read moved into a step closure.
@@ -905,6 +898,72 @@ def test_the_state_moved_to_the_cpu_saves_and_loads_the_same_values(tmp_path: Pa
 
 
 @pytest.mark.torch
+def test_a_whole_model_with_a_cached_mask_is_saved_loaded_back_and_evaluated_on_its_device(tmp_path: Path) -> None:
+    """word_language_model's Transformer: `self.src_mask`, a tensor attribute made on the
+    device, is copied to the CPU with the parameters (else the copy's torch.save raised as
+    the original did), and the `model = torch.load(f)` that loads it back puts it on the
+    device the model was moved to (else its evaluation met lazy inputs with CPU weights).
+    The edited program prints the CPU's numbers."""
+    folder = project(tmp_path, PROGRAMS / "masked_model_save.py")
+    trace = traced(folder, "masked_model_save.py", "--device", "lazy")
+    result = cli("fix", trace, "--try", cwd=folder)
+    assert result.status == 0, result.stderr
+    assert_diff_applies(result.stdout, folder)
+    assert "+    torch.save(state_on_cpu(model), f)\n" in result.stdout
+    assert "+    model = state_on_cpu(torch.load(f), device)\n" in result.stdout
+    assert "the torch.load at masked_model_save.py:" in result.stderr
+    assert "is gone; the copy ran to its end" in result.stderr and "output: the same" in result.stderr
+    subprocess.run(["patch", "-p1", "--batch"], input=result.stdout.encode(), cwd=folder, check=True,
+                   capture_output=True)
+    done = subprocess.run([sys.executable, "masked_model_save.py", "--device", "lazy"], cwd=folder,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "evaluated" in done.stdout, done.stderr
+    original = subprocess.run([sys.executable, str(PROGRAMS / "masked_model_save.py")], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+    assert done.stdout == original.stdout  # the CPU's numbers
+
+
+EVALUATION_ONLY = """\
+import sys, time
+import torch, torch._lazy, torch._lazy.ts_backend
+from torch import nn
+torch._lazy.ts_backend.init()
+torch.manual_seed(0)
+data = torch.randint(0, 50, (161, 4)).to("lazy")
+model = nn.Sequential(nn.Embedding(50, 16), nn.Linear(16, 50)).to("lazy").eval()
+total = 0.0
+with torch.no_grad():
+    for i in range(0, data.size(0) - 1, 16):
+        source, target = data[i:i + 16], data[i + 1:i + 17].reshape(-1)
+        total += len(source) * nn.functional.cross_entropy(model(source).view(-1, 50), target).item()
+print(f"loss {total / (data.size(0) - 1):.4f}")
+time.sleep(float(sys.argv[1]))  # what a long evaluation takes after its last read
+"""
+
+
+@pytest.mark.torch
+def test_an_evaluation_without_steps_or_an_optimizer_is_tried_to_its_end_or_says_why_not(tmp_path: Path) -> None:
+    """The word LM's evaluation alone: nothing to stop both sides at the same point, so
+    both run to their end; where that takes longer than --timeout, the trial says so
+    and exits 0 with the diff (word_language_model's evaluation-only run failed here)."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "evaluate.py").write_text(EVALUATION_ONLY)
+    trace = traced(folder, "evaluate.py", "0")
+    result = cli("fix", trace, "--try", cwd=folder)
+    assert result.status == 0, result.stderr
+    assert "run to its end (no steps or optimizer steps to bound it) each side" in result.stderr
+    assert "output: the same (1 line" in result.stderr and "findings gone:" in result.stderr
+    slow = tmp_path / "slow.trace"
+    assert cli("run", "--no-tui", "-o", slow, "evaluate.py", "60", cwd=folder).status == 0
+    result = cli("fix", slow, "--try", "--timeout", "20", cwd=folder)
+    assert result.status == 0, result.stderr
+    assert "index_select" in result.stdout  # the diff stands
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "lazyviz: no trial: the original did not end within --timeout 20 s, and the original has no steps")
+
+
+@pytest.mark.torch
 def test_the_lowered_attention_computes_what_the_op_does() -> None:
     """The function the attention edit puts in the user's file, against
     F.scaled_dot_product_attention on the CPU: causal, a boolean mask, an additive mask,
@@ -941,7 +1000,7 @@ def test_a_bare_attention_call_is_one_finding_and_its_edit_removes_the_fallback(
     assert "torch.where" not in at_line[0].fix  # the line has no torch.where to rewrite
     result = cli("fix", trace, "--try", cwd=folder)
     assert result.status == 0, result.stderr
-    applies(result.stdout, folder)
+    assert_diff_applies(result.stdout, folder)
     assert "+    y = scaled_dot_product_attention_lowered(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=True)" \
         in result.stdout
     assert row(result.stderr, "executions per step") == ["7.0", "1.0"]

@@ -13,29 +13,31 @@ from __future__ import annotations
 import ast
 
 from lazyviz.analysis.findings import FailureDetails, Finding
-from lazyviz.fix.source import STEP_CALLS, Change, Context, Proposal, call_name, define_once
+from lazyviz.fix.source import STEP_CALLS, Change, Context, Proposal, Source, call_name, define_once
 
 STATE_ON_CPU_NAME = "state_on_cpu"
 STATE_ON_CPU = """\
 
 
-def state_on_cpu(state):
+def state_on_cpu(state, device="cpu"):
     \"\"\"`state` as torch.save can write it: a lazy tensor has no storage on the host. The
-    pending work runs in one sync, then every tensor moves to the CPU; dicts (with a
-    state_dict's _metadata), lists and tuples stay as they were, and a whole module is
-    copied with its parameters and buffers on the CPU (the model itself stays where it is).\"\"\"
+    pending work runs in one sync, then every tensor moves to the CPU (or to `device`);
+    dicts (with a state_dict's _metadata), lists and tuples stay as they were, and a whole
+    module is copied with its parameters, buffers and tensor attributes (a cached mask)
+    moved (the model itself stays where it is).\"\"\"
     import copy
 
-    {step}()
+    if str(device) == "cpu":
+        {step}()
 
     def moved(value):
         if isinstance(value, {torch}.nn.Parameter):
-            return {torch}.nn.Parameter(value.detach().cpu(), requires_grad=value.requires_grad)
+            return {torch}.nn.Parameter(value.detach().to(device), requires_grad=value.requires_grad)
         if isinstance(value, {torch}.Tensor):
-            return value.cpu()
+            return value.to(device)
         if isinstance(value, {torch}.nn.Module):
-            tensors = [t for m in value.modules() for t in (*m._parameters.values(), *m._buffers.values())
-                       if t is not None]
+            tensors = [t for m in value.modules() for t in (*m._parameters.values(), *m._buffers.values(),
+                                                            *vars(m).values()) if isinstance(t, {torch}.Tensor)]
             return copy.deepcopy(value, {{id(t): moved(t) for t in tensors}})
         if isinstance(value, dict):
             copied = type(value)((key, moved(item)) for key, item in value.items())
@@ -57,6 +59,41 @@ def _save_calls(tree: ast.AST) -> list[ast.Call]:
              and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch" and node.args
              and not isinstance(node.args[0], ast.Starred)]
     return sorted(found, key=lambda call: (call.lineno, call.col_offset))
+
+
+def _moved_to(tree: ast.AST, name: str) -> ast.expr | None:
+    """The device a module named `name` was moved to where it was made: X of
+    `name = Model(...).to(X)` (the program's own device, a variable or an argument)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            value = node.value
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "to" \
+                    and len(value.args) == 1 and not value.keywords:
+                return value.args[0]
+    return None
+
+
+def _loaded_back(source: Source, name: str) -> list[Change]:
+    """`name = torch.load(...)` put back on the device the module was moved to, its tensor
+    attributes too (Module.to moves only parameters and buffers): the file now holds a
+    copy on the CPU, where the original's torch.save of a device module loaded back onto
+    its device (word_language_model tests the model it loads)."""
+    device = _moved_to(source.tree, name)
+    if device is None:
+        return []
+    where = ast.get_source_segment(source.text, device)
+    changes = []
+    for node in ast.walk(source.tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and node.targets[0].id == name and isinstance(node.value, ast.Call) \
+                and isinstance(node.value.func, ast.Attribute) and node.value.func.attr == "load" \
+                and isinstance(node.value.func.value, ast.Name) and node.value.func.value.id == "torch" \
+                and node.value.lineno == node.value.end_lineno and where and "\n" not in where:
+            text, end = source.line(node.value.lineno), node.value.end_col_offset or 0
+            start = node.value.col_offset
+            changes.append(Change(source.path, node.value.lineno, node.value.lineno + 1,
+                                  (f"{text[:start]}{STATE_ON_CPU_NAME}({text[start:end]}, {where}){text[end:]}",)))
+    return changes
 
 
 def _wrapped(state: ast.expr) -> bool:
@@ -105,9 +142,14 @@ def propose(finding: Finding, context: Context) -> Proposal:
                           STATE_ON_CPU.format(step=step_name, torch=torch.rpartition(".")[0]))
     main = next(change for change in lines if change.start == here[0].args[0].lineno)
     others = [change for change in lines if change is not main]
-    changes = (main, *others, *((*step_imports, *torch_imports, *defined) if defined else ()))
+    # A whole module saved: where the file loads it back into the same name, back onto its device.
+    saved = {state.id for call in calls if isinstance(state := call.args[0], ast.Name)}
+    loads = [change for name in sorted(saved) for change in _loaded_back(source, name)]
+    changes = (main, *others, *loads, *((*step_imports, *torch_imports, *defined) if defined else ()))
     where = ", ".join(f"{source.at(change.start)}" for change in sorted(lines, key=lambda c: c.start))
+    loaded = (f"; the torch.load at {', '.join(source.at(c.start) for c in loads)} moves the module it loads back "
+              "to the device the model was moved to") if loads else "; torch.load gives the same values"
     return Proposal(finding, f"torch.save at {where} saves {STATE_ON_CPU_NAME}(...): the state on the CPU, after "
                              "one sync (a lazy tensor has no storage on the host for torch.save to write; a whole "
                              "module is saved as a copy on the CPU, the model stays on the device), defined once "
-                             "in the file; torch.load gives the same values", changes)
+                             f"in the file{loaded}", changes)

@@ -306,6 +306,9 @@ def _read_original(file: str) -> str:
         return ""
 
 
+_SIDE_NAMES = {"before": "the original", "after": "the patched copy"}
+
+
 def run_side(side: Side, info: RunInfo, root: Path, bound: Bound | None, timeout: float | None) -> Measures:
     """Run the copy traced as the original ran: the same argv, from the same folder of
     the copy (or from the original folder when it is outside the copy, with the script
@@ -326,10 +329,19 @@ def run_side(side: Side, info: RunInfo, root: Path, bound: Bound | None, timeout
         done = subprocess.run(command, cwd=run_in, capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL, check=False, env=env)
     except subprocess.TimeoutExpired:
+        if bound is None or bound.whole:
+            # Nothing bounds a run without steps or optimizer steps but its end: not a failure
+            # of the trial, an answer it cannot give within the time given (exit 0).
+            who = _SIDE_NAMES.get(side.name, f"the {side.name} run")
+            raise LazyvizError(
+                f"no trial: {who} did not end within --timeout {timeout:.0f} s, and the original has no "
+                "steps (mark_step()) and no optimizer steps to stop both sides at the same point, so they can only be "
+                "compared run to their end: raise --timeout, or bound the loop yourself (a mark_step() in it lets "
+                "--steps N stop both sides alike); the diff above stands as proposed", exit_status=0) from None
         # --steps bounds a run with steps; one bounded by iterations has only --timeout to give.
-        lower = "lower --steps or " if bound is not None and bound.unit == "steps" else ""
+        lower = "lower --steps or " if bound.unit == "steps" else ""
         raise LazyvizError(f"the {side.name} run took longer than {timeout:.0f} s: {lower}raise --timeout "
-                           f"(it ran {bound or 'to its end'})") from None
+                           f"(it ran {bound})") from None
     # Where torch_xla.launch ran the steps in processes of their own, the first one's trace.
     launched = rank_trace(launch_folder(side.trace), 0)
     try:

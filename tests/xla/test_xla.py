@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES, cli, line_of, python, row
+from conftest import SAMPLES, assert_diff_applies, cli, line_of, python, row
 
 from lazyviz.analysis.run import Run
 from lazyviz.analysis.summary import split_hlo
@@ -437,6 +437,7 @@ def test_fix_moves_the_read_into_xm_step_closure_and_proves_it(tmp_path: Path) -
     assert cli("run", "--no-tui", "-o", trace, "item_in_loop.py", cwd=folder).status == 0
     result = cli("fix", trace, "--try", cwd=folder)
     assert result.status == 0, result.stderr
+    assert_diff_applies(result.stdout, folder)
     assert ('+        xm.add_step_closure(lambda step, loss: print(f"step {step} loss {loss.item():.4f}"), '
             "args=(step, loss))") in result.stdout
     assert row(result.stderr, "executions per step") == ["2.0", "1.0"]
@@ -479,6 +480,7 @@ def test_fix_puts_torch_xla_sync_at_the_end_of_the_loop(tmp_path: Path) -> None:
     assert report(trace)["findings"][0]["kind"] == "missing_mark_step"
     result = cli("fix", trace, "--try", cwd=folder)
     assert result.status == 0, result.stderr
+    assert_diff_applies(result.stdout, folder)
     assert "     print(f'step {step} loss {loss.item():.4f}')\n+    torch_xla.sync()\n" in result.stdout
     gone = result.stderr.split("findings gone:")[1]
     assert "grows by about" in gone
@@ -524,6 +526,7 @@ def test_a_gpt_loop_without_sync_goes_to_one_graph_an_iteration_proved_per_itera
     assert report(trace)["findings"][0]["kind"] == "missing_mark_step"
     result = cli("fix", trace, "--try", "--until-clean", cwd=folder)
     assert result.status == 0, result.stderr
+    assert_diff_applies(result.stdout, folder)
     assert "+    torch_xla.sync()\n" in result.stdout
     rounds, whole = result.stderr.split("the whole way")
     assert "round 1 (kept: " in rounds and "not kept" not in rounds
@@ -555,8 +558,10 @@ def test_a_checkpoint_read_one_tensor_at_a_time_is_saved_after_one_sync(tmp_path
     assert kinds["one_by_one_reads"]["site"]["line"] == save
     result = cli("fix", trace, "--try", "--until-clean", cwd=folder)
     assert result.status == 0, result.stderr
+    assert_diff_applies(result.stdout, folder)
     assert "+torch.save(state_on_cpu({\"model\": model.state_dict()" in result.stdout
-    assert "+    torch_xla.sync()\n" in result.stdout  # in state_on_cpu, and the loop's own
+    assert "+    torch_xla.sync()\n" in result.stdout  # the loop's own
+    assert "+    if str(device) == \"cpu\":\n+        torch_xla.sync()\n" in result.stdout  # state_on_cpu's, before it moves
     gone = result.stderr.split("findings gone:")[1].split("output:")[0]
     assert "reads to the host one at a time" in gone and "no step ended" in gone
     assert "output: the same (1 line" in result.stderr
@@ -610,6 +615,7 @@ def test_a_last_short_batch_is_a_shape_change_with_its_fix_proved(tmp_path: Path
     assert "drop_last=True" in finding["fix"] and "another path" not in finding["fix"]
     result = cli("fix", trace, "--try", cwd=folder)
     assert result.status == 0, result.stderr
+    assert_diff_applies(result.stdout, folder)
     assert "+loader = torch.utils.data.DataLoader(data, batch_size=16, drop_last=True)" in result.stdout
     cells = next(line for line in result.stderr.splitlines() if "recompiles after warm-up" in line).split()[-2:]
     assert cells == ["1", "0"]
@@ -1200,6 +1206,7 @@ def test_generates_decode_loop_is_named_and_cut_per_token_by_a_stopping_criterio
     trace = tmp_path / "generate.trace"
     result = cli("fix", trace, "--try", cwd=folder)
     assert result.status == 0, result.stderr
+    assert_diff_applies(result.stdout, folder)
     assert "+class SyncEachToken(transformers.StoppingCriteria):" in result.stdout
     assert "run to its end (no steps or optimizer steps to bound it) each side" in result.stderr
     assert "stopping_criteria=transformers.StoppingCriteriaList([SyncEachToken()]))" in result.stdout
