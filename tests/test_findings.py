@@ -432,6 +432,55 @@ def test_input_shape_recompile_after_warmup_is_explained() -> None:
     assert finding.kind == "recompile" and "pad or bucket" in finding.fix
 
 
+def _full_batch(iterations: int, late: int | None = None, after: tuple[str, ...] = ("b32",)) -> tuple[list, list]:
+    """A full-batch program without mark_step() that steps an optimizer (gat, gcn): each
+    iteration a train read, then the evaluation's reads of the train and validation index
+    sets (16 and 24 rows, one line); after the loop the test set's reads (`after`).
+    late: the iteration where a new 32-row set first comes. (executions, optimizer marks)"""
+    executions, marks, seen = [], [], set()
+
+    def read(graph: str, line: int) -> None:
+        executions.append(ex(len(executions), step=0, cause="item", line=line, graph=graph,
+                             cache="hit" if graph in seen else "miss"))
+        seen.add(graph)
+
+    for iteration in range(iterations):
+        read("train", 10)
+        marks.append(len(executions))
+        for graph in ("b16", "b16", "b24", "b24") + (("b32",) if iteration == late else ()):
+            read(graph, 20)
+    for graph in after:
+        read(graph, 20)
+    return executions, marks
+
+
+def test_fixed_index_sets_of_a_full_batch_program_compile_once_in_its_first_iterations_and_after_its_loop() -> None:
+    """gcn's train, validation and test index sets go through one line at other sizes:
+    each compiles once, in the loop's first iterations or once after it. Neither a
+    dynamic-shape finding ("pad or bucket batches ... drop_last") nor a recompile."""
+    irs = {"train": chain_ir(6, rows=8), "b16": IR16, "b24": IR24, "b32": chain_ir(6, rows=32)}
+    executions, marks = _full_batch(6)
+    info = run_info(steps=0, optimizer_steps=len(marks), optimizer_marks=marks)
+    assert [r for r in explain_recompiles(executions, irs, optimizer_marks=marks, optimizer_steps=len(marks))
+            if not r.warmup] == []
+    assert not [f for f in analyze(info, executions, irs).findings if f.kind in ("recompile", "dynamic_shape")]
+    # Counted by syncs alone (the marks unknown), the same reads were recompiles.
+    assert [r for r in explain_recompiles(executions, irs) if not r.warmup]
+    # A set that first comes in a later iteration is still a recompile, said at its step.
+    executions, marks = _full_batch(6, late=4, after=())
+    info = run_info(steps=0, optimizer_steps=len(marks), optimizer_marks=marks)
+    [recompile] = [r for r in explain_recompiles(executions, irs, optimizer_marks=marks, optimizer_steps=len(marks))
+                   if not r.warmup]
+    assert "-> Float[32,64]" in recompile.headline()
+    # After the loop only its first reads at a site are its own warm-up: a sequence that
+    # grows token by token (a generation after training) recompiles from its third.
+    irs.update({f"g{n}": chain_ir(6, rows=40 + n) for n in range(5)})
+    executions, marks = _full_batch(4, after=tuple(f"g{n}" for n in range(5)))
+    after_loop = [r for r in explain_recompiles(executions, irs, optimizer_marks=marks, optimizer_steps=len(marks))
+                  if not r.warmup]
+    assert [r.execution for r in after_loop] == [e.index for e in executions[-3:]]
+
+
 def test_aliasing_recompile_gets_its_own_advice() -> None:
     executions = [ex(i, step=i, graph="g0", cache="miss" if i == 0 else "hit") for i in range(3)]
     executions.append(ex(3, step=3, graph="g1", cache="miss"))

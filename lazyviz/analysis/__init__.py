@@ -32,6 +32,8 @@ def analyze(run: RunInfo, executions: Sequence[Execution], ir_texts: Mapping[str
     ir_texts = IRGraphs.of(ir_texts)  # each graph parsed once, for every pass below
     summary = summarize(executions, run.steps, after_last_execution=run.counters_after_last_execution,
                         fallbacks_after=run.fallbacks_after_last_execution)
-    recompiles = [] if quick else explain_recompiles(executions, ir_texts)
+    marks = () if run.steps else run.optimizer_marks  # a run without steps: its loop counted by the optimizer
+    recompiles = [] if quick else explain_recompiles(executions, ir_texts, optimizer_marks=marks,
+                                                     optimizer_steps=run.optimizer_steps)
     findings = find_all(executions, summary.steps, recompiles, ir_texts, run.names, run, quick=quick, stacks=stacks)
     return Analysis(summary, recompiles, findings, complete=not quick)

@@ -12,6 +12,7 @@ from typing import Any
 from lazyviz.analysis.diff import Change, GraphDiff, least_score
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.hlo import hlo_changes, hlo_input_changes
+from lazyviz.analysis.loops import iteration_of
 from lazyviz.hlo_text import FROM_HLO
 from lazyviz.trace.model import Execution, Frame
 from lazyviz.trace.table import ExecutionTable, Kind
@@ -236,14 +237,19 @@ class _Roles:
 
 
 def explain_recompiles(
-    executions: Sequence[Execution], ir_texts: Mapping[str, str], warmup_steps: int = WARMUP_STEPS
+    executions: Sequence[Execution], ir_texts: Mapping[str, str], warmup_steps: int = WARMUP_STEPS,
+    optimizer_marks: Sequence[int] = (), optimizer_steps: int = 0,
 ) -> list[Recompile | PendingRecompile]:
     """ir_texts: graph id -> IR text (empty when captured light), best an IRGraphs that
     keeps what it parsed for the rest of the analysis.
 
     Under pytest each test is its own program: a recompile is judged against the graphs
     of the same test, and its warm-up counts from the test's first step. A script that
-    never calls mark_step() has no steps: there a site's first syncs are its warm-up."""
+    never calls mark_step() has no steps: there a site's first syncs are its warm-up, and
+    where it steps an optimizer (optimizer_marks: RunInfo's), so is all it compiles in
+    the loop's first iterations (a full-batch program's train, validation and test index
+    sets each compile once there) and a site's first syncs after the loop's last
+    iteration (the final test: once, not per step; known where every step's mark was kept)."""
     table = ExecutionTable.of(executions)
     graphs = IRGraphs.of(ir_texts)
     compiled: dict[str | None, Compiled] = {}  # context -> earlier misses, one per distinct graph
@@ -261,6 +267,7 @@ def explain_recompiles(
     # Only misses are walked; a stepless site's syncs before one are counted.
     misses = table.where(lambda kind: kind.is_miss)
     seen_sites: set[tuple] = set()  # roles that compiled before
+    after_loop_at: Counter[tuple] = Counter()  # stepless: misses per role after the optimizer's last step
     for position in misses:
         execution = table[position]
         context = execution.context
@@ -271,7 +278,11 @@ def explain_recompiles(
         if site in seen_sites:
             if stepless:  # its syncs so far, this one included
                 syncs = 1 + sum(bisect.bisect_left(table.positions[n], position) for n in kinds_at[site])
-                warmup = syncs <= warmup_steps
+                after_loop = bool(optimizer_marks) and len(optimizer_marks) == optimizer_steps \
+                    and iteration_of(optimizer_marks, execution.index) is None
+                warmup = syncs <= warmup_steps or _iterations_warmup(optimizer_marks, execution.index, warmup_steps,
+                                                                      after_loop_at[site] if after_loop else None)
+                after_loop_at[site] += after_loop
             else:
                 warmup = execution.step - max(start, roles.first_step(position)) < warmup_steps
             values_only = structures.setdefault(context, _Structures(graphs)).repeats(execution)
@@ -292,6 +303,16 @@ def explain_recompiles(
             at_site.append(execution)
             structures.setdefault(context, _Structures(graphs)).add(execution)
     return explained
+
+
+def _iterations_warmup(marks: Sequence[int], execution: int, warmup_steps: int, after_loop: int | None) -> bool:
+    """A run without steps that steps an optimizer: is this miss in the loop's first
+    iterations, or (after_loop: its site's misses after the loop's last iteration so
+    far) among its site's first after the loop?"""
+    if after_loop is not None:
+        return after_loop < warmup_steps
+    iteration = iteration_of(marks, execution) if marks else None
+    return iteration is not None and iteration < warmup_steps
 
 
 class _Structures:
