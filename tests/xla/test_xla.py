@@ -1180,6 +1180,24 @@ def test_if_tensor_keeping_the_best_loss_becomes_torch_where_proved(tmp_path: Pa
     assert "output: the same" in fixed.stderr
 
 
+def test_generates_decode_loop_is_found_and_edited_in_light_capture_too(tmp_path: Path) -> None:
+    """Without IR (--capture light) the loop shows only in graph sizes: at generate()'s
+    line its end-of-sequence check's graph (isin, falling back) grows by a decode step a
+    sync while its flag's `if` grows a little, in turn. Read apart, the check's growth is
+    the loop (it was '1 finding, 0 with an edit': the isin fallback alone)."""
+    folder = tmp_path / "generate"
+    folder.mkdir()
+    shutil.copy(PROGRAMS / "hf_generate_xla.py", folder / "generate.py")
+    trace = tmp_path / "light.trace"
+    assert cli("run", "--no-tui", "--capture", "light", "-o", trace, "generate.py", "6", cwd=folder).status == 0
+    [loop] = [f for f in report(trace)["findings"] if f["kind"] == "missing_mark_step"]
+    assert loop["details"]["library_loop"]["function"] == "_sample" and "aten::isin" in loop["message"]
+    fixed = cli("fix", trace, cwd=folder)
+    assert "2 findings, 1 with an edit below" in fixed.stderr
+    assert "stopping_criteria=transformers.StoppingCriteriaList([SyncEachToken()]))" in fixed.stdout
+    assert_diff_applies(fixed.stdout, folder)
+
+
 def test_generates_decode_loop_is_named_and_cut_per_token_by_a_stopping_criterion(tmp_path: Path) -> None:
     """Hugging Face generate() with nothing cutting the graph: it grows over transformers'
     decode loop, inside the one call of the user's. lazyviz names the library's loop (not

@@ -3,6 +3,7 @@ every sync of one site, a loop unrolled into one graph; one finding per loop."""
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -185,7 +186,10 @@ def _library_loop(table: ExecutionTable, positions: Sequence[int], stacks: Stack
     """The library loop the syncs come from, where the stacks place them in one (generate()'s).
     One lazyviz does not know is named only where the graph's nodes were built at the
     user's call itself: nodes built on other lines of theirs are a loop of theirs at work."""
-    ids = {table.kind_at(p).stack_id for p in positions} - {None}
+    # The stacks its syncs come from most: a loop's, not the one-time set-up before it
+    # (generate() reads flags at the same line before its decode loop starts).
+    counts = Counter(table.kind_at(p).stack_id for p in positions if table.kind_at(p).stack_id is not None)
+    ids = {stack_id for stack_id, count in counts.items() if count == max(counts.values())}
     called = [stacks(stack_id) for stack_id in sorted(ids)]
     loop = (callback_loop(called) or library_loop(called)) if ids else None
     if loop is None or loop.known:
