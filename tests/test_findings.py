@@ -481,6 +481,42 @@ def test_fixed_index_sets_of_a_full_batch_program_compile_once_in_its_first_iter
     assert [r.execution for r in after_loop] == [e.index for e in executions[-3:]]
 
 
+def test_an_extra_syncs_cost_per_step_leaves_out_the_warm_up_compiles_and_its_rate_is_rounded() -> None:
+    """gat on PyTorch/XLA: '4 extra executions per step (3986.25 ms per step)' beside 'sync
+    per iteration after warm-up 1,306.8 ms': the first steps compile what the rest reuse."""
+    executions = []
+    for step in range(6):
+        reads = 3 if step % 3 else 2  # 8 reads in 3 steps, 16 in 6: 2.67 a step
+        for _ in range(reads):
+            executions.append(ex(len(executions), step=step, cause="item", line=12,
+                                 sync_ms=2000.0 if step < 2 else 10.0, cache="miss" if step < 2 else "hit"))
+        executions.append(ex(len(executions), step=step, sync_ms=5.0))
+    [finding] = extra_sync_findings(executions, 6)
+    assert finding.message.startswith("item forces 2.67 extra executions per step in 6 of 6 steps "
+                                      "(27.50 ms per step)")  # 11 reads at 10 ms over the 4 steps after warm-up
+    assert finding.details.ms_per_step == 27.5
+
+
+def test_a_growing_graph_is_found_where_one_line_syncs_two_kinds_of_graph_in_turn() -> None:
+    """generate()'s line: its end-of-sequence check falls back (its graph holds the whole
+    decode so far, +470 nodes a token) and its flag's `if` syncs a small graph (+23), in
+    turn. Side by side the sizes jump up and down; each kind alone grows steadily."""
+    from lazyviz.analysis.findings.missing_mark_step import growing_site_findings
+
+    executions = []
+    for token in range(8):
+        executions.append(ex(len(executions), step=0, cause="fallback", detail="aten::isin.Tensor_Tensor",
+                             graph=f"isin{token}", nodes=4 + 470 * token, cache="miss"))
+        executions.append(ex(len(executions), step=0, cause="bool", detail="bool(tensor)", graph=f"flag{token}",
+                             nodes=7 + 23 * token, cache="miss"))
+    [finding] = growing_site_findings(executions)
+    assert finding.message.startswith("the graph aten::isin.Tensor_Tensor runs here grows by about 470 nodes")
+    assert len(finding.executions) == 8
+    # One kind of graph at a line whose size comes and goes is no loop.
+    steady = [ex(i, step=0, cause="item", graph=f"g{i % 2}", nodes=(10, 400)[i % 2]) for i in range(12)]
+    assert growing_site_findings(steady) == []
+
+
 def test_aliasing_recompile_gets_its_own_advice() -> None:
     executions = [ex(i, step=i, graph="g0", cache="miss" if i == 0 else "hit") for i in range(3)]
     executions.append(ex(3, step=3, graph="g1", cache="miss"))

@@ -9,3 +9,9 @@ def size_text(size: float) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{size:.1f} GB"
+
+
+def rounded(value: float) -> str:
+    """A count or rate in a sentence: 2.67, not 2.66667; 4, not 4.0."""
+    text = f"{value:.2f}".rstrip("0").rstrip(".")
+    return text if text != "-0" else "0"

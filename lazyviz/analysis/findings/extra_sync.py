@@ -8,6 +8,8 @@ from dataclasses import dataclass, replace
 from lazyviz.analysis.findings._shared import in_test
 from lazyviz.analysis.findings.base import Details, Finding, FindingKind, KindInfo, RunFacts
 from lazyviz.analysis.library import Stacks, library_fix, library_line, no_stacks
+from lazyviz.analysis.recompiles import WARMUP_STEPS
+from lazyviz.analysis.units import rounded
 from lazyviz.trace.model import TS_NAMES, Execution
 from lazyviz.trace.table import ExecutionTable
 
@@ -61,7 +63,7 @@ def extra_sync_findings(executions: Sequence[Execution], steps: int,
             continue  # only before the first step's graph: set-up (xm.broadcast_master_param)
         steps_with = len(set(map(table.step.__getitem__, positions)))
         per_step = len(positions) / steps_with
-        ms_per_step = table.sum(table.sync_ms, positions) / max(steps, 1)
+        ms_per_step = _steady_ms(table, positions, steps)
         first = table.kinds[numbers[0]]
         what = first.detail or cause
         fix = SYNC_FIXES.get(cause, "").format(**names)
@@ -87,11 +89,21 @@ def extra_sync_findings(executions: Sequence[Execution], steps: int,
                    f"gradients into one bucket (one collective per step) or reduce after {names['mark_step']}")
         findings.append(Finding(
             FindingKind.EXTRA_SYNC, "warning" if steps_with >= max(2, steps // 2) else "info",
-            f"{in_test(context)}{what} forces {per_step:g} extra execution{'s' if per_step != 1 else ''} per step "
+            f"{in_test(context)}{what} forces {rounded(per_step)} extra execution{'s' if per_step != 1 else ''} per step "
             f"in {steps_with} of {max(steps, steps_with)} steps ({ms_per_step:.2f} ms per step)",
             first.frame, table.indices(positions), fix, details,
         ))
     return findings
+
+
+def _steady_ms(table: ExecutionTable, positions: Sequence[int], steps: int) -> float:
+    """Its sync time per step once warm: the first steps compile what the rest reuse (on
+    PyTorch/XLA seconds a graph), which is not what each step pays. A run too short to
+    have steps after warm-up is averaged whole."""
+    if steps <= WARMUP_STEPS:
+        return table.sum(table.sync_ms, positions) / max(steps, 1)
+    warm = [p for p in positions if table.step[p] >= WARMUP_STEPS]
+    return table.sum(table.sync_ms, warm) / (steps - WARMUP_STEPS)
 
 
 KINDS = (KindInfo(FindingKind.EXTRA_SYNC, "extra sync", "sync", ExtraSyncDetails),)
