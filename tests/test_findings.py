@@ -517,6 +517,28 @@ def test_a_growing_graph_is_found_where_one_line_syncs_two_kinds_of_graph_in_tur
     assert growing_site_findings(steady) == []
 
 
+def test_an_op_that_falls_back_in_the_forward_and_in_backward_is_a_finding_for_each() -> None:
+    """gat: its forward's torch.where falls back (38 calls at its line), and so does the
+    where of that op's backward inside loss.backward(), with indexing's _index_put_impl_.
+    Not 'Tensor.backward() falls back through where.self, ...' for all 56 where calls."""
+    executions = []
+    for step in range(4):
+        for _ in range(3):
+            executions.append(ex(len(executions), step=step, cause="fallback", detail="aten::where.self", line=120,
+                                 function="forward", fallback_ops={"aten::where.self": 1}))
+        for op in ("aten::where.self", "aten::_index_put_impl_"):
+            executions.append(ex(len(executions), step=step, cause="fallback", detail=op, line=265,
+                                 call="Tensor.backward", fallback_ops={op: 1}))
+        executions.append(ex(len(executions), step=step))
+    forward, backward = fallback_findings(executions, 4)
+    assert forward.message.startswith("aten::where.self falls back to the CPU: 12 calls, forcing 12 executions")
+    assert forward.frame.line == 120 and "masked_fill" in forward.fix
+    assert backward.message.startswith("Tensor.backward() falls back to the CPU through 2 ops (aten::where.self, "
+                                       "aten::_index_put_impl_): 8 calls, forcing 8 executions")
+    assert "aten::where.self comes from the backward of torch.where" in backward.fix
+    assert "look for an option" not in backward.fix
+
+
 def test_aliasing_recompile_gets_its_own_advice() -> None:
     executions = [ex(i, step=i, graph="g0", cache="miss" if i == 0 else "hit") for i in range(3)]
     executions.append(ex(3, step=3, graph="g1", cache="miss"))

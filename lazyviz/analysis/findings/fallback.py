@@ -70,6 +70,13 @@ _PATHS = {"aten::isneginf": "sdpa", "aten::all.dim": "sdpa", "aten::where.self_o
 _PATH_COMPANIONS = {"aten::where.self": "sdpa"}
 _PATH_CALLS = {"sdpa": "scaled_dot_product_attention", "mse": "mse_loss"}
 
+# Ops autograd runs for the backward of a forward op the user wrote: in loss.backward()
+# they are that op's, changed where the forward op is (gat: torch.where in its forward,
+# output[mask] indexing with a tensor of indices).
+BACKWARD_OF = {"aten::where.self": "torch.where", "aten::_index_put_impl_": "indexing with a tensor of indices (x[idx])",
+               "aten::index_put_": "indexing with a tensor of indices (x[idx])"}
+_BACKWARD_CALLS = ("Tensor.backward", "backward", "autograd.backward", "autograd.grad")
+
 # Advice by the user-facing call that issued a fallback op (Tracer._user_call), where the op
 # alone does not say what to change.
 CALL_FIXES = {
@@ -83,43 +90,65 @@ CALL_FIXES = {
 def fallback_findings(executions: Sequence[Execution], steps: int, after: Mapping[str, int] = {},
                       stacks: Stacks = no_stacks) -> list[Finding]:
     """Every op that fell back, with the executions it forced; after: ops that fell back
-    after the last execution (recorded at the end), which forced none."""
+    after the last execution (recorded at the end), which forced none. An op that
+    forced executions from several calls (gat's torch.where in its forward, and the
+    where of that op's backward inside loss.backward()) is a finding per call: each is
+    changed in its own place."""
     table = ExecutionTable.of(executions)
     calls: Counter[str] = Counter(after)
+    calls_in: Counter[tuple[str, str | None]] = Counter()  # (op, the call of the execution that counted it)
     for number in table.in_order:
         runs = len(table.positions[number])
         for op, count in table.kinds[number].fallback_ops.items():
             calls[op] += count * runs
+            calls_in[(op, table.kinds[number].call)] += count * runs
     forced = table.kinds_by(lambda kind: kind.detail if kind.cause == "fallback" and kind.detail else None)
     findings = []
     for op, count in calls.most_common():
         numbers = forced.get(op, [])
-        sites: Counter[Frame] = Counter()
-        user_calls: Counter[str] = Counter()
+        by_call: dict[str | None, list[int]] = {}
         for number in numbers:
-            kind = table.kinds[number]
-            if kind.frame:
-                sites[kind.frame] += len(table.positions[number])
-            if kind.call:
-                user_calls[kind.call] += len(table.positions[number])
-        frame = sites.most_common(1)[0][0] if sites else None
-        user_call = user_calls.most_common(1)
-        call = user_call[0][0] if user_call else None
-        positions = table.merged(numbers) if numbers else []
-        per_step = len(positions) / max(steps, 1)
-        per_step_text = f" ({per_step:.3g} per step)" if steps else ""
-        library = library_line(stacks(table.kinds[numbers[0]].stack_id)) if numbers else None
-        fix = _fallback_fix(op, library, call, len(positions), steps)
-        findings.append(Finding(
-            FindingKind.FALLBACK, "warning" if positions else "info",
-            f"{op} falls back to the CPU{f' in {call}()' if call else ''}: {count} call{'s' if count != 1 else ''}, "
-            f"forcing {len(positions)} execution{'s' if len(positions) != 1 else ''}{per_step_text}",
-            frame, table.indices(positions), fix,
-            FallbackDetails(op=op, calls=count, executions_forced=len(positions), per_step=round(per_step, 3),
-                            call=call, library_line=f"{library.path}:{library.frame.line}" if library else None,
-                            library_fix=library_fix(library, op) is not None),
-        ))
+            by_call.setdefault(table.kinds[number].call, []).append(number)
+        if len(by_call) < 2:
+            findings.append(_op_finding(op, count, numbers, table, steps, stacks))
+            continue
+        # The most forced first; it also takes the calls no forcing call's executions counted.
+        ordered = sorted(by_call.items(), key=lambda item: -sum(len(table.positions[n]) for n in item[1]))
+        shares = [max(1, calls_in[(op, call)]) for call, _ in ordered]
+        shares[0] += max(0, count - sum(shares))
+        findings += [_op_finding(op, share, group, table, steps, stacks)
+                     for share, (_, group) in zip(shares, ordered)]
     return _one_per_call(findings, table, steps)
+
+
+def _op_finding(op: str, count: int, numbers: Sequence[int], table: ExecutionTable, steps: int,
+                stacks: Stacks) -> Finding:
+    """One op's fallbacks (count calls), with the executions `numbers` forced."""
+    sites: Counter[Frame] = Counter()
+    user_calls: Counter[str] = Counter()
+    for number in numbers:
+        kind = table.kinds[number]
+        if kind.frame:
+            sites[kind.frame] += len(table.positions[number])
+        if kind.call:
+            user_calls[kind.call] += len(table.positions[number])
+    frame = sites.most_common(1)[0][0] if sites else None
+    user_call = user_calls.most_common(1)
+    call = user_call[0][0] if user_call else None
+    positions = table.merged(numbers) if numbers else []
+    per_step = len(positions) / max(steps, 1)
+    per_step_text = f" ({per_step:.3g} per step)" if steps else ""
+    library = library_line(stacks(table.kinds[numbers[0]].stack_id)) if numbers else None
+    fix = _fallback_fix(op, library, call, len(positions), steps)
+    return Finding(
+        FindingKind.FALLBACK, "warning" if positions else "info",
+        f"{op} falls back to the CPU{f' in {call}()' if call else ''}: {count} call{'s' if count != 1 else ''}, "
+        f"forcing {len(positions)} execution{'s' if len(positions) != 1 else ''}{per_step_text}",
+        frame, table.indices(positions), fix,
+        FallbackDetails(op=op, calls=count, executions_forced=len(positions), per_step=round(per_step, 3),
+                        call=call, library_line=f"{library.path}:{library.frame.line}" if library else None,
+                        library_fix=library_fix(library, op) is not None),
+    )
 
 
 def _fallback_fix(op: str, library: LibraryLine | None, call: str | None, forced: int, steps: int) -> str:
@@ -127,6 +156,8 @@ def _fallback_fix(op: str, library: LibraryLine | None, call: str | None, forced
     known path the op marks; an equivalent of the op only where the user calls it
     themselves (torch.where inside MultiheadAttention is not theirs to rewrite)."""
     # nn.MSELoss()(out, target) is the user's mse_loss: the module is the op, called by them.
+    if call in _BACKWARD_CALLS and op in BACKWARD_OF:
+        return backward_fix((op,))
     module_op = call is not None and call.endswith(".forward") and \
         call.partition(".")[0].lower() == op.removeprefix("aten::").split(".")[0].replace("_", "")
     own = call is None or call.startswith("Tensor.") or call.rpartition(".")[2] in op or module_op
@@ -134,6 +165,14 @@ def _fallback_fix(op: str, library: LibraryLine | None, call: str | None, forced
     inside = None if own and library is None else call
     return (library_fix(library, op) or (call and CALL_FIXES.get(call.rpartition(".")[2])) or PATH_FIXES.get(op)
             or (OP_EQUIVALENTS.get(op) if own else None) or _no_lowering_fix(op, library, inside, forced, steps))
+
+
+def backward_fix(ops: Sequence[str]) -> str:
+    """What to do about ops that fall back in autograd's backward of the user's forward."""
+    known = [f"{op} comes from the backward of {BACKWARD_OF[op]}" for op in ops if op in BACKWARD_OF]
+    return ("these run in autograd's backward, for ops of your forward, not in code you call there: "
+            + "; ".join(known) + ". Change the forward's op (its own finding, at its line) and its backward "
+            "changes with it")
 
 
 def _no_lowering_fix(op: str, library: LibraryLine | None, call: str | None, forced: int, steps: int) -> str:
@@ -195,6 +234,8 @@ def _one_per_call(findings: list[Finding], table: ExecutionTable, steps: int) ->
                         f"{calls} calls, forcing {len(executions)} execution{'s' if len(executions) != 1 else ''}"
                         f"{per_step}",
                 executions=executions, fix=next((f.fix for f in group if f.details.library_fix), None)
+                or (backward_fix(ops) if finding.details.call in _BACKWARD_CALLS and set(ops) & set(BACKWARD_OF)
+                    else None)
                 or next((f.fix for f in group if f.details.op in PATH_FIXES), finding.fix),
                 details=replace(finding.details, ops=ops, calls=calls, executions_forced=len(executions))))
     return merged
