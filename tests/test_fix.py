@@ -923,6 +923,50 @@ def test_a_whole_model_with_a_cached_mask_is_saved_loaded_back_and_evaluated_on_
     assert done.stdout == original.stdout  # the CPU's numbers
 
 
+TRAINER = """\
+import torch, torch._lazy.ts_backend
+torch._lazy.ts_backend.init()
+
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = model, optimizer
+
+    def _run_batch(self, source, targets):
+        self.optimizer.zero_grad()
+        torch.nn.functional.mse_loss(self.model(source), targets).backward()
+        self.optimizer.step()
+
+    def _run_epoch(self, batches):
+        for source, targets in batches:
+            self._run_batch(source.to("lazy"), targets.to("lazy"))
+
+
+torch.manual_seed(0)
+model = torch.nn.Linear(20, 1).to("lazy")
+trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=1e-3))
+trainer._run_epoch([(torch.rand(8, 20), torch.rand(8, 1)) for _ in range(12)])
+print("trained")
+"""
+
+
+@pytest.mark.torch
+def test_a_loop_that_never_syncs_gets_mark_step_in_the_loop_that_calls_its_optimizer_step(tmp_path: Path) -> None:
+    """pytorch/examples' ddp-tutorial-series single_gpu.py: the optimizer steps in
+    _run_batch(), called from _run_epoch()'s loop, and nothing syncs (no execution, so
+    no stack): the step's line's function is followed to its one call in a loop."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "trainer.py").write_text(TRAINER)
+    trace = traced(folder, "trainer.py")
+    result = cli("fix", trace, cwd=folder)
+    assert result.status == 0, result.stderr
+    assert_diff_applies(result.stdout, folder)
+    called = line_of(folder / "trainer.py", "self._run_batch(source")
+    assert f"edit: call torch._lazy.mark_step() at the end of the loop at trainer.py:{called - 1}" in result.stderr
+    assert "+            torch._lazy.mark_step()\n" in result.stdout
+
+
 EVALUATION_ONLY = """\
 import sys, time
 import torch, torch._lazy, torch._lazy.ts_backend

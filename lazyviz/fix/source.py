@@ -156,6 +156,27 @@ def enclosing_loops(source: Source, line: int) -> list[ast.For | ast.AsyncFor | 
     return loops
 
 
+def static_caller(source: Source, line: int) -> Frame | None:
+    """Where the function holding `line` is called in the same file: its one call, or its
+    one call inside a loop (`self._run_batch(source, targets)` in `_run_epoch`'s loop);
+    None where that cannot be told."""
+    defined = [node for node in path_to_line(source.tree, line) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if not defined:
+        return None
+    name = defined[-1].name
+    calls = [node for node in ast.walk(source.tree) if isinstance(node, ast.Call)
+             and ((isinstance(node.func, ast.Name) and node.func.id == name)
+                  or (isinstance(node.func, ast.Attribute) and node.func.attr == name))]
+    in_loops = [call for call in calls if enclosing_loops(source, call.lineno)]
+    chosen = calls if len(calls) == 1 else in_loops if len(in_loops) == 1 else []
+    if not chosen:
+        return None
+    call = chosen[0]
+    scope = [node for node in path_to_line(source.tree, call.lineno)
+             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return Frame(source.path, call.lineno, scope[-1].name if scope else "<module>")
+
+
 def all_loops(source: Source) -> list[ast.For | ast.AsyncFor | ast.While]:
     return [node for node in ast.walk(source.tree) if isinstance(node, LOOPS)]
 
@@ -312,6 +333,14 @@ class Context:
                 frames = []
         if not frames and finding.frame is not None and self.source(finding.frame.file) is not None:
             frames = [finding.frame]
+            # No execution to give a stack (a loop that never synced, placed by its optimizer
+            # step's line): the calls of that line's function in its file, up to a loop.
+            source = self.source(finding.frame.file)
+            while source is not None and len(frames) < 4 and not enclosing_loops(source, frames[0].line):
+                caller = static_caller(source, frames[0].line)
+                if caller is None:
+                    break
+                frames.insert(0, caller)
         return frames
 
     def built_at(self, finding: Finding) -> Counter[str]:
