@@ -539,6 +539,28 @@ def test_an_op_that_falls_back_in_the_forward_and_in_backward_is_a_finding_for_e
     assert "look for an option" not in backward.fix
 
 
+def test_a_final_test_after_the_last_mark_step_compiles_once_and_is_no_recompile() -> None:
+    """gat with mark_step(): its evaluation reads the validation set at a line every step,
+    and after the loop the test set at the same line: 'step 6: new graph', listed like a
+    per-step recompile, though it ran once after the loop."""
+    irs = {"step": chain_ir(6, rows=8), "b16": IR16, "b32": chain_ir(6, rows=32)}
+
+    def run(new_at: int) -> list:
+        executions, seen = [], set()
+        for step in range(7):
+            for graph, cause, line in (("b32" if step == new_at else "b16", "item", 20), ("step", "mark_step", 30)):
+                if step < 6 or cause == "item":  # step 6: after the loop's last mark_step()
+                    executions.append(ex(len(executions), step=step, cause=cause, line=line, graph=graph,
+                                         cache="hit" if graph in seen else "miss"))
+                seen.add(graph)
+        return [r for r in explain_recompiles(executions, irs) if not r.warmup]
+
+    assert run(new_at=6) == []
+    # The same new graph inside the loop, past warm-up, is a recompile.
+    [recompile] = run(new_at=4)
+    assert recompile.step == 4
+
+
 def test_aliasing_recompile_gets_its_own_advice() -> None:
     executions = [ex(i, step=i, graph="g0", cache="miss" if i == 0 else "hit") for i in range(3)]
     executions.append(ex(3, step=3, graph="g1", cache="miss"))

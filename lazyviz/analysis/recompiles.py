@@ -249,7 +249,8 @@ def explain_recompiles(
     where it steps an optimizer (optimizer_marks: RunInfo's), so is all it compiles in
     the loop's first iterations (a full-batch program's train, validation and test index
     sets each compile once there) and a site's first syncs after the loop's last
-    iteration (the final test: once, not per step; known where every step's mark was kept)."""
+    iteration (the final test: once, not per step; known where every step's mark was kept).
+    A run with steps has the same after its last mark_step()."""
     table = ExecutionTable.of(executions)
     graphs = IRGraphs.of(ir_texts)
     compiled: dict[str | None, Compiled] = {}  # context -> earlier misses, one per distinct graph
@@ -267,7 +268,10 @@ def explain_recompiles(
     # Only misses are walked; a stepless site's syncs before one are counted.
     misses = table.where(lambda kind: kind.is_miss)
     seen_sites: set[tuple] = set()  # roles that compiled before
-    after_loop_at: Counter[tuple] = Counter()  # stepless: misses per role after the optimizer's last step
+    # Misses per role after the loop: past the optimizer's last step (stepless), or the last mark_step().
+    after_loop_at: Counter[tuple] = Counter()
+    step_ends = table.where(lambda kind: kind.cause == "mark_step")
+    last_mark = step_ends[-1] if step_ends else len(table)
     for position in misses:
         execution = table[position]
         context = execution.context
@@ -285,6 +289,10 @@ def explain_recompiles(
                 after_loop_at[site] += after_loop
             else:
                 warmup = execution.step - max(start, roles.first_step(position)) < warmup_steps
+                if not warmup and position > last_mark:  # after the last mark_step(): the loop is over
+                    tail = (context, role(table.kind_at(position)))
+                    warmup = after_loop_at[tail] < warmup_steps
+                    after_loop_at[tail] += 1
             values_only = structures.setdefault(context, _Structures(graphs)).repeats(execution)
             if warmup and eager_nodes + execution.nodes > EAGER_WARMUP_NODES:
                 explained.append(PendingRecompile(execution, earlier, at_site, graphs))
