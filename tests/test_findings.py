@@ -515,6 +515,14 @@ def test_a_growing_graph_is_found_where_one_line_syncs_two_kinds_of_graph_in_tur
     # One kind of graph at a line whose size comes and goes is no loop.
     steady = [ex(i, step=0, cause="item", graph=f"g{i % 2}", nodes=(10, 400)[i % 2]) for i in range(12)]
     assert growing_site_findings(steady) == []
+    # Nor two graphs of one kind taking turns beside another kind (transformer_adamw's two
+    # attention layers' isneginf, 35 -> 108 -> 34 -> 99, and the step's own syncs).
+    turns = []
+    for i in range(6):
+        turns.append(ex(len(turns), step=i // 2, cause="fallback", detail="aten::isneginf", graph=f"a{i % 2}",
+                        nodes=(35, 108)[i % 2] - (i // 2)))
+        turns.append(ex(len(turns), step=i // 2, cause="fallback", detail="aten::lerp.Scalar", graph="l", nodes=5))
+    assert growing_site_findings(turns) == []
 
 
 def test_an_op_that_falls_back_in_the_forward_and_in_backward_is_a_finding_for_each() -> None:

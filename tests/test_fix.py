@@ -999,12 +999,12 @@ def test_an_evaluation_without_steps_or_an_optimizer_is_tried_to_its_end_or_says
     assert "run to its end (no steps or optimizer steps to bound it) each side" in result.stderr
     assert "output: the same (1 line" in result.stderr and "findings gone:" in result.stderr
     slow = tmp_path / "slow.trace"
-    assert cli("run", "--no-tui", "-o", slow, "evaluate.py", "60", cwd=folder).status == 0
-    result = cli("fix", slow, "--try", "--timeout", "20", cwd=folder)
+    assert cli("run", "--no-tui", "-o", slow, "evaluate.py", "20", cwd=folder).status == 0
+    result = cli("fix", slow, "--try", "--timeout", "8", cwd=folder)
     assert result.status == 0, result.stderr
     assert "index_select" in result.stdout  # the diff stands
     assert result.stderr.strip().splitlines()[-1].startswith(
-        "lazyviz: no trial: the original did not end within --timeout 20 s, and the original has no steps")
+        "lazyviz: no trial: the original did not end within --timeout 8 s, and the original has no steps")
 
 
 @pytest.mark.torch

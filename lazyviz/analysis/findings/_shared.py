@@ -40,7 +40,7 @@ def growing_sites(table: ExecutionTable) -> dict[str, tuple[Sequence[int], int]]
             candidates = [(positions, growth) for family in families.values()
                           if len(members := [n for n in family if n in mine]) > 1 and len(members) < len(numbers)
                           for positions in [table.merged(members)]
-                          for growth in [_steady_growth(positions, table, nodes_of)] if growth is not None]
+                          for growth in [_steady_growth(positions, table, nodes_of, net=True)] if growth is not None]
             # The kind that carries the loop's work: the most nodes added over its syncs.
             found = max(candidates, key=lambda pair: len(pair[0]) * pair[1][1], default=(None, None))[1]
         if found is not None:
@@ -48,9 +48,11 @@ def growing_sites(table: ExecutionTable) -> dict[str, tuple[Sequence[int], int]]
     return growing
 
 
-def _steady_growth(positions: Sequence[int], table: ExecutionTable,
-                   nodes_of: Sequence[int]) -> tuple[Sequence[int], int] | None:
-    """(positions, the median growth) where these syncs' graphs grow by a steady amount."""
+def _steady_growth(positions: Sequence[int], table: ExecutionTable, nodes_of: Sequence[int],
+                   net: bool = False) -> tuple[Sequence[int], int] | None:
+    """(positions, the median growth) where these syncs' graphs grow by a steady amount.
+    net: and grow over the whole run by at least half of that at every sync (two graphs
+    taking turns, 35 -> 108 -> 34 -> 99, step up as often as down but never grow)."""
     if len(positions) < MIN_GROWING_SYNCS:
         return None
     sizes = list(map(nodes_of.__getitem__, map(table.kind.__getitem__, positions)))
@@ -64,6 +66,8 @@ def _steady_growth(positions: Sequence[int], table: ExecutionTable,
             median = growth
             break
     steady = sum(count for growth, count in growths if median / 2 <= growth <= median * 2)
+    if net and sizes[-1] - sizes[0] < median * total / 2:
+        return None
     return (positions, median) if median >= 4 and steady >= max(2, total * 3 // 4) else None
 
 
