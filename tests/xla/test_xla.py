@@ -1224,7 +1224,9 @@ def test_generates_decode_loop_is_named_and_cut_per_token_by_a_stopping_criterio
     trace = tmp_path / "generate.trace"
     result = cli("fix", trace, "--try", cwd=folder)
     assert result.status == 0, result.stderr
-    assert_diff_applies(result.stdout, folder)
+    # Traced from the test's folder, not the program's: a file outside the run's folder is
+    # named by its whole path, and the diff applies from the root.
+    assert_diff_applies(result.stdout, Path("/"))
     assert "+class SyncEachToken(transformers.StoppingCriteria):" in result.stdout
     assert "run to its end (no steps or optimizer steps to bound it) each side" in result.stderr
     assert "stopping_criteria=transformers.StoppingCriteriaList([SyncEachToken()]))" in result.stdout
