@@ -357,6 +357,18 @@ def test_a_loop_that_syncs_inside_shows_its_missing_step_in_its_first_iterations
         assert tuple(shown_again_by(Finding("recompile", "warning", "", None, (3, 9)), run)) == (9,)
 
 
+def test_a_trial_with_no_edit_to_try_says_so(tmp_path: Path) -> None:
+    """A run whose findings are all to change by hand (here the source is not readable):
+    --try says it tried nothing rather than exiting 0 in silence."""
+    trace = tmp_path / "by-hand.trace"
+    write_trace(trace, [e for step in range(4) for e in (execution(2 * step, step=step, cause="item", line=12),
+                                                        execution(2 * step + 1, step=step))])
+    result = cli("fix", trace, "--try", cwd=tmp_path)
+    assert result.status == 0 and result.stdout == ""
+    assert "1 finding, 0 with an edit below, 1 to change by hand" in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "lazyviz: --try: no edit to try; each finding above is to change by hand"
+
+
 def test_sync_time_after_warm_up_counts_the_same_iterations_on_both_sides() -> None:
     # Between the ends of optimizer steps 3 and 5: the executions marks[2]..marks[4], over 2 iterations.
     assert steady_sync([100.0, 200.0, 40.0, 8.0, 2.0, 99.0], [1, 2, 3, 4, 5]) == (8.0 + 2.0) / 2

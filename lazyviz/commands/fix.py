@@ -78,6 +78,8 @@ class FixCommand:
             raise CliError(f"--write: {changed[0]} changed since the trace was recorded: run it again")
         changes = [c for p in proposals for c in p.changes]
         if not changes:
+            if options.trial and proposals:  # never a trial that silently tried nothing
+                say("lazyviz: --try: no edit to try; each finding above is to change by hand")
             return 0
         texts = {c.file: Path(c.file).read_bytes().decode("utf-8") for c in changes}  # line endings kept
         if options.until_clean:
