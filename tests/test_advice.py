@@ -69,6 +69,18 @@ def test_the_sparse_layout_crash_is_named_as_such() -> None:
     assert "drop .to_sparse()" in fix and ".to_dense()" in fix
 
 
+def test_the_dense_edit_cuts_by_the_columns_python_gives_after_a_non_ascii_string() -> None:
+    """ast's columns count UTF-8 bytes: a line with 'café' before the call is cut right."""
+    import ast
+
+    from lazyviz.fix.dense_layout import _without
+
+    line = 'print("café"); x = (a @ b).to_sparse().to(device)\n'
+    call = next(node for node in ast.walk(ast.parse(line))
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "to_sparse")
+    assert _without(line, call) == 'print("café"); x = (a @ b).to(device)\n'
+
+
 @pytest.mark.torch
 def test_every_finding_of_the_samples_and_crash_scripts_says_what_to_do(sample_trace, tmp_path: Path) -> None:
     traces = [sample_trace(name) for name in SAMPLE_ARGS]

@@ -48,8 +48,9 @@ def propose(finding: Finding, context: Context) -> Proposal:
 
 
 def _without(text: str, call: ast.Call) -> str:
-    """The line with `X.to_sparse(...)` made `X` (a parenthesised X keeps its parentheses)."""
+    """The line with `X.to_sparse(...)` made `X` (a parenthesised X keeps its parentheses).
+    ast's columns count UTF-8 bytes: the line is cut as bytes (a non-ASCII string before it)."""
     assert isinstance(call.func, ast.Attribute)
-    end = call.end_col_offset or 0
-    dot = text.rindex(f".{call.func.attr}", call.func.value.end_col_offset or 0, end)
-    return text[:dot] + text[end:]
+    raw, end = text.encode(), call.end_col_offset or 0
+    dot = raw.rindex(f".{call.func.attr}".encode(), call.func.value.end_col_offset or 0, end)
+    return (raw[:dot] + raw[end:]).decode()
