@@ -2,6 +2,7 @@
 (RunInfo.optimizer_marks: the executions recorded when each optimizer step returned)."""
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Sequence
 
@@ -14,8 +15,6 @@ def unsynced_iterations(marks: Sequence[int]) -> list[int]:
 
 def iteration_of(marks: Sequence[int], execution: int) -> int | None:
     """The iteration (0-based) an execution ran in: the optimizer steps that had returned
-    before it. None past the marks kept."""
-    for iteration, executions in enumerate(marks):
-        if executions > execution:
-            return iteration
-    return None
+    before it. None past the marks kept. (Marks only grow: a binary search, asked per miss.)"""
+    iteration = bisect.bisect_right(marks, execution)
+    return iteration if iteration < len(marks) else None

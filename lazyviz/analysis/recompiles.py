@@ -280,19 +280,18 @@ def explain_recompiles(
         earlier = compiled.setdefault(context, Compiled())
         at_site = compiled_at.setdefault(site, Compiled())
         if site in seen_sites:
-            if stepless:  # its syncs so far, this one included
+            if stepless:  # its syncs so far, this one included; the optimizer's iteration, where it steps one
                 syncs = 1 + sum(bisect.bisect_left(table.positions[n], position) for n in kinds_at[site])
-                after_loop = bool(optimizer_marks) and len(optimizer_marks) == optimizer_steps \
-                    and iteration_of(optimizer_marks, execution.index) is None
-                warmup = syncs <= warmup_steps or _iterations_warmup(optimizer_marks, execution.index, warmup_steps,
-                                                                      after_loop_at[site] if after_loop else None)
-                after_loop_at[site] += after_loop
+                iteration = iteration_of(optimizer_marks, execution.index) if optimizer_marks else None
+                warmup = syncs <= warmup_steps or (iteration is not None and iteration < warmup_steps)
+                after_loop = iteration is None and bool(optimizer_marks) and len(optimizer_marks) == optimizer_steps
             else:
                 warmup = execution.step - max(start, roles.first_step(position)) < warmup_steps
-                if not warmup and position > last_mark:  # after the last mark_step(): the loop is over
-                    tail = (context, role(table.kind_at(position)))
-                    warmup = after_loop_at[tail] < warmup_steps
-                    after_loop_at[tail] += 1
+                after_loop = position > last_mark
+            if not warmup and after_loop:  # the loop is over: a site's first misses after it (the final test)
+                tail = (context, role(table.kind_at(position)))
+                warmup = after_loop_at[tail] < warmup_steps
+                after_loop_at[tail] += 1
             values_only = structures.setdefault(context, _Structures(graphs)).repeats(execution)
             if warmup and eager_nodes + execution.nodes > EAGER_WARMUP_NODES:
                 explained.append(PendingRecompile(execution, earlier, at_site, graphs))
@@ -311,16 +310,6 @@ def explain_recompiles(
             at_site.append(execution)
             structures.setdefault(context, _Structures(graphs)).add(execution)
     return explained
-
-
-def _iterations_warmup(marks: Sequence[int], execution: int, warmup_steps: int, after_loop: int | None) -> bool:
-    """A run without steps that steps an optimizer: is this miss in the loop's first
-    iterations, or (after_loop: its site's misses after the loop's last iteration so
-    far) among its site's first after the loop?"""
-    if after_loop is not None:
-        return after_loop < warmup_steps
-    iteration = iteration_of(marks, execution) if marks else None
-    return iteration is not None and iteration < warmup_steps
 
 
 class _Structures:

@@ -29,20 +29,21 @@ def growing_sites(table: ExecutionTable) -> dict[str, tuple[Sequence[int], int]]
     difference is steady."""
     growing = {}
     nodes_of = [kind.nodes for kind in table.kinds]
+    kinds_of_sync: dict | None = None  # (cause, detail) -> its kinds, made once where needed
     for site, numbers in table.kinds_by(lambda kind: kind.site).items():
         if len(numbers) == 1:
             continue  # one graph, one size: no growth
-        positions = table.merged(numbers)
-        found = _steady_growth(positions, table, nodes_of)
+        found = _steady_growth(table.merged(numbers), table, nodes_of)
         if found is None:
-            families = table.kinds_by(lambda kind: (kind.cause, kind.detail))
-            mine = set(numbers)
-            candidates = [(positions, growth) for family in families.values()
-                          if len(members := [n for n in family if n in mine]) > 1 and len(members) < len(numbers)
-                          for positions in [table.merged(members)]
-                          for growth in [_steady_growth(positions, table, nodes_of, net=True)] if growth is not None]
+            kinds_of_sync = kinds_of_sync or table.kinds_by(lambda kind: (kind.cause, kind.detail))
+            here = set(numbers)
+            alone = []
+            for family in kinds_of_sync.values():
+                members = [n for n in family if n in here]
+                if 1 < len(members) < len(numbers):
+                    alone.append(_steady_growth(table.merged(members), table, nodes_of, net=True))
             # The kind that carries the loop's work: the most nodes added over its syncs.
-            found = max(candidates, key=lambda pair: len(pair[0]) * pair[1][1], default=(None, None))[1]
+            found = max((f for f in alone if f is not None), key=lambda f: len(f[0]) * f[1], default=None)
         if found is not None:
             growing[site] = found
     return growing
