@@ -21,16 +21,18 @@ STATE_ON_CPU = """\
 
 def state_on_cpu(state, device="cpu"):
     \"\"\"`state` as torch.save can write it: a lazy tensor has no storage on the host. The
-    pending work runs in one sync, then every tensor moves to the CPU (or to `device`);
-    dicts (with a state_dict's _metadata), lists and tuples stay as they were, and a whole
-    module is copied with its parameters, buffers and tensor attributes (a cached mask)
-    moved (the model itself stays where it is).\"\"\"
+    pending work runs in one sync (where the state is on the lazy device), then every
+    tensor moves to the CPU (or to `device`); dicts (with a state_dict's _metadata), lists
+    and tuples stay as they were, and a whole module is copied with its parameters,
+    buffers and tensor attributes (a cached mask) moved (the model itself stays where it is).\"\"\"
     import copy
 
-    if str(device) == "cpu":
-        {step}()
+    pending = [str(device) == "cpu"]  # one sync for the whole state, before its first {device} tensor moves
 
     def moved(value):
+        if pending and isinstance(value, {torch}.Tensor) and value.device.type == "{device}":
+            pending.clear()
+            {step}()
         if isinstance(value, {torch}.nn.Parameter):
             return {torch}.nn.Parameter(value.detach().to(device), requires_grad=value.requires_grad)
         if isinstance(value, {torch}.Tensor):
@@ -139,7 +141,8 @@ def propose(finding: Finding, context: Context) -> Proposal:
     step_name, step_imports = call_name(source, *step)
     torch, torch_imports = call_name(source, "torch.Tensor", "torch")
     defined = define_once(source, STATE_ON_CPU_NAME,
-                          STATE_ON_CPU.format(step=step_name, torch=torch.rpartition(".")[0]))
+                          STATE_ON_CPU.format(step=step_name, torch=torch.rpartition(".")[0],
+                                              device=context.run.info.device))
     main = next(change for change in lines if change.start == here[0].args[0].lineno)
     others = [change for change in lines if change is not main]
     # A whole module saved: where the file loads it back into the same name, back onto its device.

@@ -17,6 +17,7 @@ from lazyviz.fix.source import (
     all_loops,
     alone_on_its_lines,
     call_name,
+    device_only,
     enclosing_loops,
     in_body,
     loop_reads,
@@ -68,6 +69,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
     loop = finding.details.library_loop if isinstance(finding.details, (GrowingGraph, RepeatedBlock)) else None
     if loop is not None and loop.callback:
         return _at_callback_end(finding, context, loop, step_call)
+    device = context.run.info.device
     built = context.built_at(finding)
     building = {where.rpartition(":")[0] for where in built}
     files = dict.fromkeys([*(frame.file for frame in stack),
@@ -87,12 +89,12 @@ def propose(finding: Finding, context: Context) -> Proposal:
         # Innermost first: the smallest span (an epoch loop holds the batch loop).
         good.sort(key=lambda pair: (id(pair[1]) not in around_sync, pair[1].end_lineno - pair[1].lineno))
         source, loop = good[0]
-        return _insert_at_loop_end(finding, source, loop, step_call)
+        return _insert_at_loop_end(finding, source, loop, step_call, device, built)
     for frame in reversed(stack):
         source = context.source(frame.file)
         loops = [loop for loop in enclosing_loops(source, frame.line) if not _not_the_step(source, loop)] if source else []
         if source and loops:
-            return _insert_at_loop_end(finding, source, loops[-1], step_call)
+            return _insert_at_loop_end(finding, source, loops[-1], step_call, device)
     return Proposal(finding, f"{finding.fix} (lazyviz cannot tell which loop: the IR names no line inside one)")
 
 
@@ -116,14 +118,46 @@ def _at_callback_end(finding: Finding, context: Context, loop: LibraryLoop, step
     last = function.body[-1]
     before = isinstance(last, ast.Return) and alone_on_its_lines(source, last)
     line = last.lineno if before else (last.end_lineno or last.lineno) + 1
-    indent = source.indent_of(last.lineno)
-    change = Change(source.path, line, line, (f"{indent}{call}(){source.newline()}",))
+    lines, imports = device_only(source, last.lineno, context.run.info.device, source.indent_of(last.lineno),
+                                 f"{call}()", imports)
+    change = Change(source.path, line, line, lines)
     return Proposal(finding, f"call {call}() at the end of {loop.callback}() at {where}{', before it returns' * before}"
                              f": {loop.call}() calls it at each of its iterations, so each evaluation runs as one "
-                             "graph", (change, *imports))
+                             f"graph{_guarded(lines)}", (change, *imports))
 
 
-def _insert_at_loop_end(finding: Finding, source: Source, loop: ast.AST, step_call: tuple[str, str]) -> Proposal:
+def _guarded(lines: tuple[str, ...]) -> str:
+    """What the proposal says of a call put under the program's own device test."""
+    test = lines[0].strip().removeprefix("if ").removesuffix(":") if len(lines) > 1 else ""
+    return f" (only where {test}: the program runs on other devices too)" if test else ""
+
+
+READS = frozenset({"item", "tolist", "numpy", "cpu", "print", "float", "int", "bool"})
+
+
+def _trailing_reads(source: Source, loop: ast.AST, built: Counter[str]) -> ast.stmt | None:
+    """The first of the loop body's last statements where they build nothing of the graph
+    and one reads a value (a log line's `loss.item()`): the step call goes before them. At
+    the body's end, a logged step would run its graph up to the read, then the rest of the
+    step again from the values the read left, a second graph in each logged step."""
+    lines = {int(line) for where in built for name, _, line in [where.rpartition(":")]
+             if name == source.name and line.isdigit()}
+    body = loop.body
+    building = [i for i, statement in enumerate(body)
+                if any(statement.lineno <= line <= (statement.end_lineno or statement.lineno) for line in lines)]
+    if not building or building[-1] == len(body) - 1:
+        return None
+    trailing = body[building[-1] + 1:]
+    reads = [node for statement in trailing for node in ast.walk(statement) if isinstance(node, ast.Call)
+             and (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) in READS]
+    # A read of a value computed there (`h.mean().item()`) builds on the step's tensors:
+    # after the step call it would run a graph of its own. Only reads of names move after it.
+    computed = any(isinstance(read.func, ast.Attribute) and isinstance(read.func.value, ast.Call) for read in reads)
+    return trailing[0] if reads and not computed and alone_on_its_lines(source, trailing[0]) else None
+
+
+def _insert_at_loop_end(finding: Finding, source: Source, loop: ast.AST, step_call: tuple[str, str],
+                        device: str, built: Counter[str] | None = None) -> Proposal:
     first, last = loop.body[0], loop.body[-1]
     where = f"{source.at(loop.lineno)}"
     if first.lineno == loop.lineno:
@@ -136,22 +170,33 @@ def _insert_at_loop_end(finding: Finding, source: Source, loop: ast.AST, step_ca
                                  "yours), and the finding is still there: another would change nothing. The "
                                  "diagnosis was wrong or the cause is elsewhere: read the repeated block's lines",
                         outlived=True)
-    indent = source.indent_of(first.lineno)
-    changes = [Change(source.path, (last.end_lineno or last.lineno) + 1, (last.end_lineno or last.lineno) + 1,
-                      (f"{indent}{call}(){source.newline()}",))]
+    reads = _trailing_reads(source, loop, built) if built else None
+    end = reads.lineno if reads is not None else (last.end_lineno or last.lineno) + 1
+    lines, imports = device_only(source, first.lineno, device, source.indent_of(first.lineno), f"{call}()", imports)
+    changes = [Change(source.path, end, end, lines)]
     for skip in own_statements(loop, ast.Continue):
         if not alone_on_its_lines(source, skip):
             return Proposal(finding, f"{finding.fix} (the `continue` at {source.at(skip.lineno)} shares its "
                                      "line: call it before that `continue` too)")
-        changes.append(Change(source.path, skip.lineno, skip.lineno,
-                              (f"{source.indent_of(skip.lineno)}{call}(){source.newline()}",)))
+        skipped, _ = device_only(source, skip.lineno, device, source.indent_of(skip.lineno), f"{call}()", ())
+        changes.append(Change(source.path, skip.lineno, skip.lineno, skipped))
     also = " and before each `continue`" if len(changes) > 1 else ""
-    return Proposal(finding, f"call {call}() at the end of the loop at {where}{also}, so each iteration's "
-                             "work runs as one graph", tuple(changes) + imports)
+    at = f"at the end of the loop at {where}{also}"
+    if reads is not None:
+        at = (f"in the loop at {where}{also}, after its last statement that builds the graph and before the read "
+              f"at {source.at(reads.lineno)} (which then takes a value the step computed, not a graph of its own)")
+    return Proposal(finding, f"call {call}() {at}, so each iteration's work runs as one graph{_guarded(lines)}",
+                    tuple(changes) + imports)
 
 
 def _is_step_call(statement: ast.stmt, call: str) -> bool:
-    """`mark_step()` (as the file names it, or any backend's step call) as a statement."""
+    """`mark_step()` (as the file names it, or any backend's step call) as a statement, or
+    under the program's own device test (`if device.type == "lazy": mark_step()`)."""
+    if isinstance(statement, ast.If) and not statement.orelse:
+        # Only under a test of the device alone: one under a flag of the script's may not run.
+        test = statement.test
+        return isinstance(test, ast.Compare) and "device" in ast.unparse(test.left) \
+            and any(_is_step_call(inner, call) for inner in statement.body)
     if not isinstance(statement, ast.Expr) or not isinstance(statement.value, ast.Call):
         return False
     name = ast.unparse(statement.value.func)

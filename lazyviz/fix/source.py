@@ -280,6 +280,121 @@ def define_once(source: Source, name: str, text: str) -> tuple[Change, ...]:
     return (Change(source.path, after + 1, after + 1, tuple(split_lines(body))),)
 
 
+# -- the program's own device ----------------------------------------------------------
+# A call that names the backend's device wherever it runs: xm.xla_device(),
+# torch_xla.device(), torch.device("lazy").
+DEVICE_CALLS = frozenset({"xla_device", "device"})
+
+
+def _device_uses(scope: ast.AST) -> list[ast.expr]:
+    """The devices the scope's own lines move tensors to or make them on: X of `.to(X)`
+    and of `device=X`, not those of a nested def (a forward's `tokens.device`)."""
+    found, todo = [], list(ast.iter_child_nodes(scope))
+    while todo:
+        node = todo.pop(0)
+        if isinstance(node, SCOPES):
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+        if not isinstance(node, ast.Call):
+            continue
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "to" and node.args:
+            found.append(node.args[0])
+        found += [k.value for k in node.keywords if k.arg == "device"]
+    return [x for x in found if _names_a_device(x)]
+
+
+def _names_a_device(node: ast.expr) -> bool:
+    """A device, not a dtype or another tensor: a string, a device call, or a name whose
+    last part says device (`device`, `args.device`, `self.device`, `DEVICE`)."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, ast.Call):
+        return getattr(node.func, "attr", getattr(node.func, "id", "")) in DEVICE_CALLS
+    last = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return "device" in last.lower() or last.lower() in ("dev", "accelerator")
+
+
+def _only_the_backends(source: Source, node: ast.expr, device_type: str, seen: frozenset[str] = frozenset()) -> bool:
+    """Is `node` the backend's device wherever the program runs: a literal of its type, a
+    call that makes it, or a name every assignment of which is one (never an argument)."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and node.value.split(":")[0] == device_type
+    if isinstance(node, ast.Call):
+        name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+        if name == "xla_device" or (name == "device" and not node.args):  # torch_xla.device()
+            return True
+        return name == "device" and len(node.args) == 1 and _only_the_backends(source, node.args[0], device_type, seen)
+    text = ast.unparse(node)
+    if not isinstance(node, (ast.Name, ast.Attribute)) or text in seen:
+        return False
+    values: list[ast.expr | None] = []
+    for other in ast.walk(source.tree):
+        if isinstance(other, ast.Assign):
+            values += [other.value for t in other.targets if ast.unparse(t) == text]
+        elif isinstance(other, (ast.AnnAssign, ast.AugAssign)) and ast.unparse(other.target) == text:
+            values.append(other.value)
+        elif isinstance(other, ast.arg) and other.arg == text:
+            values.append(None)  # a parameter: whatever the caller passes
+        elif isinstance(other, (ast.For, ast.With, ast.NamedExpr)) and text in {
+                ast.unparse(t) for t in ast.walk(getattr(other, "target", other)) if isinstance(t, ast.Name)}:
+            values.append(None)
+    return bool(values) and all(v is not None and _only_the_backends(source, v, device_type, seen | {text})
+                                for v in values)
+
+
+def program_device(source: Source, line: int) -> ast.expr | None:
+    """The program's own device as the code at `line` can name it: what the innermost
+    function around the line (else the module) moves its tensors to most often."""
+    scopes = [n for n in path_to_line(source.tree, line) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    for scope in [*reversed(scopes), source.tree]:
+        uses = _device_uses(scope)
+        if uses:
+            counts = Counter(ast.unparse(u) for u in uses)
+            return next(u for u in uses if ast.unparse(u) == counts.most_common(1)[0][0])
+    return None
+
+
+def device_condition(source: Source, line: int, device_type: str) -> tuple[str, tuple[Change, ...]] | None:
+    """The test that the program runs on the backend's device, for a call that exists only
+    there (mark_step() raises where the backend is not set up, a step closure never runs on
+    the CPU): `torch.device(args.device).type == "lazy"`, from the device the program
+    already takes. None where it runs only on the backend's device (a constant, a
+    `torch_xla.device()`), or names none lazyviz can read: then the call goes in as it is."""
+    device = program_device(source, line)
+    if device is None or _only_the_backends(source, device, device_type):
+        return None
+    make, imports = call_name(source, "torch.device", "torch")
+    return f"{make}({ast.unparse(device)}).type == \"{device_type}\"", imports
+
+
+def guarded_imports(imports: tuple[Change, ...]) -> tuple[tuple[Change, ...], list[str]]:
+    """The imports a backend-only call needs, split: torch's own stay at the file's top
+    (always importable), the backend's package goes inside the device test as statements
+    (torch_xla is not installed where the program runs on a GPU)."""
+    safe = tuple(c for c in imports if c.lines[0].strip().startswith(("import torch.", "import torch\n")))
+    return safe, [c.lines[0].strip() for c in imports if c not in safe]
+
+
+def device_only(source: Source, line: int, device_type: str, indent: str, call: str,
+                imports: tuple[Change, ...], otherwise: Sequence[str] = ()) -> tuple[tuple[str, ...], tuple[Change, ...]]:
+    """The lines of a backend-only statement `call` to put at `line` (with `indent`): under
+    the program's own device test where it runs on others too, with its import inside the
+    test where the file does not import that module at its top (torch_xla is not installed
+    where the program runs on a GPU); `otherwise` is what runs on the other devices."""
+    newline = source.newline()
+    condition = device_condition(source, line, device_type)
+    if condition is None:
+        return (f"{indent}{call}{newline}",), imports
+    test, test_imports = condition
+    inner = indent + " " * 4
+    safe, inside = guarded_imports(imports)
+    lines = [f"{indent}if {test}:{newline}", *(f"{inner}{statement}{newline}" for statement in inside)]
+    lines.append(f"{inner}{call}{newline}")
+    if otherwise:
+        lines += [f"{indent}else:{newline}", *(f"{inner}{text}{newline}" for text in otherwise)]
+    return tuple(lines), (*safe, *test_imports)
+
+
 # The backends' names (RunInfo.names) -> (dotted call, its module).
 STEP_CALLS = {"torch._lazy.mark_step()": ("torch._lazy.mark_step", "torch._lazy"),
               "torch_xla.sync()": ("torch_xla.sync", "torch_xla")}
@@ -322,6 +437,19 @@ class Context:
         recorded = self.run.info.sources
         return path in recorded if recorded else True
 
+    def raising_statement(self, finding: Finding) -> tuple[Source, ast.stmt, int] | None:
+        """The statement at the finding's line (the one that raised), and the last line of
+        its own (a compound statement's header, not its body); None where it is not readable."""
+        frame = finding.frame
+        source = self.source(frame.file) if frame is not None else None
+        statements = path_to_line(source.tree, frame.line) if source is not None and frame is not None else []
+        if source is None or not statements:
+            return None
+        statement = statements[-1]
+        body = getattr(statement, "body", None)
+        last = body[0].lineno - 1 if isinstance(body, list) and body else statement.end_lineno or statement.lineno
+        return source, statement, last
+
     def stack(self, finding: Finding) -> list[Frame]:
         """The user frames of the finding's first execution, outermost first."""
         frames: list[Frame] = []
@@ -358,6 +486,11 @@ class Context:
             return Counter()
         largest, smallest = max(found, key=len), min(found, key=len)
         grown = largest.built_at - smallest.built_at
+        # Growth smaller than one repeat of the block is not the loop that piled up: a sample
+        # loop's token a read, each read running the whole unstepped training again.
+        block = len(getattr(finding.details, "pattern", ()))
+        if block and sum(grown.values()) < block:
+            return largest.built_at
         return grown if len(largest) > len(smallest) and grown else largest.built_at
 
 def loop_reads(loop: ast.AST) -> set[str]:

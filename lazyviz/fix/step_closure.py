@@ -17,7 +17,9 @@ from lazyviz.fix.source import (
     Source,
     alone_on_its_lines,
     call_name,
+    device_condition,
     enclosing_loops,
+    guarded_imports,
     path_to_line,
 )
 
@@ -121,11 +123,23 @@ def propose(finding: Finding, context: Context) -> Proposal:
     moved = f"{opened}{lam}{expression}{arguments})"
     tail = source.line(statement.end_lineno or statement.lineno)[statement.end_col_offset or 0:]
     text = head + moved + tail
-    change = Change(source.path, statement.lineno, (statement.end_lineno or statement.lineno) + 1,
-                    tuple(text.splitlines(keepends=True)))
+    lines = tuple(text.splitlines(keepends=True))
+    # A closure runs at the backend's step: on the CPU (no step) it would never print.
+    guard = device_condition(source, statement.lineno, context.run.info.device)
+    said = ""
+    if guard is not None:
+        test, guard_imports = guard
+        original = source.lines[statement.lineno - 1:statement.end_lineno or statement.lineno]
+        imports, inside = guarded_imports(imports)
+        lines = (f"{head}if {test}:{source.newline()}", *(f"{head}    {s}{source.newline()}" for s in inside),
+                 *(" " * 4 + line for line in lines),
+                 f"{head}else:{source.newline()}", *(" " * 4 + line for line in original))
+        imports = (*imports, *guard_imports)
+        said = f" (where {test}; as it was on the other devices the program runs on)"
+    change = Change(source.path, statement.lineno, (statement.end_lineno or statement.lineno) + 1, lines)
     return Proposal(finding, f"move the read at {source.at(statement.lineno)} into a step closure "
-                             f"({call}): it prints the same values after the step, without an extra execution",
-                    (change, *imports))
+                             f"({call}){said}: it prints the same values after the step, without an extra "
+                             "execution", (change, *imports))
 
 
 def _kept_a_tensor(statement: ast.Assign, source: Source, context: Context) -> tuple[str, tuple[Change, ...]] | None:

@@ -20,7 +20,8 @@ class SyncEachToken({stopping_criteria}):
     lazy graph ({step}()), so it does not grow over the whole decode. Stops nothing.\"\"\"
 
     def __call__(self, input_ids, scores, **kwargs):
-        {step}()
+        if input_ids.device.type == "{device}":
+            {step}()
         return {torch}.zeros(input_ids.shape[0], dtype={torch}.bool, device=input_ids.device)
 """
 
@@ -56,7 +57,8 @@ def propose(finding: Finding, context: Context) -> Proposal:
     listed, _ = call_name(source, "transformers.StoppingCriteriaList", "transformers")
     torch, torch_imports = call_name(source, "torch.zeros", "torch")
     changes = [_argument(source, call, f"stopping_criteria={listed}([{CRITERION}()])")]
-    text = CRITERION_CLASS.format(stopping_criteria=criteria, step=step, torch=torch.rpartition(".")[0])
+    text = CRITERION_CLASS.format(stopping_criteria=criteria, step=step, torch=torch.rpartition(".")[0],
+                                  device=context.run.info.device)
     defined = define_once(source, CRITERION, text)
     changes += [*step_imports, *criteria_imports, *torch_imports, *defined]
     return Proposal(finding, f"pass generate() at {source.at(frame.line)} a stopping criterion that calls {step}() "
