@@ -126,7 +126,7 @@ def check_budget(run: RunInfo, executions: Sequence[Execution], recompiles: list
         sites_steps: dict[tuple, set[int]] = {}
         for step, number in zip(table.step, table.kind):
             kind = table.kinds[number]
-            if step in steady and kind.cause != "mark_step":
+            if step in steady and kind.cause not in ("mark_step", "bound"):
                 sites_steps.setdefault((kind.detail or kind.cause, kind.site), set()).add(step)
         rare = {site for site, steps in sites_steps.items() if len(steps) < max(2, len(steady) / 2)}
         per_step = Counter(step for step, number in zip(table.step, table.kind) if step in steady and
@@ -139,7 +139,7 @@ def check_budget(run: RunInfo, executions: Sequence[Execution], recompiles: list
             for step, number in zip(table.step, table.kind):
                 if step in over:
                     kind = table.kinds[number]
-                    if kind.cause != "mark_step" and (kind.detail or kind.cause, kind.site) not in rare:
+                    if kind.cause not in ("mark_step", "bound") and (kind.detail or kind.cause, kind.site) not in rare:
                         extra[(kind.detail or kind.cause, kind.site)] += 1
             culprits = ", ".join(f"{what} at {site} x{n}" for (what, site), n in extra.most_common(3))
             breaches.append(f"executions per step: up to {worst} in {len(over)} steps "

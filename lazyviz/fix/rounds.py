@@ -25,6 +25,7 @@ from lazyviz.fix.trial import (
     by_iteration,
     by_key,
     comparison,
+    compiled_as_often,
     crash_verdict,
     ending_of,
     per,
@@ -33,6 +34,7 @@ from lazyviz.fix.trial import (
     run_side,
     same_crash,
     shown,
+    whole_runs,
 )
 from lazyviz.fix.workspace import copy_root, original_line, work_folder
 from lazyviz.trace import open as open_trace
@@ -79,6 +81,12 @@ def _worse(new: Measures, old: Measures, for_crash: bool = True) -> str:
         return ending if old.crash else f"it ended {ending_of(new.state)}, not {ending_of(old.state)}"
     if ending:  # the crash is gone: whatever the counts, the copy now runs
         return ""
+    if whole_runs(old, new):
+        if new.executions > old.executions:
+            return f"executions over the whole run {old.executions:,} -> {new.executions:,}"
+        if new.misses > old.misses:
+            return f"cache misses over the whole run {old.misses:,} -> {new.misses:,}"
+        return ""
     if new.per_step is not None and old.per_step is not None and new.per_step > old.per_step + 1e-9:
         return f"executions per step {old.per_step:.1f} -> {new.per_step:.1f}"
     if by_iteration(old, new) and new.iterations and old.iterations and \
@@ -95,7 +103,9 @@ def _worse(new: Measures, old: Measures, for_crash: bool = True) -> str:
     old_keys = by_key(old.findings)
     brought = [group[0] for key, group in by_key(new.findings).items()
                if key not in old_keys and _again_and_again(group[0])]
-    if brought:
+    # Not brought where the copy compiles no more for the same work: the recompiles were
+    # there before, in a run without steps to show them (a generation loop's growing input).
+    if brought and not compiled_as_often(old, new):
         return f"it brought a recompile: {(brought[0].short or brought[0].message)[:150]}"
     return ""
 
@@ -108,20 +118,20 @@ def _again_and_again(finding: Finding) -> bool:
         and (details.steps is None or details.steps >= 2)
 
 
-def sync_rate(m: Measures, per_iteration: bool, steady: bool) -> float | None:
+def sync_rate(m: Measures, per_iteration: bool, steady: bool, whole: bool = False) -> float | None:
     """The sync time a round is judged by: per iteration (after warm-up where both sides
     have one) for a loop without steps, per step after warm-up, or the run's total."""
     if per_iteration:
         return m.steady_sync_ms if steady else per(m.sync_ms, m.iterations)
-    if m.steps and m.sync_samples:
+    if m.steps and m.sync_samples and not whole:
         return statistics.fmean(m.sync_samples)
     return m.sync_ms
 
 
-def _sync_label(per_iteration: bool, steady: bool, m: Measures) -> str:
+def _sync_label(per_iteration: bool, steady: bool, m: Measures, whole: bool = False) -> str:
     if per_iteration:
         return "sync per iteration" + " after warm-up" * steady
-    return "sync per step after warm-up" if m.steps and m.sync_samples else "sync time"
+    return "sync per step after warm-up" if m.steps and m.sync_samples and not whole else "sync time"
 
 
 def gains(new: Measures, old: Measures, original: Original) -> tuple[list[str], list[str], str]:
@@ -138,20 +148,24 @@ def gains(new: Measures, old: Measures, original: Original) -> tuple[list[str], 
     if fixed:
         found.append(f"{len(fixed)} finding{'s' * (len(fixed) != 1)} gone")
     per_iteration = by_iteration(original.first, new)
-    if not per_iteration and new.per_step is not None and old.per_step is not None and new.per_step < old.per_step:
+    whole = whole_runs(old, new)
+    if whole:
+        found += [f"{what} over the whole run {a:,} -> {b:,}" for what, a, b in
+                  (("executions", old.executions, new.executions), ("cache misses", old.misses, new.misses)) if b < a]
+    elif not per_iteration and new.per_step is not None and old.per_step is not None and new.per_step < old.per_step:
         found.append(f"executions per step {old.per_step:.1f} -> {new.per_step:.1f}")
     if per_iteration and new.iterations and old.iterations and \
             new.other_syncs / new.iterations < old.other_syncs / old.iterations:
         found.append(f"syncs other than the step's per iteration {old.other_syncs / old.iterations:.1f} -> "
                      f"{new.other_syncs / new.iterations:.1f}")
-    if new.steps and old.steps and new.recompiles < old.recompiles:
+    if new.steps and old.steps and not whole and new.recompiles < old.recompiles:
         found.append(f"recompiles after warm-up {old.recompiles} -> {new.recompiles}")
     steady = old.steady_sync_ms is not None and new.steady_sync_ms is not None
-    label = _sync_label(per_iteration, steady, new)
-    a, b = sync_rate(old, per_iteration, steady), sync_rate(new, per_iteration, steady)
+    label = _sync_label(per_iteration, steady, new, whole)
+    a, b = sync_rate(old, per_iteration, steady, whole), sync_rate(new, per_iteration, steady, whole)
     within = ""
     if a and b is not None and b < a and not (ok and ending):
-        noise, how = original.noise(lambda m: sync_rate(m, per_iteration, steady), old)
+        noise, how = original.noise(lambda m: sync_rate(m, per_iteration, steady, whole), old)
         moved = f"{label} {a:,.1f} -> {b:,.1f} ms"
         if (a - b) / a > noise:
             found.append(f"{moved} (beyond the noise of ±{noise:.0%}, {how})")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from lazyviz.analysis.collectives import per_step
-from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.findings import Finding, RecompileDetails
 from lazyviz.analysis.loops import iteration_of
 from lazyviz.analysis.recompiles import WARMUP_STEPS, recompiles_after_warmup
 from lazyviz.analysis.run import Run
@@ -164,8 +164,8 @@ def steady_sync(sync_ms: Sequence[float], marks: Sequence[int]) -> float | None:
     one cut into steps is cached from then on. Counted by the optimizer's steps it means
     the same on both sides, with steps or without, and a short bounded trial shows the
     rate a whole run pays (its totals are mostly the compiles both sides pay once)."""
-    if len(marks) < WARMUP_STEPS + 2:
-        return None
+    if len(marks) < WARMUP_STEPS + 2 or marks[-1] <= marks[WARMUP_STEPS]:
+        return None  # nothing ran between them: the loop's work ran after it (a read past the loop)
     return sum(sync_ms[marks[WARMUP_STEPS]:marks[-1]]) / (len(marks) - 1 - WARMUP_STEPS)
 
 
@@ -197,7 +197,7 @@ def measure(run: Run, output: str) -> Measures:
         max_nodes=max((table.kind_at(p).nodes for p in range(len(table))), default=0),
         sync_ms=sum(table.sync_ms), step_ms=statistics.median(gaps) if gaps else None,
         findings=list(run.findings), output=output, crash=_crash(run.info), iterations=run.info.optimizer_steps,
-        other_syncs=sum(1 for p in range(len(table)) if table.kind_at(p).cause != "mark_step"),
+        other_syncs=sum(1 for p in range(len(table)) if table.kind_at(p).cause not in ("mark_step", "bound")),
         collective_bytes=per_step(run.collectives, steps) if run.collectives else None,
         steady_sync_ms=steady_sync(table.sync_ms, run.info.optimizer_marks), sync_samples=sync_samples(run),
         error=(run.info.error or "").strip().split("\n")[0],
@@ -418,11 +418,31 @@ def by_key(findings: list[Finding]) -> dict[tuple[str, str, str], list[Finding]]
     return grouped
 
 
-def _finding_line(group: list[Finding]) -> str:
+def _finding_line(group: list[Finding], note: str = "") -> str:
     first = group[0]
     where = f" [{first.frame.site.rpartition('/')[2]}]" if first.frame else ""
     more = f" (and {len(group) - 1} more like it)" if len(group) > 1 else ""
-    return f"    {first.severity}: {(first.short or first.message)[:150]}{where}{more}"
+    return f"    {first.severity}: {(first.short or first.message)[:150]}{where}{more}{note}"
+
+
+def compiles_per_work(m: Measures, other: Measures) -> float:
+    """Cache misses per unit of work both sides did: per optimizer step where both took
+    some, else per run (a generation loop, run to its end on both sides)."""
+    return m.misses / m.iterations if m.iterations and other.iterations else float(m.misses)
+
+
+def compiled_as_often(before: Measures, after: Measures) -> bool:
+    """The copy compiled no more than the original for the same work: a recompile finding
+    that appears in it was the original's too, which had no steps to show it in (a
+    generation loop whose input grows a token at a time compiles per token either way)."""
+    return compiles_per_work(after, before) <= compiles_per_work(before, after) + 1e-9
+
+
+def _appeared_note(group: list[Finding], before: Measures, after: Measures) -> str:
+    if isinstance(group[0].details, RecompileDetails) and compiled_as_often(before, after):
+        return (f" (not new: the original compiled as often, cache misses {before.misses:,} -> {after.misses:,}; "
+                "it had no steps to show where)")
+    return ""
 
 
 def ending_of(state: str) -> str:
@@ -481,7 +501,8 @@ def comparison(before: Measures, after: Measures, expected: Sequence[str] = (),
     for title, groups in (("findings gone", gone), ("findings that appeared", appeared), ("findings left", kept)):
         if groups:
             lines.append(f"  {title}:")
-            lines += [_finding_line(group) for group in groups]
+            lines += [_finding_line(group, _appeared_note(group, before, after) if groups is appeared else "")
+                      for group in groups]
     ok, ending = crash_verdict(before, after)
     if ending:
         lines.insert(0, f"  {ending}")
@@ -500,6 +521,9 @@ def comparison(before: Measures, after: Measures, expected: Sequence[str] = (),
                      f"{f'; after warm-up: from the end of optimizer step {WARMUP_STEPS + 1} on' * steady})")
     elif before.steps == 0:
         lines.append("  (the original has no steps and no optimizer steps to count: both ran to their end)")
+    elif whole_runs(before, after):
+        lines.append(f"  (both ran to their end, with {before.steps} and {after.steps} steps: the edit made steps of "
+                     "a loop that had none, so per step they count other work; compare the totals)")
     return "\n".join(lines)
 
 
@@ -598,6 +622,21 @@ def try_patch(info: RunInfo, patched: Mapping[str, str], bound: Bound, timeout: 
 
 def after_bound(before: Measures, bound: Bound) -> Bound | None:
     """The patched side's bound: the original's. An original bounded by steps that had
-    none ran to its end, and so does the copy (an edit that gives it steps would cut it
-    short); iterations are counted the same with or without steps."""
-    return bound if bound.unit == "iterations" or before.steps else None
+    none, or that ended on its own before the bound, ran to its end, and so does the copy
+    (an edit that gives a loop after the steps steps of its own, a generation's tokens,
+    would cut it short); iterations are counted the same with or without steps."""
+    if bound.unit == "iterations":
+        return bound
+    return bound if before.steps and at_the_bound(before) else None
+
+
+def at_the_bound(m: Measures) -> bool:
+    return m.state.endswith((", as asked (--steps)", ", as asked (--iterations)"))
+
+
+def whole_runs(old: Measures, new: Measures) -> bool:
+    """Both sides ran to their end with other numbers of steps (the edit made steps of a
+    loop that had none: a generation's tokens): per step they count other work, so like
+    is compared with like only in the runs' totals."""
+    return old.steps != new.steps and not at_the_bound(old) and not at_the_bound(new) \
+        and not old.crash and not new.crash and not by_iteration(old, new)

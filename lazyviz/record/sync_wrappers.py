@@ -76,6 +76,9 @@ class SyncWrappers:
         # function runs in a thread per device, backend.replicas of them): the steps each
         # thread has ended; the run's steps are the fewest.
         self._replica_steps: dict[int, int] | None = None
+        # The backend's step call wrapped as the bound's own sync (cause "bound"): what a run
+        # ended by --iterations had pending, run and recorded, as the script's next read would.
+        self._run_pending: Callable[[], object] | None = None
         self.stopped_at_step: int | None = None  # the step after which step_limit ended the script
         self.stopped_at_iteration: int | None = None  # the optimizer step after which iteration_limit ended it
 
@@ -108,6 +111,11 @@ class SyncWrappers:
                                                       self._on_raise) or slow
             if ends_step and self.step_limit is not None:
                 wrapper = self._wrap_step_limit(wrapper, self.step_limit)
+            if ends_step and self._run_pending is None and not site.mid_step:
+                bound = SyncSite(site.owner, site.attribute, "bound", "the work pending at lazyviz's bound")
+                slow = self._wrap_sync_site(original, bound, False, False)
+                self._run_pending = self.backend.wrap_sync_site(original, bound, self._counts, False, slow,
+                                                                self._on_raise) or slow
             self._put(site.owner, site.attribute, wrapper, original)
 
     def _put(self, owner: object, attribute: str, wrapper: Callable, original: Callable | None = None) -> None:
@@ -289,7 +297,20 @@ class SyncWrappers:
         if _Process.current is self._owner:
             if self.stopped_at_iteration is None:
                 self.stopped_at_iteration = iterations
+                self.run_pending()
             raise StepLimitReached()
+
+    def run_pending(self) -> None:
+        """Run what the script has pending (a loop that reads every 10 iterations, stopped
+        at 5, has run nothing yet): as the next read would, so a bounded run's counts hold
+        the work its iterations did. Not the script's error if it fails: lazyviz's own."""
+        if self._run_pending is None:
+            return
+        try:
+            self._run_pending()
+        except Exception as failure:  # the script stops here either way
+            if len(self.errors) < MAX_ERRORS:
+                self.errors.append(f"running the work pending at the bound: {type(failure).__name__}: {failure}")
 
     def _wrap_launcher(self, original: Callable, label: str) -> Callable:
         """A call that starts processes to run a function (its first argument, or `fn`):

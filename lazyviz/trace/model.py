@@ -10,7 +10,8 @@ from typing import NamedTuple
 
 from lazyviz.trace.lines import StoredLines
 
-CAUSES = ("mark_step", "item", "print", "cpu", "tolist", "bool", "fallback", "other")
+# "bound": what a run ended by `lazyviz run --iterations N` had pending, run by lazyviz at the end.
+CAUSES = ("mark_step", "item", "print", "cpu", "tolist", "bool", "fallback", "other", "bound")
 # What traces from before backends named themselves get: torch's TorchScript backend.
 TS_NAMES = {"mark_step": "torch._lazy.mark_step()", "step_closure": "torch._lazy.add_step_closure"}
 

@@ -50,7 +50,7 @@ def extra_sync_findings(executions: Sequence[Execution], steps: int,
         return []  # no mark_step at all: nothing is "extra"; growth_findings says why
     table = ExecutionTable.of(executions)
     # Under pytest, per test: a suite's report names the tests that sync more.
-    groups = table.kinds_by(lambda kind: None if kind.cause in ("mark_step", "fallback")
+    groups = table.kinds_by(lambda kind: None if kind.cause in ("mark_step", "fallback", "bound")
                             else (kind.context, kind.cause, kind.site))
     findings = []
     step_ends = table.where(lambda kind: kind.cause == "mark_step")
