@@ -82,6 +82,9 @@ class FailureDetails(Details):
     module: str | None = None  # "recurrent": torch's LSTM/GRU/RNN took the sequence apart
     no_storage: bool = False  # a lazy tensor read for its host storage (torch.save, numpy())
     sparse: bool = False  # a sparse tensor made on, or moved to, a device that has no sparse layout
+    # A slice bound past the dimension's start (`x[:, -8:]` of 6 columns): eager PyTorch
+    # clamps it, PyTorch/XLA raises; the bound it got and the range it allows.
+    slice_bound: tuple[int, int, int] | None = None
     unsafe_global: str | None = None  # the class torch.load's weights_only refused
     on_cpu: tuple[str, ...] = ()  # the CPU tensors the frame that raised held beside lazy ones
 
@@ -262,6 +265,12 @@ def crash(run: RunInfo, table: ExecutionTable,
     view = _VIEW_CANNOT_FALL_BACK.search(run.error)
     if view is not None:
         return _view_op(run, table, what, view.group(1), details, user or raised_at)
+    bound = _SLICE_BOUND.search(run.error)
+    if bound is not None:
+        low, high, got = (int(bound.group(n)) for n in (1, 2, 3))
+        return (f"{what}: a slice bound of {got} on a dimension of {-low}: eager PyTorch clamps a bound "
+                f"past the dimension's start to it (`x[-8:]` of 6 is all 6), PyTorch/XLA raises instead"), \
+            SLICE_BOUND_FIX, replace(details, slice_bound=(low, high, got)), user or raised_at
     if _SPARSE.search(run.error):
         return (f"{what}: lazy tensors have no sparse layout (neither has PyTorch/XLA), so a sparse tensor cannot be "
                 f"made on the {run.device or 'lazy'} device or moved there"), SPARSE_FIX, \
@@ -276,6 +285,12 @@ def crash(run: RunInfo, table: ExecutionTable,
 _SPARSE = re.compile(r"'Sparse(?:Lazy|XLA|PrivateUse1)' backend")
 SPARSE_FIX = ("keep the tensor dense on the device: drop .to_sparse() before .to(device) (torch.mm, torch.spmm and "
               "torch.sparse.mm give the same values on dense tensors), or call .to_dense() before moving it")
+# PyTorch/XLA's check of a slice's bounds (torch_xla 2.9), where eager clamps: a negative
+# bound past the start (`idx[:, -block_size:]` of a shorter sequence). Checked: a positive
+# bound past the end clamps on both; LTC clamps as eager does.
+_SLICE_BOUND = re.compile(r"Value out of range \(expected to be in range of \[(-?\d+), (-?\d+)\], but got (-?\d+)\)")
+SLICE_BOUND_FIX = ("clamp the bound as eager PyTorch does: `x[:, -min(n, x.size(1)):]` for `x[:, -n:]`, the same "
+                   "elements on every device")
 # A crash lazyviz has no reading of: what a user can still do to tell the backend's part.
 UNKNOWN_CRASH_FIX = ("lazyviz has no explanation for this error: run the script on the CPU; if it passes there, the "
                      "lazy device is what differs at this line: call it on the CPU (its inputs moved with .cpu()) to "

@@ -230,7 +230,8 @@ def _summary_text(trace_path: Path, status: int) -> str:
             run, executions = recorded.info, recorded.executions
             if not run.argv:
                 return ""
-            if not executions and not run.fallbacks_after_last_execution and not run.device_used:
+            # A script that raised gets its report (the crash's finding) whatever ran before.
+            if not executions and not run.fallbacks_after_last_execution and not run.device_used and not run.error:
                 if any(launch_folder(trace_path).glob("rank*.trace")):
                     return ""  # the launched processes ran the graphs: their summary says it (_launched_text)
                 return (f"lazyviz: {run.script} ran no lazy-tensor graph (nothing on device '{run.device}'), "

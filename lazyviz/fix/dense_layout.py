@@ -10,7 +10,7 @@ import ast
 
 from lazyviz.analysis.failures import FailureDetails
 from lazyviz.analysis.findings import Finding
-from lazyviz.fix.source import Change, Context, Proposal, path_to_line
+from lazyviz.fix.source import Change, Context, Proposal
 
 # The conversions to a sparse layout a tensor method makes.
 _TO_SPARSE = frozenset({"to_sparse", "to_sparse_coo", "to_sparse_csr", "to_sparse_csc", "to_sparse_bsr",
@@ -22,19 +22,15 @@ def answers(finding: Finding, context: Context) -> bool:
 
 
 def propose(finding: Finding, context: Context) -> Proposal:
-    frame = finding.frame
-    source = context.source(frame.file) if frame is not None else None
-    statements = path_to_line(source.tree, frame.line) if source is not None and frame is not None else []
-    if source is None or frame is None or not statements:
+    raised = context.raising_statement(finding)
+    if raised is None:
         return Proposal(finding, finding.fix)
-    statement = statements[-1]
-    body = getattr(statement, "body", None)  # a compound statement: its own line(s), not its body
-    last = body[0].lineno - 1 if isinstance(body, list) and body else statement.end_lineno or statement.lineno
+    source, statement, last = raised
     calls = [node for node in ast.walk(statement) if isinstance(node, ast.Call) and node.lineno <= last
              and isinstance(node.func, ast.Attribute) and node.func.attr in _TO_SPARSE]
     if not calls or any(call.lineno != call.end_lineno for call in calls):
         return Proposal(finding, f"{finding.fix} (no .to_sparse() of one line in the statement at "
-                                 f"{source.at(frame.line)}: make the tensor dense by hand)")
+                                 f"{source.at(statement.lineno)}: make the tensor dense by hand)")
     changes = []
     for line in sorted({call.lineno for call in calls}):
         text = source.line(line)
@@ -43,7 +39,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
             text = _without(text, call)
         changes.append(Change(source.path, line, line + 1, (text,)))
     count = f"{len(calls)} .to_sparse() calls" if len(calls) > 1 else "the .to_sparse() call"
-    return Proposal(finding, f"drop {count} at {source.at(frame.line)}: the tensors stay dense on every device (the "
+    return Proposal(finding, f"drop {count} at {source.at(statement.lineno)}: the tensors stay dense on every device (the "
                              "same values; lazy tensors have no sparse layout)", tuple(changes))
 
 

@@ -22,7 +22,8 @@ the changes applied and shown as a unified diff.
 - lowered_attention.py: the user's own scaled_dot_product_attention falling back, from ops that lower;
 - sharding_spec.py: an SPMD annotation that forces a gather, the partition spec that avoids it;
 - host_tensor.py: a host-side library call (save_image) handed a lazy tensor, given x.detach().cpu();
-- dense_layout.py: a sparse tensor sent to a lazy device (no sparse layout there), kept dense.
+- dense_layout.py: a sparse tensor sent to a lazy device (no sparse layout there), kept dense;
+- slice_bounds.py: a slice bound past the dimension's start (PyTorch/XLA raises), clamped as eager does.
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ from lazyviz.fix import (
     mark_step,
     padding,
     sharding_spec,
+    slice_bounds,
     split_pieces,
     step_closure,
     sync_each_token,
@@ -87,6 +89,7 @@ EDITS: list[tuple[Callable[[Finding, Context], bool], Callable[[Finding, Context
     (sharding_spec.answers, sharding_spec.propose),
     (host_tensor.answers, host_tensor.propose),
     (dense_layout.answers, dense_layout.propose),
+    (slice_bounds.answers, slice_bounds.propose),
 ]
 
 

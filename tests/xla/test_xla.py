@@ -1272,3 +1272,31 @@ def test_a_model_never_moved_to_the_device_is_named_on_xla_too(tmp_path: Path) -
     assert "the Conv2d it ran in holds its weight and bias on the CPU while its input is on the xla device" in \
         crash["message"]
     assert "model.to(device)" in crash["fix"] and crash["site"]["line"] == line_of(script, "print(model(images)")
+
+
+def test_a_slice_bound_past_the_start_is_clamped_as_eager_does_on_every_device(tmp_path: Path) -> None:
+    """`idx[:, -block_size:]` of a shorter sequence: eager PyTorch clamps the bound, torch_xla
+    2.9 raises "Value out of range". The finding says what differs from eager; the edit
+    clamps the bound as eager does, and the patched program runs on XLA and prints on the
+    CPU what the original prints there; --try measures the crash gone."""
+    program = PROGRAMS / "xla_sample_window.py"
+    shutil.copy(program, tmp_path / program.name)
+    on_cpu = python(tmp_path / program.name, "--device", "cpu", cwd=tmp_path)
+    assert on_cpu.status == 0, on_cpu.stderr
+    traced = cli("run", "--no-tui", "-o", "t.trace", program.name, "--device", "xla", cwd=tmp_path)
+    assert traced.status == 1 and "Value out of range" in traced.stderr
+    data = report(tmp_path / "t.trace")
+    (finding,) = data["findings"]
+    assert "eager PyTorch clamps a bound past the dimension's start" in finding["message"]
+    assert finding["site"]["line"] == line_of(tmp_path / program.name, "logits = model(")
+    fixed = cli("fix", "t.trace", cwd=tmp_path)
+    assert fixed.status == 0, fixed.stderr
+    assert "+        logits = model(idx[:, -min(block_size, idx.size(1)):])\n" in fixed.stdout
+    assert_diff_applies(fixed.stdout, tmp_path)
+    tried = cli("fix", "--try", "t.trace", cwd=tmp_path)
+    assert tried.status == 0, tried.stderr
+    assert "the crash at xla_sample_window.py" in tried.stderr and "is gone" in tried.stderr
+    assert cli("fix", "--write", "t.trace", cwd=tmp_path).status == 0
+    assert python(tmp_path / program.name, "--device", "xla", cwd=tmp_path).status == 0
+    patched = python(tmp_path / program.name, "--device", "cpu", cwd=tmp_path)
+    assert patched.status == 0 and patched.stdout == on_cpu.stdout
