@@ -97,3 +97,24 @@ def test_each_costly_sync_site_says_what_explains_it(sample_trace, sample: str, 
     slowest = report.stdout.split("slowest sync sites (total sync ms):\n")[1].split("\n  trace:")[0].splitlines()
     assert slowest and all(re.search(r": (finding: .+|the step's own sync|no finding)$", line) for line in slowest)
     assert any(verdict in line for line in slowest)
+
+
+@pytest.mark.torch
+def test_a_compile_is_warm_up_only_where_its_graph_runs_again(tmp_path: Path) -> None:
+    """A sample loop whose context grows a token at a time compiles a new graph per token,
+    each run once: none of those compiles is warm-up, though each is its own first. A
+    training loop's compiles, whose graphs run again step after step, are."""
+    import shutil
+
+    program = Path(__file__).parent / "programs" / "char_lm_device.py"
+    shutil.copy(program, tmp_path / program.name)
+    ran = cli("run", "--no-tui", "-o", "t.trace", program.name, "--device", "lazy", "--mark-step", "--steps", "4",
+              "--tokens", "12", cwd=tmp_path)
+    assert ran.status == 0, ran.stderr
+    said = re.search(r"(\d+) compiles \(cache misses\), (\d+) of them the usual warm-up", ran.stderr)
+    assert said is not None, ran.stderr
+    misses, warmup = map(int, said.groups())
+    assert misses >= 14 and misses - warmup >= 11  # the tokens past the first
+    steady = cli("run", "--no-tui", "-o", "s.trace", program.name, "--device", "lazy", "--mark-step", "--tokens", "0",
+                 "--log-every", "100", cwd=tmp_path)
+    assert re.search(r"\d+ compiles \(cache misses\), (all|both) the usual warm-up", steady.stderr), steady.stderr

@@ -545,3 +545,33 @@ def is_compared(recompile: Recompile | PendingRecompile) -> bool:
 def recompiles_after_warmup(recompiles: Iterable[Recompile | PendingRecompile]) -> int:
     """Cache misses that are not a site's first graph nor in the warm-up steps."""
     return sum(1 for recompile in recompiles if not recompile.warmup)
+
+
+def compiles_past_warmup(recompiles: Iterable[Recompile | PendingRecompile], executions: Sequence[Execution],
+                         optimizer_marks: Sequence[int] = ()) -> int:
+    """Cache misses that are no warm-up: those past warm-up the analysis explains, and
+    the compiles it takes for a new site's first that never settle: past their line's
+    first, past the warm-up steps (iterations, in a run without steps), of a graph that
+    never ran again. A graph that grows without a sync compiles anew at each sync (a
+    sample loop's token, a loop without mark_step()); warm-up is a compile whose graph
+    runs again."""
+    table = ExecutionTable.of(executions) if not isinstance(executions, ExecutionTable) else executions
+    counted = {recompile.execution for recompile in recompiles if not recompile.warmup}
+    runs: Counter[str] = Counter()
+    for number, positions in enumerate(table.positions):
+        runs[table.kinds[number].graph] += len(positions)
+    stepless = not any(kind.cause == "mark_step" for kind in table.kinds)
+    lines: set[Frame | None] = set()
+    past = len(counted)
+    for position in table.where(lambda kind: kind.is_miss):
+        execution = table[position]
+        first = execution.frame not in lines
+        lines.add(execution.frame)
+        if first or execution.index in counted or runs[execution.graph] > 1:
+            continue
+        if stepless:
+            iteration = iteration_of(optimizer_marks, execution.index) if optimizer_marks else None
+            past += iteration is None or iteration >= WARMUP_STEPS
+        else:
+            past += execution.step >= WARMUP_STEPS
+    return past

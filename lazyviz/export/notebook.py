@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from html import escape
 
-from lazyviz.analysis.recompiles import explain_execution, recompiles_after_warmup
+from lazyviz.analysis.recompiles import compiles_past_warmup, explain_execution
 from lazyviz.analysis.run import Run
 from lazyviz.errors import LazyvizError
 from lazyviz.export import RenderOptions
@@ -36,7 +36,8 @@ def _numbers(recorded: Run) -> str:
     summary = recorded.summary
     steps = steps_text(summary)
     fallbacks = ", ".join(f"{escape(op)} x{n}" for op, n in summary.fallbacks.items()) or "none"
-    compiles = compiles_text(summary.misses, recompiles_after_warmup(recorded.recompiles))
+    compiles = compiles_text(summary.misses, compiles_past_warmup(recorded.recompiles, recorded.executions,
+                                                             recorded.info.optimizer_marks))
     return (f"{plural(summary.executions, 'execution')} {steps} · {plural(summary.graphs, 'distinct graph')} · "
             f"{compiles} · fallbacks: {fallbacks}")
 

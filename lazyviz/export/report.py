@@ -14,7 +14,7 @@ from lazyviz.analysis.collectives import Row, collective_rows, per_step
 from lazyviz.analysis.findings import Finding
 from lazyviz.analysis.ir import parse_location
 from lazyviz.analysis.ranks import Divergence
-from lazyviz.analysis.recompiles import PendingRecompile, Recompile, is_compared, recompiles_after_warmup
+from lazyviz.analysis.recompiles import PendingRecompile, Recompile, compiles_past_warmup, is_compared
 from lazyviz.analysis.run import Run
 from lazyviz.analysis.summary import graph_memory, graph_stats
 from lazyviz.export import Renderer, RenderOptions
@@ -282,7 +282,7 @@ def text_report(recorded: Run, all_findings: bool = False) -> str:
     else:
         lines.append(
             f"  {plural(summary.executions, 'graph execution')} {steps_text(summary)}; "
-            f"{compiles_text(summary.misses, recompiles_after_warmup(analysis.recompiles))}; "
+            f"{compiles_text(summary.misses, compiles_past_warmup(analysis.recompiles, executions, run.optimizer_marks))}; "
             f"{summary.sync_ms:.1f} ms running graphs (sync), {summary.trace_ms:.1f} ms in Python building them"
             + (f"; start-up before the first graph {run.startup_ms:.0f} ms" if run.startup_ms is not None else "")
         )
