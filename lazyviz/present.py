@@ -140,8 +140,11 @@ MEMORY_NAMES = {"inputs": "inputs", "outputs": "outputs", "intermediates": "inte
 
 
 def memory_text(memory: dict[str, int]) -> str:
-    """A graph's memory after compiling, as XLA reported it (graph_memory)."""
-    return ", ".join(f"{MEMORY_NAMES[key]} {size_text(size)}" for key, size in memory.items() if key in MEMORY_NAMES)
+    """A graph's memory after compiling, as XLA reported it (graph_memory). A figure of 0 is
+    left out: PJRT's CPU client reports 0 for a graph's inputs, outputs and program (checked
+    on torch_xla 2.9: a Linear's step, its loss among the outputs), which hold more."""
+    return ", ".join(f"{MEMORY_NAMES[key]} {size_text(size)}" for key, size in memory.items()
+                     if key in MEMORY_NAMES and size)
 
 
 def site_text(frame: Frame | None, cwd: str | None = None, width: int = 0) -> str:

@@ -122,11 +122,13 @@ def test_the_repeated_block_of_a_long_step_is_found_quickly() -> None:
 
 
 def test_missing_mark_step_ranks_first_and_says_what_it_inflates() -> None:
-    # No step at all: a fallback's syncs each run everything pending.
-    executions = [ex(i, step=0, cause="fallback", detail="aten::sin", fallback_ops={"aten::sin": 1},
-                     sync_ms=500.0, graph=f"g{i}", nodes=40, line=20, cache="miss") for i in range(4)]
-    executions += [ex(4 + i, step=0, cause="item", graph=f"h{i}", nodes=20 * (i + 1), line=30, sync_ms=1.0,
-                      cache="miss") for i in range(5)]
+    # No step at all: a fallback's syncs inside the uncut loop each run everything pending.
+    executions = []
+    for i in range(5):
+        executions.append(ex(2 * i, step=0, cause="fallback", detail="aten::sin", fallback_ops={"aten::sin": 1},
+                             sync_ms=500.0, graph=f"g{i}", nodes=40, line=20, cache="miss"))
+        executions.append(ex(2 * i + 1, step=0, cause="item", graph=f"h{i}", nodes=20 * (i + 1), line=30,
+                             sync_ms=1.0, cache="miss"))
     findings = analyze(run_info(steps=0), executions, {}).findings
     assert findings[0].kind == "missing_mark_step"
     fallback = next(f for f in findings if f.kind == "fallback")
@@ -135,6 +137,20 @@ def test_missing_mark_step_ranks_first_and_says_what_it_inflates() -> None:
     # On PyTorch/XLA the call that cuts the graph is torch_xla.sync(): the note names it.
     xla = find_all(executions, 0, [], {}, {"mark_step": "torch_xla.sync()", "step_closure": "xm.add_step_closure"})
     assert "fix the missing torch_xla.sync() finding first" in next(f for f in xla if f.kind == "fallback").message
+
+
+def test_a_fallback_before_the_uncut_loop_is_not_blamed_on_it_nor_ranked_below_it() -> None:
+    # The training loop's fallbacks, then a sample loop whose graph grows a token a read
+    # (its mark_step() goes in that loop, after all the training): the fallbacks cost most
+    # and are not the sample loop's to fix.
+    executions = [ex(i, step=0, cause="fallback", detail="aten::sin", fallback_ops={"aten::sin": 1},
+                     sync_ms=500.0, graph=f"g{i}", nodes=40, line=20, cache="miss") for i in range(4)]
+    executions += [ex(4 + i, step=0, cause="item", graph=f"h{i}", nodes=20 * (i + 1), line=30, sync_ms=1.0,
+                      cache="miss") for i in range(5)]
+    findings = analyze(run_info(steps=0), executions, {}).findings
+    fallback = next(f for f in findings if f.kind == "fallback")
+    assert "finding first" not in fallback.message
+    assert findings[0] is fallback  # it costs the run most; the small uncut graph, less
 
 
 def test_fallbacks_of_one_call_are_one_finding() -> None:
@@ -803,3 +819,11 @@ def test_a_torch_module_that_is_the_op_gets_the_ops_equivalent() -> None:
                      call="MultiheadAttention.forward") for i in range(4)]
     [finding] = fallback_findings(executions, 4)
     assert "masked_fill" not in finding.fix  # torch's where inside MultiheadAttention is not theirs to rewrite
+
+
+def test_a_fallback_in_a_run_without_steps_is_not_told_to_leave_the_step() -> None:
+    from lazyviz.analysis.findings.fallback import _no_lowering_fix
+
+    assert "move it out of the step" in _no_lowering_fix("aten::foo", None, None, 4, 4)
+    stepless = _no_lowering_fix("aten::foo", None, None, 4, 0)
+    assert "the step" not in stepless and "move it out of the loop that runs it" in stepless

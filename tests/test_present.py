@@ -67,7 +67,8 @@ def test_xla_memory_and_copies_in_words() -> None:
             "Aliased Input size: 0.000000 GB\nIntermediate tensor size: 1.500000 GB\nCompiled program size: x GB\n")
     memory = graph_memory(text)
     assert memory == {"inputs": 327491, "outputs": 0, "aliased_inputs": 0, "intermediates": 3 << 29}
-    assert memory_text(memory) == "inputs 319.8 KB, outputs 0 B, aliased inputs 0 B, intermediates 1.5 GB"
+    # A figure of 0 is one the client did not measure (PJRT CPU's outputs): left out, not said.
+    assert memory_text(memory) == "inputs 319.8 KB, intermediates 1.5 GB"
     assert graph_memory("graph(%x : Tensor):\n  return (%x)") == {}  # TorchScript says nothing of it
     assert [size_text(n) for n in (4, 1023, 1024, 5 << 20)] == ["4 B", "1023 B", "1.0 KB", "5.0 MB"]
 

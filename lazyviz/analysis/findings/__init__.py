@@ -66,7 +66,17 @@ def find_all(
                 for finder in FINDERS for finding in finder.find(facts)]
     findings = _absorbed(findings)
     findings = _blame_uncut_graph(_crash_speaks_for_its_op(findings), table, steps, names)
-    return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), f.kind not in ROOT_KINDS, -f.cost_ms))
+    root = _roots(findings)
+    return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), id(f) not in root, -f.cost_ms))
+
+
+def _roots(findings: list[Finding]) -> set[int]:
+    """The missing mark_step() findings to fix first: those that other findings' syncs pay
+    for (blamed on the uncut graph), or that cost as much as any other finding. A small
+    graph left uncut (63 nodes) is not ranked above fallbacks that cost most of the run."""
+    blamed = any(f.uncut_syncs for f in findings)
+    costliest = max((f.cost_ms for f in findings if f.kind not in ROOT_KINDS), default=0.0)
+    return {id(f) for f in findings if f.kind in ROOT_KINDS and (blamed or f.cost_ms >= costliest)}
 
 
 
@@ -91,8 +101,9 @@ def _blame_uncut_graph(findings: list[Finding], table: ExecutionTable, steps: in
     uncut = {e for f in findings if f.kind in ROOT_KINDS for e in f.executions}
     if not uncut:
         return findings
-    if not steps:
-        uncut = set(table.indices(range(len(table))))
+    if not steps:  # every sync while the uncut loop ran holds its work, not those before or after it
+        first, last = min(uncut), max(uncut)
+        uncut = {e for e in table.indices(range(len(table))) if first <= e <= last}
     cut = names["mark_step"].removeprefix("torch._lazy.")  # mark_step(), or torch_xla.sync() on XLA
     blamed = []
     for finding in findings:

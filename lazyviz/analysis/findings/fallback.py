@@ -185,8 +185,10 @@ def _no_lowering_fix(op: str, library: LibraryLine | None, call: str | None, for
         inside = f"inside {call}()" if call else "inside a call of yours"
         return (f"{op} has no lowering on this backend and runs{where} {inside}, not in your own code: look for "
                 f"an option of that call that avoids it; otherwise {cost}")
+    # "The step" only where the run has steps: without mark_step() there is none to leave.
+    out_of = "the step" if steps else "the loop that runs it"
     return (f"{op} has no lowering on this backend and no equivalent lazyviz has checked: write it from ops that "
-            f"lower, or move it out of the step; otherwise {cost}")
+            f"lower, or move it out of {out_of}; otherwise {cost}")
 
 
 def _one_per_call(findings: list[Finding], table: ExecutionTable, steps: int) -> list[Finding]:
