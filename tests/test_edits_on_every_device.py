@@ -56,3 +56,32 @@ def test_an_edit_leaves_the_program_running_on_the_cpu(tmp_path: Path, edit: str
             assert any('.type == "lazy"' in above for above in lines[number - 2:number]), diff
     on_lazy = python(PROGRAM.name, "--device", "lazy", *flags, cwd=folder)
     assert on_lazy.status == 0, f"{on_lazy.stderr}\n{diff}"
+
+
+@pytest.mark.torch
+def test_a_stand_in_for_a_library_class_sits_in_a_file_of_its_own(tmp_path: Path) -> None:
+    """The lowered LSTM goes in lazy_lowered.py beside the script, imported there in one
+    line: a reviewer takes it or leaves it. --write makes that file; a file of that name
+    that is the user's own is never written over (the stand-in then goes in the script)."""
+    folder = tmp_path / "program"
+    folder.mkdir()
+    shutil.copy(PROGRAM, folder / PROGRAM.name)
+    flags = ["--lstm", "--mark-step", "--steps", "2", "--tokens", "2"]
+    cli("run", "--no-tui", "-o", "t.trace", PROGRAM.name, "--device", "lazy", *flags, cwd=folder)
+    fixed = cli("fix", "t.trace", cwd=folder)
+    assert "--- /dev/null\n+++ b/lazy_lowered.py\n" in fixed.stdout
+    assert "+from lazy_lowered import LSTMLowered\n" in fixed.stdout
+    assert "+class LSTMLowered(" not in fixed.stdout.split("+++ b/lazy_lowered.py")[0]  # not in the script
+    assert_diff_applies(fixed.stdout[fixed.stdout.index("--- a/"):], folder)
+    written = cli("fix", "--write", "t.trace", cwd=folder)
+    assert written.status == 0, written.stderr
+    assert "class LSTMLowered(torch.nn.LSTM)" in (folder / "lazy_lowered.py").read_text()
+    assert python(PROGRAM.name, "--device", "lazy", *flags, cwd=folder).status == 0
+    # The user's own lazy_lowered.py: left as it is.
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(PROGRAM, other / PROGRAM.name)
+    (other / "lazy_lowered.py").write_text("VALUE = 1\n")
+    cli("run", "--no-tui", "-o", "t.trace", PROGRAM.name, "--device", "lazy", *flags, cwd=other)
+    fixed = cli("fix", "t.trace", cwd=other)
+    assert "+++ b/lazy_lowered.py" not in fixed.stdout and "+class LSTMLowered(" in fixed.stdout

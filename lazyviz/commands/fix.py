@@ -14,7 +14,18 @@ from pathlib import Path
 from lazyviz.analysis.run import Run
 from lazyviz.commands.base import CliError, open_trace, regular_file, say, step_count
 from lazyviz.fix.patch import PatchError, edited_copy, is_diff, patched_texts
-from lazyviz.fix.proposals import Change, Proposal, Source, apply_changes, diff_texts, file_hash, propose, unified_diff
+from lazyviz.fix.proposals import (
+    STAND_INS,
+    Change,
+    Proposal,
+    Source,
+    apply_changes,
+    diff_texts,
+    file_hash,
+    propose,
+    read_texts,
+    unified_diff,
+)
 from lazyviz.fix.rounds import RoundEdits, until_clean
 from lazyviz.fix.trial import (
     DEFAULT_STEPS,
@@ -81,7 +92,7 @@ class FixCommand:
             if options.trial and proposals:  # never a trial that silently tried nothing
                 say("lazyviz: --try: no edit to try; each finding above is to change by hand")
             return 0
-        texts = {c.file: Path(c.file).read_bytes().decode("utf-8") for c in changes}  # line endings kept
+        texts = read_texts(c.file for c in changes)  # line endings kept; "" for a file an edit makes
         if options.until_clean:
             return self._until_clean(options, run, proposals, texts)
         print(unified_diff(texts, changes, info.cwd), end="", flush=True)
@@ -114,7 +125,7 @@ class FixCommand:
             outlived = [f"{p.finding.short or p.finding.message} ({p.summary})" for p in proposed if p.outlived]
             if not changes:
                 return RoundEdits([], {}, [], outlived) if outlived else None
-            files = {c.file: Path(c.file).read_bytes().decode("utf-8") for c in changes}
+            files = read_texts(c.file for c in changes)
             return RoundEdits([p.summary for p in proposed if p.changes], apply_changes(files, changes),
                               [p.alters_results for p in proposed if p.changes and p.alters_results], outlived,
                               any(p.changes and p.finding.kind in ("crash", "failed_execution") for p in proposed))
@@ -128,7 +139,7 @@ class FixCommand:
         table, before, rounds, final = until_clean(info, texts, first, bound, options.timeout, options.rounds,
                                                     options.keep, next_round, len(run.executions))
         say(table)
-        originals = {file: Path(file).read_bytes().decode("utf-8") for file in final}
+        originals = read_texts(final)
         print(diff_texts(originals, final, info.cwd), end="", flush=True)
         kept = [r for r in rounds if r.kept]
         if kept:
@@ -229,15 +240,21 @@ class FixCommand:
         """Each file replaced by its patched text, whole or not at all, only where every
         file still has the SHA-256 the trace recorded."""
         files = sorted(patched)
-        unknown = [f for f in files if f not in hashes]
+        made = {f for f in files if not os.path.exists(f) and os.path.basename(f) == STAND_INS}
+        unknown = [f for f in files if f not in hashes and f not in made]
         if unknown:
             raise CliError(f"--write: the trace has no record of {unknown[0]} as it was when recorded, so lazyviz "
                            "cannot tell it is unchanged: apply the diff yourself")
         for file in files:  # all checked before any is written
-            if file_hash(file) != hashes[file]:
+            if file not in made and file_hash(file) != hashes[file]:
                 raise CliError(f"--write: {file} changed since the trace was recorded: run it again")
         for file, text in patched.items():
             folder = os.path.dirname(file)
+            if file in made:  # lazyviz's own new file: never over one that appeared meanwhile
+                with open(file, "x", encoding="utf-8", newline="") as out:
+                    out.write(text)
+                say(f"lazyviz: wrote {file} (new)")
+                continue
             mode = os.stat(file).st_mode & 0o7777
             handle, temporary = tempfile.mkstemp(dir=folder, prefix=".lazyviz-fix-")
             try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 
 from lazyviz.analysis.findings import FallbackDetails, Finding
-from lazyviz.fix.source import Change, Context, Proposal, Source, call_name, define_once
+from lazyviz.fix.source import STAND_INS, Change, Context, Proposal, Source, define_beside
 
 LOWERED_ADAM_NAME = "with_lowered_step"
 LOWERED_ADAM = """\
@@ -109,8 +109,9 @@ def propose(finding: Finding, context: Context) -> Proposal:
         changes += [*constructions, *support]
         where += [each.at(change.start) for change in constructions]
     return Proposal(finding, f"the optimizer at {', '.join(where)} made through {LOWERED_ADAM_NAME}(): its step() "
-                             "from ops that lower (the same update, options, state and hooks), defined once in the "
-                             "file: no lerp_ fallback, no sync per parameter", tuple(changes))
+                             "from ops that lower (the same update, options, state and hooks), defined in "
+                             f"{STAND_INS} beside it and imported in one line: no lerp_ fallback, no sync per "
+                             "parameter", tuple(changes))
 
 
 def _made_lowered(source: Source) -> tuple[list[Change], list[Change]]:
@@ -125,9 +126,7 @@ def _made_lowered(source: Source) -> tuple[list[Change], list[Change]]:
             start, end = call.func.col_offset, call.func.end_col_offset or 0
             text = f"{text[:start]}{LOWERED_ADAM_NAME}({text[start:end]}){text[end:]}"
         changes.append(Change(source.path, line, line + 1, (text,)))
-    torch, imports = call_name(source, "torch.optim", "torch")
-    defined = define_once(source, LOWERED_ADAM_NAME, LOWERED_ADAM.format(torch=torch.rpartition(".")[0]))
-    return changes, [*imports, *defined] if defined else []
+    return changes, list(define_beside(source, LOWERED_ADAM_NAME, LOWERED_ADAM.format(torch="torch")))
 
 
 def answers(finding: Finding, context: Context) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 
 from lazyviz.analysis.findings import FailureDetails, Finding
-from lazyviz.fix.source import Change, Context, Proposal, Source, call_name, define_once
+from lazyviz.fix.source import STAND_INS, Change, Context, Proposal, Source, define_beside
 
 LOWERED_LSTM_NAME = "LSTMLowered"
 LOWERED_LSTM = """\
@@ -254,21 +254,19 @@ def propose(finding: Finding, context: Context) -> Proposal:
         where = ", ".join(f"{source.at(change.start)}" for change in changes)
         names = {name for _, name in calls}
         kinds = sorted(set(LOWERED) - CELLS) if BY_NAME in names else sorted(names)
-        torch, imports = call_name(source, "torch.nn", "torch")
-        module = torch.rpartition(".")[0]
         defined = [change for name in kinds
-                   for change in define_once(source, LOWERED[name][0], LOWERED[name][1].format(torch=module))]
+                   for change in define_beside(source, LOWERED[name][0], LOWERED[name][1].format(torch="torch"))]
         if BY_NAME in names:
-            defined += define_once(source, BY_NAME, BY_NAME_FUNCTION.format(torch=module))
-        if defined:
-            changes += [*imports, *defined]
+            defined += define_beside(source, BY_NAME, BY_NAME_FUNCTION.format(torch="torch"))
+        changes += dict.fromkeys(defined)  # the file's header once
         modules = " and ".join(f"nn.{name}" for name in sorted(names - {BY_NAME}))
         modules = " and ".join(filter(None, [modules, "the module made by name" if BY_NAME in names else ""]))
         made = ", ".join(LOWERED[name][0] for name in kinds)
         why = ("its forward the cell's arithmetic from ops that lower (torch's cell kernel takes a view that "
                "cannot run here)" if cells else "its forward the cell over the time steps from ops that lower "
                "(torch's unbinds the sequence, which falls back here)")
-        return Proposal(finding, f"the {modules} at {where} made as {made}, defined once in the file: the same "
+        return Proposal(finding, f"the {modules} at {where} made as {made}, defined in {STAND_INS} beside it and "
+                                 "imported in one line: the same "
                                  f"parameters, {why}", tuple(changes))
     which = "nn.LSTMCell and nn.GRUCell" if cells else "nn.LSTM, nn.GRU and nn.RNN"
     if any(any(LOWERED[name][0] in (context.source(f).text if context.source(f) else "")

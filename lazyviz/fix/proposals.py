@@ -53,6 +53,7 @@ from lazyviz.fix import (
     sync_each_token,
 )
 from lazyviz.fix.source import (
+    STAND_INS,
     Change,
     Context,
     Proposal,
@@ -62,11 +63,12 @@ from lazyviz.fix.source import (
     file_hash,
     overlap,
     read_source,
+    read_texts,
     unified_diff,
 )
 
-__all__ = ["EDITS", "Change", "Proposal", "Source", "apply_changes", "diff_texts", "file_hash", "propose",
-           "read_source", "unified_diff"]
+__all__ = ["EDITS", "STAND_INS", "Change", "Proposal", "Source", "apply_changes", "diff_texts", "file_hash",
+           "propose", "read_source", "read_texts", "unified_diff"]
 
 # Every kind of edit, in the order a finding is offered to them: (does it answer this
 # finding, the proposal). The first that answers makes the proposal; none: words.

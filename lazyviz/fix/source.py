@@ -11,7 +11,7 @@ import hashlib
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,12 +54,10 @@ class Proposal:
 
     def diff(self, relative_to: str = "") -> str:
         """This proposal's edit as a unified diff against the files as they are now."""
-        texts = {}
-        for change in self.changes:
-            try:
-                texts[change.file] = Path(change.file).read_bytes().decode("utf-8")
-            except (OSError, UnicodeDecodeError):
-                return ""
+        try:
+            texts = read_texts(change.file for change in self.changes)
+        except (OSError, UnicodeDecodeError):
+            return ""
         return unified_diff(texts, self.changes, relative_to)
 
 
@@ -278,6 +276,45 @@ def define_once(source: Source, name: str, text: str) -> tuple[Change, ...]:
     after = (top[-1].end_lineno or top[-1].lineno) if top else 0
     body = text.replace("\n", source.newline())
     return (Change(source.path, after + 1, after + 1, tuple(split_lines(body))),)
+
+
+def read_texts(files: Iterable[str]) -> dict[str, str]:
+    """Each file's text, line endings kept; "" for one an edit makes (STAND_INS)."""
+    return {file: Path(file).read_bytes().decode("utf-8") if os.path.exists(file) else "" for file in files}
+
+
+# The file of its own beside the user's where a stand-in for a library class goes (the
+# lowered Adam, the lowered LSTM): a reviewer takes it with its one import, or leaves it.
+STAND_INS = "lazy_lowered.py"
+STAND_INS_HEADER = """\
+\"\"\"Stand-ins lazyviz wrote for library code that does not lower on the lazy device, each
+the same computation from ops that do. Take one with its import where it is used, or
+delete this file and that import to take none.\"\"\"
+import torch
+"""
+
+
+def define_beside(source: Source, name: str, text: str) -> tuple[Change, ...]:
+    """A class or function `name` (its text, blank lines first, naming the module `torch`)
+    put in STAND_INS beside the user's file, made if need be, and imported there in one
+    line (relatively from a package's module). Where a file of that name is the user's
+    own, in the user's file as define_once puts it."""
+    path = os.path.join(os.path.dirname(source.path), STAND_INS)
+    module = STAND_INS.removesuffix(".py")
+    existing = read_source(path) if os.path.exists(path) else None
+    if os.path.exists(path) and (existing is None or not existing.text.startswith(STAND_INS_HEADER)):
+        return define_once(source, name, text)  # not lazyviz's file: never written over
+    package = os.path.exists(os.path.join(os.path.dirname(source.path), "__init__.py"))
+    statement = f"from {'.' * package}{module} import {name}"
+    imported = any(isinstance(node, ast.ImportFrom) and (node.module or "") == module
+                   and any(alias.name == name for alias in node.names) for node in ast.walk(source.tree))
+    changes = () if imported else (import_change(source, statement),)
+    if existing is not None and any(isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name
+                                    for node in existing.tree.body):
+        return changes
+    end = len(existing.lines) + 1 if existing is not None else 1
+    header = () if existing is not None else (Change(path, 1, 1, tuple(split_lines(STAND_INS_HEADER))),)
+    return (*changes, *header, Change(path, end, end, tuple(split_lines(text))))
 
 
 # -- the program's own device ----------------------------------------------------------
@@ -521,7 +558,7 @@ def apply_changes(texts: Mapping[str, str], changes: Sequence[Change]) -> dict[s
     for change in changes:
         by_file.setdefault(change.file, []).append(change)
     for file, file_changes in by_file.items():
-        lines = split_lines(texts[file])
+        lines = split_lines(texts.get(file, ""))
         unterminated = bool(lines) and not lines[-1].endswith(("\n", "\r"))
         if unterminated:  # an edit may insert after the last line
             lines[-1] += "\r\n" if lines[0].endswith("\r\n") else "\n"
@@ -554,7 +591,9 @@ def diff_texts(originals: Mapping[str, str], patched: Mapping[str, str], relativ
         if name.startswith(".."):
             name = file
         name = name.lstrip("/").replace(os.sep, "/")
-        parts += [f"--- {_diff_path('a', name)}\n", f"+++ {_diff_path('b', name)}\n"]
+        # A file an edit makes (STAND_INS): from /dev/null, as git and patch create files.
+        made = not originals.get(file) and not os.path.exists(file)
+        parts += [f"--- {'/dev/null' if made else _diff_path('a', name)}\n", f"+++ {_diff_path('b', name)}\n"]
         for group in difflib.SequenceMatcher(None, old, new, autojunk=False).get_grouped_opcodes(3):
             parts.append(f"@@ -{_hunk_range(group[0][1], group[-1][2])} +{_hunk_range(group[0][3], group[-1][4])} @@\n")
             for tag, old_start, old_end, new_start, new_end in group:
