@@ -24,6 +24,10 @@ CASES = [
     ("lowered_argmax", ["--argmax", "--mark-step"], ".max(dim=0).indices"),
     ("lowered_rnn", ["--lstm", "--mark-step"], "LSTMLowered("),
     ("cpu_state", ["--save", "model.pt", "--mark-step"], "state_on_cpu("),
+    ("device_branch", ["--best", "--mark-step"], ".masked_fill((loss < best_loss) == 0, 0)"),
+    ("split_pieces", ["--split", "--mark-step"], "split_lowered("),
+    ("lowered_attention", ["--attention", "--mark-step"], "scaled_dot_product_attention_lowered("),
+    ("baked_values", ["--schedule", "--mark-step"], "index_select("),
 ]
 
 

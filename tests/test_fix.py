@@ -690,6 +690,25 @@ def test_a_value_chosen_by_a_tensor_condition_is_chosen_on_the_device() -> None:
         assert _choice(ast.parse(text).body[0], 1) is None, text
 
 
+
+def test_a_condition_joined_with_and_or_is_left_in_words() -> None:
+    """`if args.best and loss < best:` short-circuits on the Python flag; as one device
+    expression a False flag would be the mask (masked_fill(False == 0, ...) raises)."""
+    from types import SimpleNamespace
+
+    from lazyviz.analysis.findings import ExtraSyncDetails
+    from lazyviz.fix import device_branch
+    from lazyviz.fix.source import Context
+
+    text = "for step in range(3):\n    if args.best and loss < best:\n        best = loss.detach()\n"
+    info = SimpleNamespace(sources={}, names={}, backend="ts", device="lazy")
+    context = Context(SimpleNamespace(info=info, trace=None), lambda path: Source(path, text))
+    details = ExtraSyncDetails(cause="bool", count=3, steps=3, ms_per_step=1.0)
+    finding = Finding("extra_sync", "warning", "bool", Frame("/p/train.py", 2, "<module>"), (1,), details=details)
+    proposal = device_branch.propose(finding, context)
+    assert not proposal.changes and "joins conditions with and/or" in proposal.summary
+
+
 @pytest.mark.torch
 def test_if_tensor_keeping_the_best_loss_is_chosen_on_the_device_proved_against_ltcs_counts(tmp_path: Path) -> None:
     """`if loss < best: best = loss.detach()` reads the comparison on the host every

@@ -77,6 +77,12 @@ def propose(finding: Finding, context: Context) -> Proposal:
         return Proposal(finding, f"{finding.fix} (the branch at {source.at(frame.line)} does more than choose "
                                  "a value: keep it on the device by hand)")
     name, test, yes, no = choice
+    if isinstance(test, ast.BoolOp):
+        # `flag and loss < best`: Python's and/or short-circuit on the flag, which the device
+        # would not; made into one device expression, a False flag would be the mask.
+        return Proposal(finding, f"{finding.fix} (the condition at {source.at(frame.line)} joins conditions with "
+                                 "and/or: keep the Python part as the `if` around it, and make the tensor "
+                                 "comparison's choice on the device by hand)")
     if not all(_pure(part) for part in (test, yes, *([no] if no is not None else []))):
         return Proposal(finding, f"{finding.fix} (both values would be computed every step, and one calls "
                                  "something: rewrite it by hand)")
