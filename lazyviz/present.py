@@ -141,8 +141,8 @@ MEMORY_NAMES = {"inputs": "inputs", "outputs": "outputs", "intermediates": "inte
 
 def memory_text(memory: dict[str, int]) -> str:
     """A graph's memory after compiling, as XLA reported it (graph_memory). A figure of 0 is
-    left out: PJRT's CPU client reports 0 for a graph's inputs, outputs and program (checked
-    on torch_xla 2.9: a Linear's step, its loss among the outputs), which hold more."""
+    left out: PJRT's CPU client reports 0 for what it did not measure (torch_xla 2.9: a
+    Linear's step, its loss among the outputs, gave inputs, outputs and program 0 B)."""
     return ", ".join(f"{MEMORY_NAMES[key]} {size_text(size)}" for key, size in memory.items()
                      if key in MEMORY_NAMES and size)
 

@@ -77,7 +77,8 @@ class BackendPanel(ExecutionPanel):
             return graph.backend_text
         memory = graph_memory(graph.backend_text)
         # One size a line: the pane may be 80 columns wide, and code lines do not wrap.
-        head = "".join(f"#   {part}\n" for part in memory_text(memory).split(", "))
+        figures = memory_text(memory)  # "" where XLA measured nothing
+        head = "".join(f"#   {part}\n" for part in figures.split(", ")) if figures else ""
         report, hlo = split_hlo(graph.backend_text)
         if hlo:  # the code first; what XLA said when it compiled it after
             said = "".join(f"# {line}".rstrip() + "\n" for line in report.splitlines())
@@ -88,7 +89,7 @@ class BackendPanel(ExecutionPanel):
         moved = "".join(f"# {collective_line(row)}\n" for row in rows)
         # SPMD's collectives first: in a short pane they are what the graph is read for.
         return ((f"# collectives XLA put in (bytes each device sends per run of the graph):\n{moved}\n" if moved
-                 else "") + (f"# memory after compiling:\n{head}\n" if memory else "") + body)
+                 else "") + (f"# memory after compiling:\n{head}\n" if head else "") + body)
 
 
 class DiffPanel(ExecutionPanel):

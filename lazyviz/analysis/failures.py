@@ -96,7 +96,8 @@ class FailureDetails(Details):
 def explain(failure: Failure, graph: IRGraph | None) -> tuple[str, str, FailureDetails]:
     """(what went wrong, what to do, details) for one failed execution: the device's
     memory, a dtype the IR hides, or the op the message names, in that order."""
-    what = headline(failure.error).rstrip(".")
+    # An error with no words ("."): said as the backend gave it, never an empty sentence.
+    what = headline(failure.error).rstrip(".") or f"the backend failed with {failure.error.strip()!r}"
     details = FailureDetails(error=what)
     if _UNEXPECTED in failure.error:
         return (f"{what}: this sync ran inside a function compiled with torch_xla.compile(full_graph=True), "
