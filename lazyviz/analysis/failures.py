@@ -261,6 +261,15 @@ def crash(run: RunInfo, table: ExecutionTable,
             built = f", built at {node.source_line}" if node.location else ""
             details = replace(details, execution=execution, bytes=size, tensor=node.type_text,
                               built_at=node.source_line or None)
+            total = sum(_bytes(each) for each in graph.nodes) if graph is not None else 0
+            if graph is not None and size * 4 < total:
+                # No one tensor: the graph itself, grown past what the process can hold
+                # (a loop without mark_step(): thousands of small intermediates).
+                lines = ", ".join(f"{where} ({count:,} nodes)" for where, count in graph.built_at.most_common(2))
+                return (f"{what}: the graph of execution {execution} ({len(graph):,} nodes, its tensors "
+                        f"{_size(total)} in all{f', built at {lines}' if lines else ''}) is more than the process "
+                        f"could hold: the allocation that failed was one tensor of {_size(size)}"), \
+                    GRAPH_OUT_OF_MEMORY_FIX, details, user or raised_at
             return (f"{what}: the graph of execution {execution} holds a tensor of {_size(size)} ({node.type_text}, "
                     f"{node.op}{built}), more memory than the device has"), OUT_OF_MEMORY_FIX, details, user or raised_at
     view = _VIEW_CANNOT_FALL_BACK.search(run.error)
@@ -388,6 +397,8 @@ def _bytes(node: Node) -> int:
 
 OUT_OF_MEMORY_FIX = ("make that tensor smaller (a smaller batch, sequence or layer), or build and use it in parts "
                      "with a mark_step() between them")
+GRAPH_OUT_OF_MEMORY_FIX = ("cut the graph: a loop whose iterations pile up into it needs a mark_step() at the end of "
+                           "each (its own finding says where); otherwise run less work between syncs")
 
 
 def too_big(graph: IRGraph, wanted: int | None) -> tuple[Node, int] | None:

@@ -154,7 +154,9 @@ def _build_hook(verbose: bool) -> Path:
             shutil.copyfile(part, build_dir / part.name)
         try:
             cpp_extension.load(name=HOOK_NAME, sources=[str(build_dir / HOOK_MAIN)], build_directory=str(build_dir),
-                               extra_cflags=["-O2"], verbose=verbose)
+                               # NDEBUG: where Python cannot allocate an object (a run out of memory),
+                               # pybind11 throws, which the hook catches, rather than abort the script.
+                               extra_cflags=["-O2", "-DNDEBUG"], verbose=verbose)
         except KeyboardInterrupt:
             raise BackendError("interrupted while building the execution hook; it is built on the next run",
                                130) from None

@@ -377,12 +377,19 @@ class RecordingBackend : public BackendImplInterface {
         }
       }
     } catch (py::error_already_set& error) {
-      if (error.matches(PyExc_Exception)) {
+      if (error.matches(PyExc_MemoryError)) {
+        error.restore();  // out of memory: nothing more to allocate, not even the report of it
+        PyErr_Clear();
+      } else if (error.matches(PyExc_Exception)) {
         // A tracing bug must never break the user's program (the tracer counts its own).
         error.discard_as_unraisable("lazyviz execution hook");
       } else {
         KeepForScript(error);  // KeyboardInterrupt, SystemExit: the script's, not ours
       }
+    } catch (const std::exception&) {
+      // pybind11 could not make an object (a run out of memory): this row is lost, and the
+      // script goes on as it would untraced, to the backend's own error.
+      PyErr_Clear();
     }
   }
 
