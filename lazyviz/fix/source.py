@@ -408,16 +408,16 @@ def guarded_imports(imports: tuple[Change, ...]) -> tuple[tuple[Change, ...], li
     """The imports a backend-only call needs, split: torch's own stay at the file's top
     (always importable), the backend's package goes inside the device test as statements
     (torch_xla is not installed where the program runs on a GPU)."""
-    safe = tuple(c for c in imports if c.lines[0].strip().startswith(("import torch.", "import torch\n")))
+    safe = tuple(c for c in imports if c.lines[0].strip() == "import torch" or c.lines[0].startswith("import torch."))
     return safe, [c.lines[0].strip() for c in imports if c not in safe]
 
 
 def device_only(source: Source, line: int, device_type: str, indent: str, call: str,
-                imports: tuple[Change, ...], otherwise: Sequence[str] = ()) -> tuple[tuple[str, ...], tuple[Change, ...]]:
+                imports: tuple[Change, ...]) -> tuple[tuple[str, ...], tuple[Change, ...]]:
     """The lines of a backend-only statement `call` to put at `line` (with `indent`): under
     the program's own device test where it runs on others too, with its import inside the
     test where the file does not import that module at its top (torch_xla is not installed
-    where the program runs on a GPU); `otherwise` is what runs on the other devices."""
+    where the program runs on a GPU)."""
     newline = source.newline()
     condition = device_condition(source, line, device_type)
     if condition is None:
@@ -427,8 +427,6 @@ def device_only(source: Source, line: int, device_type: str, indent: str, call: 
     safe, inside = guarded_imports(imports)
     lines = [f"{indent}if {test}:{newline}", *(f"{inner}{statement}{newline}" for statement in inside)]
     lines.append(f"{inner}{call}{newline}")
-    if otherwise:
-        lines += [f"{indent}else:{newline}", *(f"{inner}{text}{newline}" for text in otherwise)]
     return tuple(lines), (*safe, *test_imports)
 
 

@@ -627,7 +627,10 @@ def after_bound(before: Measures, bound: Bound) -> Bound | None:
     would cut it short); iterations are counted the same with or without steps."""
     if bound.unit == "iterations":
         return bound
-    return bound if before.steps and at_the_bound(before) else None
+    # Only an original that exited on its own: one that crashed keeps the copy to the bound
+    # (a fixed crash at step 3 of 1,000 would otherwise run the other 997).
+    ended = not at_the_bound(before) and not before.crash and before.exit_status == 0
+    return bound if before.steps and not ended else None
 
 
 def at_the_bound(m: Measures) -> bool:
