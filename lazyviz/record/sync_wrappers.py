@@ -18,9 +18,10 @@ from lazyviz.trace.writer import TraceWriter
 
 MAX_ANNOTATIONS = 4096  # distinct shardings asked for: FSDPv2 asks one per parameter
 MAX_ERRORS = 20  # lazyviz's own errors kept for the end-of-run message; also the backend failures kept
-# The backends' step calls that take no arguments, the one to run pending work with first:
-# torch_xla.sync() (xm.mark_step() also runs the step closures), torch._lazy.mark_step().
-STEP_CALLS = ("sync", "mark_step")
+# The backends' step calls that take no arguments, in the order the bound's pending work
+# is run with one: torch_xla.sync() (xm.mark_step() also runs the step closures), then
+# torch._lazy.mark_step(). Never xm.optimizer_step, which takes the optimizer.
+PENDING_CALLS = ("sync", "mark_step")
 
 
 class StepLimitReached(SystemExit):
@@ -82,7 +83,6 @@ class SyncWrappers:
         # The backend's step call wrapped as the bound's own sync (cause "bound"): what a run
         # ended by --iterations had pending, run and recorded, as the script's next read would.
         self._run_pending: Callable[[], object] | None = None
-        self._pending_site: str | None = None  # its name, of STEP_CALLS
         self.stopped_at_step: int | None = None  # the step after which step_limit ended the script
         self.stopped_at_iteration: int | None = None  # the optimizer step after which iteration_limit ended it
 
@@ -97,6 +97,7 @@ class SyncWrappers:
             self._put(owner, attribute, self._wrap_annotation_call(getattr(owner, attribute)))
 
     def install_sync_sites(self) -> None:
+        step_calls: dict[str, tuple[SyncSite, Callable]] = {}  # PENDING_CALLS found: the site and its original
         for site in self.backend.sync_sites():
             original = getattr(site.owner, site.attribute, None)
             if original is None:
@@ -115,16 +116,16 @@ class SyncWrappers:
                                                       self._on_raise) or slow
             if ends_step and self.step_limit is not None:
                 wrapper = self._wrap_step_limit(wrapper, self.step_limit)
-            if ends_step and site.attribute in STEP_CALLS and not site.mid_step and (
-                    self._pending_site is None or STEP_CALLS.index(site.attribute) < STEP_CALLS.index(
-                        self._pending_site)):
-                # The backend's own step call, taking no arguments (not xm.optimizer_step).
-                bound = SyncSite(site.owner, site.attribute, "bound", "the work pending at lazyviz's bound")
-                slow = self._wrap_sync_site(original, bound, False, False)
-                self._run_pending = self.backend.wrap_sync_site(original, bound, self._counts, False, slow,
-                                                                self._on_raise) or slow
-                self._pending_site = site.attribute
+            if ends_step and site.attribute in PENDING_CALLS and not site.mid_step:
+                step_calls.setdefault(site.attribute, (site, original))
             self._put(site.owner, site.attribute, wrapper, original)
+        found = next((step_calls[name] for name in PENDING_CALLS if name in step_calls), None)
+        if found is not None:
+            site, original = found
+            bound = SyncSite(site.owner, site.attribute, "bound", "the work pending at lazyviz's bound")
+            slow = self._wrap_sync_site(original, bound, False, False)
+            self._run_pending = self.backend.wrap_sync_site(original, bound, self._counts, False, slow,
+                                                            self._on_raise) or slow
 
     def _put(self, owner: object, attribute: str, wrapper: Callable, original: Callable | None = None) -> None:
         original = getattr(owner, attribute) if original is None else original
