@@ -57,7 +57,14 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
                 base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
             found.add(base)
             found |= {f"{base}.{alias.name}" for alias in node.names}
+    # Importing a.b.c runs the package a.b's __init__ first: an import loop can hide there.
+    found |= {parent for module in found for parent in _parents(module) if not within(name, parent)}
     return {m for m in found if m in known and m != name}
+
+
+def _parents(module: str) -> list[str]:
+    parts = module.split(".")
+    return [".".join(parts[:end]) for end in range(1, len(parts))]
 
 
 def graph() -> dict[str, set[str]]:

@@ -6,7 +6,7 @@ import itertools
 import re
 from dataclasses import dataclass, replace
 
-from lazyviz.analysis.findings.base import Details
+from lazyviz.analysis.details import Details
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.ir import IRGraph, Node
 from lazyviz.trace.model import Failure, Frame, RunInfo, first_sentence

@@ -3,9 +3,10 @@ each kind's name, label and colour role (declared by its own module, gathered he
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import StrEnum
 
+from lazyviz.analysis.details import Details
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.library import Stacks, no_stacks
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
@@ -28,29 +29,6 @@ class FindingKind(StrEnum):
     MISSING_MARK_STEP = "missing_mark_step"
     UNASKED_COLLECTIVE = "unasked_collective"
     HOST_CALL = "host_call"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Details:
-    """A kind's facts beyond its message: one record per kind, declared by the kind's
-    module, that the finder writes and readers (fix edits, the report) read as fields.
-    The JSON report writes every field (a nested record by its to_json)."""
-
-    def to_json(self) -> dict:
-        return {f.name: _json(getattr(self, f.name)) for f in fields(self)}
-
-    @property
-    def subject(self) -> str:
-        """What the finding is about, in a word or two (an op, a read's cause): a trial's label."""
-        return ""
-
-
-def _json(value: object) -> object:
-    if hasattr(value, "to_json"):
-        return value.to_json()
-    if isinstance(value, (tuple, list)):
-        return [_json(item) for item in value]
-    return value
 
 
 @dataclass(frozen=True)
