@@ -49,11 +49,12 @@ def plural(count: int, word: str) -> str:
     return f"{count} {word}es" if word.endswith("s") else f"{count} {word}s"
 
 
-def steps_text(summary: Summary) -> str:
-    """What follows "N executions": "in 8 steps (1.0 per step)", or that there were none."""
+def steps_text(summary: Summary, names: Mapping[str, str]) -> str:
+    """What follows "N executions": "in 8 steps (1.0 per step)", or that there were none
+    (named by the backend's step call: RunInfo.names)."""
     if summary.steps:
         return f"in {plural(summary.steps, 'step')} ({summary.executions / summary.steps:.1f} per step)"
-    return "and no mark_step() (no steps)"
+    return f"and no {names['mark_step'].removeprefix('torch._lazy.')} (no steps)"
 
 
 def compiles_text(misses: int, after_warmup: int) -> str:

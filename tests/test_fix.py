@@ -28,7 +28,7 @@ from lazyviz.fix.output_check import check_output, compare_output
 from lazyviz.fix.padding import _padding_calls, padded_lengths, padding_multiple
 from lazyviz.fix.source import Source
 from lazyviz.fix.trial import Measures, comparison, crash_verdict, shown_again_by, steady_sync
-from lazyviz.trace.model import Frame
+from lazyviz.trace.model import Capabilities, Frame
 from lazyviz.trace.synthetic import execution, write_trace
 
 PROGRAMS = ROOT / "tests" / "programs"
@@ -680,9 +680,9 @@ def test_a_value_chosen_by_a_tensor_condition_is_chosen_on_the_device() -> None:
         assert (found[0], ast.unparse(found[1]), ast.unparse(found[2]),
                 ast.unparse(found[3]) if found[3] is not None else found[0]) == (name, cond, yes, no)
     source = Source("/p/train.py", "import torch\n")
-    assert on_the_device(source, "loss < best", "loss.detach()", "best", "ts")[0] == \
+    assert on_the_device(source, "loss < best", "loss.detach()", "best", where_lowers=False)[0] == \
         "loss.detach().masked_fill((loss < best) == 0, 0) + best.masked_fill(loss < best, 0)"
-    assert on_the_device(source, "loss < best", "loss.detach()", "best", "xla")[0] == \
+    assert on_the_device(source, "loss < best", "loss.detach()", "best", where_lowers=True)[0] == \
         "torch.where(loss < best, loss.detach(), best)"
     # Not a choice of one value: two statements, another target in the else, an elif.
     for text in ("if c:\n    x = a\n    y = b\n", "if c:\n    x = a\nelse:\n    y = b\n",
@@ -701,7 +701,8 @@ def test_a_condition_joined_with_and_or_is_left_in_words() -> None:
     from lazyviz.fix.source import Context
 
     text = "for step in range(3):\n    if args.best and loss < best:\n        best = loss.detach()\n"
-    info = SimpleNamespace(sources={}, names={}, backend="ts", device="lazy")
+    info = SimpleNamespace(sources={}, names={}, backend="ts",
+                           device="lazy", capabilities=Capabilities())
     context = Context(SimpleNamespace(info=info, trace=None), lambda path: Source(path, text))
     details = ExtraSyncDetails(cause="bool", count=3, steps=3, ms_per_step=1.0)
     finding = Finding("extra_sync", "warning", "bool", Frame("/p/train.py", 2, "<module>"), (1,), details=details)
@@ -1090,7 +1091,7 @@ def test_a_loop_that_steps_already_gets_no_second_mark_step() -> None:
     of the loss. A step call anywhere in the loop's own body cuts each iteration: one more
     at the end would cut nothing, so no edit (earlier, only a last statement counted)."""
     from lazyviz.fix import mark_step
-    from lazyviz.fix.source import STEP_CALLS, Source
+    from lazyviz.fix.source import Source
 
     text = ("import torch._lazy\n"
             "for step in range(3):\n"
@@ -1099,7 +1100,7 @@ def test_a_loop_that_steps_already_gets_no_second_mark_step() -> None:
             "    print('loss', loss.item())\n")
     source = Source("/w/train.py", text)
     finding = Finding("missing_mark_step", "warning", "repeats", Frame("/w/train.py", 3, "<module>"), (1,))
-    step_call = STEP_CALLS["torch._lazy.mark_step()"]
+    step_call = Capabilities().step_call
     proposal = mark_step._insert_at_loop_end(finding, source, source.tree.body[1], step_call, "lazy")
     assert proposal.outlived and not proposal.changes and "already in the loop at train.py:2" in proposal.summary
     without = Source("/w/train.py", text.replace("    torch._lazy.mark_step()\n", ""))
@@ -1122,7 +1123,7 @@ def test_an_adam_made_in_another_file_than_its_step_is_made_lowered_there() -> N
              "/p/model.py": "import torch\n\n\ndef configure_optimizers(groups, config):\n"
                             "    optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=config.betas)\n"
                             "    return optimizer\n"}
-    info = SimpleNamespace(sources={path: "" for path in texts}, names={})
+    info = SimpleNamespace(sources={path: "" for path in texts}, names={}, capabilities=Capabilities())
     context = Context(SimpleNamespace(info=info), lambda path: Source(path, texts[path]) if path in texts else None)
     details = FallbackDetails(op="aten::lerp.Scalar", calls=41, executions_forced=41, per_step=41.0,
                               call="Adam.step", library_line=None, library_fix=False)
@@ -1157,7 +1158,8 @@ def test_the_cut_for_lbfgs_goes_at_the_end_of_the_closure_before_its_return() ->
             "        loss.backward()\n"
             "        return loss\n"
             "    optimizer.step(closure)\n")
-    info = SimpleNamespace(sources={}, names={"mark_step": "torch._lazy.mark_step()"}, device="lazy")
+    info = SimpleNamespace(sources={}, names={"mark_step": "torch._lazy.mark_step()"},
+                           device="lazy", capabilities=Capabilities())
     context = Context(SimpleNamespace(info=info, trace=None), lambda path: Source(path, text))
     loop = LibraryLoop("torch/optim/lbfgs.py", "step", 330, "LBFGS.step", "call it at the end of closure()", "closure")
     finding = Finding("missing_mark_step", "warning", "the graph grows", Frame("/w/train.py", 5, "closure"), (1,),

@@ -22,7 +22,7 @@ from lazyviz.fix.output_check import check_output, moving_numbers
 from lazyviz.fix.rounds import RoundEdits, _judged, gains
 from lazyviz.fix.trial import Measures, Original, crash_verdict, prepared_side
 from lazyviz.fix.workspace import make_copy, original_line, paths_above
-from lazyviz.trace.model import Frame
+from lazyviz.trace.model import Capabilities, Frame
 
 PROGRAMS = ROOT / "tests" / "programs"
 
@@ -168,11 +168,13 @@ def test_a_host_side_call_is_named_at_the_users_line_through_torchs_wrappers() -
     stack = [user, Frame(site + "torch/utils/_contextlib.py", 120, "decorate_context"),
              Frame(site + "torchvision/utils.py", 150, "save_image"),
              Frame(site + "torchvision/utils.py", 121, "make_grid"), Frame(site + "torch/_tensor.py", 40, "copy_")]
-    assert host_call(stack) == (user, "save_image")
-    assert host_call([user, Frame(site + "torch/utils/tensorboard/writer.py", 600, "add_image")]) == (user, "add_image")
+    assert host_call(stack, ("torch",)) == (user, "save_image")
+    tensorboard = Frame(site + "torch/utils/tensorboard/writer.py", 600, "add_image")
+    assert host_call([user, tensorboard], ("torch",)) == (user, "add_image")
     # A library that is not host-side (a model's forward in transformers) is not one.
-    assert host_call([user, Frame(site + "transformers/models/bert/modeling_bert.py", 10, "forward")]) is None
-    assert host_call([user, Frame(site + "torchvision/models/resnet.py", 10, "forward")]) is None
+    bert = Frame(site + "transformers/models/bert/modeling_bert.py", 10, "forward")
+    assert host_call([user, bert], ("torch",)) is None
+    assert host_call([user, Frame(site + "torchvision/models/resnet.py", 10, "forward")], ("torch",)) is None
 
 
 def test_a_host_call_given_a_detached_tensor_gets_cpu_not_a_second_detach() -> None:
@@ -206,7 +208,8 @@ def step_closure_edit(text: str, line: int = 2) -> str:
     from lazyviz.fix import step_closure
     from lazyviz.fix.source import Context, Source
 
-    info = SimpleNamespace(sources={}, names={"step_closure": "torch._lazy.add_step_closure"}, device="lazy")
+    info = SimpleNamespace(sources={}, names={"step_closure": "torch._lazy.add_step_closure"},
+                           device="lazy", capabilities=Capabilities())
     context = Context(SimpleNamespace(info=info), lambda path: Source(path, text))
     finding = Finding("extra_sync", "warning", "Tensor.item() forces 1 extra execution per step",
                       Frame("/w/main.py", line, "<module>"), (1,),
@@ -246,7 +249,8 @@ def test_a_step_closure_binds_only_what_the_loop_rebinds_and_breaks_a_long_line(
             "        errD = step(data)\n"
             "        print('[%d/%d][%d/%d] Loss_D: %.4f Loss_G: %.4f D(x): %.4f D(G(z)): %.4f / %.4f'\n"
             "              % (epoch, opt.niter, i, len(dataloader), errD.item(), 0.0, 0.0, 0.0, 0.0))\n")
-    info = SimpleNamespace(sources={}, names={"step_closure": "torch._lazy.add_step_closure"}, device="lazy")
+    info = SimpleNamespace(sources={}, names={"step_closure": "torch._lazy.add_step_closure"},
+                           device="lazy", capabilities=Capabilities())
     context = Context(SimpleNamespace(info=info), lambda path: Source(path, text))
     finding = Finding("extra_sync", "warning", "Tensor.item() forces 1 extra execution per step",
                       Frame("/w/main.py", 5, "<module>"), (1,),

@@ -10,21 +10,27 @@ SITE = "/usr/lib/python3.11/site-packages"
 USER = Frame("/repo/train.py", 62, "<module>")
 TORCH = Frame(f"{SITE}/torch/nn/modules/module.py", 1778, "_wrapped_call_impl")
 MASKS = Frame(f"{SITE}/transformers/masking_utils.py", 354, "_ignore_bidirectional_mask_sdpa")
+TS = ("torch",)  # the framework's packages, as a run on each backend records them
+XLA = ("torch", "torch_xla")
 
 
 def test_a_librarys_line_is_the_innermost_outside_torch() -> None:
     line = library_line([USER, TORCH, Frame(f"{SITE}/transformers/models/bert/modeling_bert.py", 665, "forward"),
-                         MASKS, Frame(f"{SITE}/torch/_tensor.py", 1000, "__bool__")])
+                         MASKS, Frame(f"{SITE}/torch/_tensor.py", 1000, "__bool__")], TS)
     assert line is not None and line.frame == MASKS and line.package == "transformers"
     assert str(line) == "transformers/masking_utils.py:354 in _ignore_bidirectional_mask_sdpa()"
     assert library_fix(line) is not None and "attn_implementation" in library_fix(line)
 
 
 def test_the_users_own_line_torchs_and_the_backends_are_no_library() -> None:
-    assert library_line([USER, TORCH]) is None  # `if tensor:` in the user's loop, through a tensor method
-    assert library_line([USER, Frame(f"{SITE}/torch_xla/torch_xla.py", 87, "sync")]) is None
-    assert library_line([]) is None
-    other = library_line([USER, Frame(f"{SITE}/somelib/ops.py", 3, "f")])
+    assert library_line([USER, TORCH], TS) is None  # `if tensor:` in the user's loop, through a tensor method
+    assert library_line([USER, Frame(f"{SITE}/torch_xla/torch_xla.py", 87, "sync")], XLA) is None
+    # A fork of torch_xla under its own name: plumbing where the run's backend says so.
+    fork = [USER, Frame(f"{SITE}/forkxla/core.py", 12, "sync")]
+    assert library_line(fork, (*XLA, "forkxla")) is None
+    assert library_line(fork, XLA) is not None
+    assert library_line([], TS) is None
+    other = library_line([USER, Frame(f"{SITE}/somelib/ops.py", 3, "f")], TS)
     assert other is not None and library_fix(other) is None
 
 
@@ -41,7 +47,7 @@ BOOL = Frame(f"{SITE}/torch/_tensor.py", 1000, "__bool__")
 
 def test_a_loop_inside_generate_is_transformers_decode_loop_with_its_hook() -> None:
     loop = library_loop([[CALL, CONTEXT, WRAPPED, GENERATE, SAMPLE, BOOL],
-                         [CALL, CONTEXT, WRAPPED, GENERATE, Frame(SAMPLE.file, 3301, "_sample"), CRITERIA, BOOL]])
+                         [CALL, CONTEXT, WRAPPED, GENERATE, Frame(SAMPLE.file, 3301, "_sample"), CRITERIA, BOOL]], TS)
     assert loop is not None and loop.known
     assert (loop.path, loop.function, loop.line, loop.call) == ("transformers/generation/utils.py", "_sample", 3289,
                                                                  "generate")
@@ -51,11 +57,11 @@ def test_a_loop_inside_generate_is_transformers_decode_loop_with_its_hook() -> N
 def test_syncs_from_several_lines_of_the_users_or_from_their_own_code_are_no_library_loop() -> None:
     # The user's own loop: its syncs leave their code at two lines.
     assert library_loop([[CALL, CONTEXT, GENERATE, SAMPLE, BOOL],
-                         [Frame(CALL.file, 24, "<module>"), CONTEXT, GENERATE, SAMPLE, BOOL]]) is None
-    assert library_loop([[USER, TORCH], [USER, TORCH]]) is None  # `if tensor:` of theirs: no library
-    assert library_loop([]) is None
+                         [Frame(CALL.file, 24, "<module>"), CONTEXT, GENERATE, SAMPLE, BOOL]], TS) is None
+    assert library_loop([[USER, TORCH], [USER, TORCH]], TS) is None  # `if tensor:` of theirs: no library
+    assert library_loop([], TS) is None
     # A library function lazyviz knows no loop of: named, without a hook to offer.
-    other = library_loop([[USER, Frame(f"{SITE}/somelib/run.py", 40, "fit"), BOOL]])
+    other = library_loop([[USER, Frame(f"{SITE}/somelib/run.py", 40, "fit"), BOOL]], TS)
     assert other is not None and not other.known and (other.path, other.function) == ("somelib/run.py", "fit")
 
 
@@ -72,9 +78,9 @@ def test_lbfgs_calling_the_users_closure_is_a_loop_whose_cut_is_in_the_closure()
     loss = Frame(f"{SITE}/torch/nn/functional.py", 3885, "mse_loss")
     stacks = [[step, wrapper, Frame(f"{SITE}/torch/optim/lbfgs.py", line, "step"), closure, loss]
               for line in (330, 457)]
-    loop = callback_loop(stacks)
+    loop = callback_loop(stacks, TS)
     assert loop is not None and loop.callback == "closure" and loop.call == "LBFGS.step" and loop.line == 330
     assert "at the end of closure()" in loop.hook
-    assert callback_loop([*stacks, [step, Frame("/w/train.py", 120, "evaluate"), loss]]) is None
+    assert callback_loop([*stacks, [step, Frame("/w/train.py", 120, "evaluate"), loss]], TS) is None
     assert callback_loop([[Frame("/w/train.py", 90, "train"), wrapper, Frame(f"{SITE}/torch/optim/adam.py", 200,
-                                                                              "step"), loss]]) is None
+                                                                              "step"), loss]], TS) is None

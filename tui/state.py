@@ -47,7 +47,7 @@ class TraceState:
 
     def take(self, update: TraceUpdate) -> Taken:
         if update.run is not None:
-            if update.run.backend == "xla" and not self.ir_graphs.has_hlo:
+            if update.run.capabilities.hlo and not self.ir_graphs.has_hlo:
                 self.ir_graphs = IRGraphs(self.ir_texts, self.backend_text)
             self.run_info = update.run
         self.process_status = update.process_status

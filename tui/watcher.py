@@ -157,7 +157,7 @@ class TraceWatcher:
             self._quick_sent = True
             if self.graphs is None:  # XLA: what its IR text leaves out, from the HLO
                 self.graphs = with_hlo(self.ir_texts, trace, update.run)
-                self.stacks = stacks_of(trace)
+                self.stacks = stacks_of(trace, update.run.capabilities.packages)
             # Never in the UI's thread.
             update.analysed = Run.of(update.run, table, self.graphs, stacks=self.stacks).analysed(quick)
             update.steps = step_times(table)

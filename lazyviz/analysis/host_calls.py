@@ -27,12 +27,12 @@ HOST_CALLS: dict[str, frozenset[str] | None] = {
 ABSORBED_KINDS = frozenset({"fallback", "recompile", "dynamic_shape", "extra_sync", "missing_mark_step"})
 
 
-def _package_path(file: str) -> str | None:
+def _package_path(file: str, packages: tuple[str, ...]) -> str | None:
     """The file under its package folder, torch's TensorBoard writer included (torch's
     own files are plumbing to frame_owner); "" for plumbing, None for the user's own."""
     if "torch/utils/tensorboard/" in file:
         return "torch/utils/tensorboard/" + file.rpartition("torch/utils/tensorboard/")[2]
-    return frame_owner(file)
+    return frame_owner(file, packages)
 
 
 def _host_side(path: str, function: str) -> bool:
@@ -42,12 +42,12 @@ def _host_side(path: str, function: str) -> bool:
     return False
 
 
-def host_call(stack: Sequence[Frame]) -> tuple[Frame, str] | None:
+def host_call(stack: Sequence[Frame], packages: tuple[str, ...]) -> tuple[Frame, str] | None:
     """(the user's line that made the call, the host-side function it called) where the
     stack (outermost first) runs through one; None otherwise."""
     user: Frame | None = None
     for frame in stack:
-        path = _package_path(frame.file)
+        path = _package_path(frame.file, packages)
         if path is None:
             user = frame
         elif path and _host_side(path, frame.function):  # torch's plumbing between (no_grad's wrapper): skipped
@@ -61,7 +61,7 @@ def host_calls(stack_ids: Sequence[int | None], stacks: Stacks) -> dict[tuple[Fr
     seen: dict[int | None, tuple[Frame, str] | None] = {}
     for position, stack_id in enumerate(stack_ids):
         if stack_id not in seen:
-            seen[stack_id] = host_call(stacks(stack_id)) if stack_id is not None else None
+            seen[stack_id] = host_call(stacks(stack_id), stacks.packages) if stack_id is not None else None
         call = seen[stack_id]
         if call is not None:
             found[call].append(position)

@@ -9,12 +9,22 @@ from typing import NamedTuple
 
 from lazyviz.trace.model import Frame, frame_owner
 
-# An execution's recorded Python stack by its stack id, outermost frame first (the trace's).
-Stacks = Callable[[int | None], list[Frame]]
+
+class Stacks:
+    """An execution's recorded Python stack by its stack id, outermost frame first (the
+    trace's), and the framework's packages of the run that recorded them
+    (Capabilities.packages): whose frames in them are plumbing."""
+
+    def __init__(self, read: Callable[[int | None], list[Frame]] | None = None,
+                 packages: tuple[str, ...] = ("torch",)) -> None:
+        self._read = read
+        self.packages = packages
+
+    def __call__(self, stack_id: int | None) -> list[Frame]:
+        return self._read(stack_id) if self._read is not None else []
 
 
-def no_stacks(stack_id: int | None) -> list[Frame]:
-    return []
+no_stacks = Stacks()
 
 
 class LibraryLine(NamedTuple):
@@ -29,11 +39,12 @@ class LibraryLine(NamedTuple):
         return f"{self.path}:{self.frame.line} in {self.frame.function}()"
 
 
-def library_line(stack: list[Frame]) -> LibraryLine | None:
-    """The innermost line of the stack outside torch and lazyviz, when it is in an
-    installed package (not the user's own file); None when the user's code synced."""
+def library_line(stack: list[Frame], packages: tuple[str, ...]) -> LibraryLine | None:
+    """The innermost line of the stack outside the framework's `packages` and lazyviz,
+    when it is in an installed package (not the user's own file); None when the user's
+    code synced."""
     for frame in reversed(stack):
-        owner = frame_owner(frame.file)
+        owner = frame_owner(frame.file, packages)
         if owner != "":
             return LibraryLine(frame, owner) if owner else None
     return None

@@ -60,7 +60,7 @@ class LibraryLoop:
                 "callback": self.callback}
 
 
-def callback_loop(stacks: Sequence[Sequence[Frame]]) -> LibraryLoop | None:
+def callback_loop(stacks: Sequence[Sequence[Frame]], packages: tuple[str, ...]) -> LibraryLoop | None:
     """Where every sync comes from one function of the user's that a library loop calls
     (CALLBACK_LOOPS: LBFGS.step() evaluating the closure): that loop, the function named.
     None where any stack does not go through it."""
@@ -71,7 +71,7 @@ def callback_loop(stacks: Sequence[Sequence[Frame]]) -> LibraryLoop | None:
             owner = _installed_path(frame.file)
             if owner in CALLBACK_LOOPS and frame.function == CALLBACK_LOOPS[owner][0]:
                 looping = (owner, frame.function, frame.line)
-            elif looping is not None and frame_owner(frame.file) is None:
+            elif looping is not None and frame_owner(frame.file, packages) is None:
                 found.setdefault((looping[0], looping[1], frame.function), looping[2])
                 break
         else:
@@ -88,7 +88,7 @@ def _installed_path(file: str) -> str:
     return next((file.rpartition(where)[2] for where in ("/site-packages/", "/dist-packages/") if where in file), "")
 
 
-def library_loop(stacks: Sequence[Sequence[Frame]]) -> LibraryLoop | None:
+def library_loop(stacks: Sequence[Sequence[Frame]], packages: tuple[str, ...]) -> LibraryLoop | None:
     """Where the syncs of these stacks (outermost first) all come from, when that is a
     library's: one user line, then the same library functions; the innermost of them is
     the loop's (known: its hook). None where the stacks leave the user's code at
@@ -101,7 +101,7 @@ def library_loop(stacks: Sequence[Sequence[Frame]]) -> LibraryLoop | None:
     for stack in stacks:
         user, inner = None, []
         for frame in stack:
-            owner = frame_owner(frame.file)
+            owner = frame_owner(frame.file, packages)
             if owner is None:
                 user, inner = frame, []
             elif owner:  # torch's plumbing between (no_grad's wrapper): skipped
@@ -109,7 +109,7 @@ def library_loop(stacks: Sequence[Sequence[Frame]]) -> LibraryLoop | None:
         if user is None or not inner:
             return None
         users.add((user.file, user.line))
-        keys = [(frame_owner(frame.file) or "", frame.function) for frame in inner]
+        keys = [(frame_owner(frame.file, packages) or "", frame.function) for frame in inner]
         common = keys if common is None else [key for key in common if key in keys]
         first_inner = first_inner or inner
     if len(users) != 1 or not common:
@@ -117,7 +117,7 @@ def library_loop(stacks: Sequence[Sequence[Frame]]) -> LibraryLoop | None:
     # The innermost known loop among them, else the innermost function they share.
     known = [key for key in common if _hook(*key)]
     path, function = (known or common)[-1]
-    frame = next(f for f in first_inner if f.function == function and frame_owner(f.file) == path)
+    frame = next(f for f in first_inner if f.function == function and frame_owner(f.file, packages) == path)
     # The call the user made: the outermost shared function that is not a decorator's wrapper.
     call = next((name for _, name in common if "wrap" not in name and not name.startswith(("<", "_"))
                  and name not in _WRAPPERS), common[0][1])

@@ -29,7 +29,6 @@ class Run:
     def __init__(self, trace: Trace | None = None) -> None:
         self.trace = trace
         self.path: Path | None = trace.path if trace is not None else None
-        self.stacks: Stacks = stacks_of(trace) if trace is not None else no_stacks
 
     @classmethod
     def of(cls, info: RunInfo, executions: Sequence[Execution], ir_texts: Mapping[str, str],
@@ -37,7 +36,8 @@ class Run:
         """ir_texts: best an IRGraphs kept across the live view's updates (what it parsed
         stays parsed). stacks: each execution's Python stack by its id (stacks_of(trace))."""
         run = cls()
-        run.path, run.stacks = path, stacks
+        run.path = path
+        run.__dict__["stacks"] = stacks
         # cached_property reads the instance's __dict__ first: these are the parts.
         run.__dict__.update(info=info, executions=ExecutionTable.of(executions), ir_texts=IRGraphs.of(ir_texts))
         return run
@@ -50,6 +50,10 @@ class Run:
     @cached_property
     def info(self) -> RunInfo:
         return self._trace().run
+
+    @cached_property
+    def stacks(self) -> Stacks:
+        return stacks_of(self.trace, self.info.capabilities.packages) if self.trace is not None else no_stacks
 
     @cached_property
     def executions(self) -> ExecutionTable:
@@ -147,9 +151,9 @@ def _collector_paused() -> Iterator[None]:
         gc.enable()
 
 
-def stacks_of(trace: Trace) -> Stacks:
+def stacks_of(trace: Trace, packages: tuple[str, ...]) -> Stacks:
     """The trace's stacks by id, each read once; a damaged one reads as no stack (the
-    findings that ask say less, the rest stands)."""
+    findings that ask say less, the rest stands). packages: the run's framework packages."""
 
     @lru_cache(maxsize=4096)
     def stack(stack_id: int | None) -> list[Frame]:
@@ -158,13 +162,13 @@ def stacks_of(trace: Trace) -> Stacks:
         except TraceError:
             return []
 
-    return stack
+    return Stacks(stack, packages)
 
 
 def with_hlo(ir_texts: Mapping[str, str], trace: Trace, info: RunInfo) -> IRGraphs:
     """The IR texts as IRGraphs, answering each graph's HLO too where the trace may hold
     it: PyTorch/XLA's."""
-    if info.backend != "xla":
+    if not info.capabilities.hlo:
         return IRGraphs.of(ir_texts)
 
     def backend_text(graph_id: str) -> str:

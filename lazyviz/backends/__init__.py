@@ -6,16 +6,18 @@ this package touch torch's private lazy APIs.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import sys
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from lazyviz.errors import LazyvizError
+from lazyviz.trace.model import Capabilities
 
 
 class BackendError(LazyvizError):
@@ -130,6 +132,9 @@ class ExecuteTimeHook(Protocol):
 class LazyBackend(ABC):
     name: str
     device: str
+    # The top-level packages of the backend's framework (its registry line's): their frames
+    # are never the user's, nor a library's.
+    packages: tuple[str, ...] = ("torch",)
     # True for backends that learn of executions by reading the backend's own reports:
     # the tracer then calls poll() around every sync site and at the end.
     polls: bool = False
@@ -259,6 +264,11 @@ class LazyBackend(ABC):
     def framework_paths(self) -> list[str]:
         """Directories whose frames are never the user's frame."""
 
+    def capabilities(self) -> Capabilities:
+        """What this backend can give and how its calls are spelled, recorded with the run
+        once it is set up: what reads the trace asks these, not the backend's name."""
+        return Capabilities(packages=self.packages)
+
     @abstractmethod
     def versions(self) -> dict[str, str]:
         """Version strings worth recording with the run (e.g. {"torch": "2.13.0"})."""
@@ -273,15 +283,41 @@ class BackendEntry:
     detects: tuple[str, ...]  # modules whose import in a script means this backend
     packages: tuple[str, ...]  # top-level packages of the backend's framework
     prepare: str | None = None  # "module:function" run by `lazyviz run` before the script starts
+    options: Mapping[str, str] = field(default_factory=dict)  # its class's keyword arguments (a fork's package)
+    # The backend this one is a fork of: a script that imports both (the fork is built on
+    # it) is this one's.
+    extends: str | None = None
 
 
 # One line per backend. `--backend` lists these names; without it, a script's imports pick.
+# A package outside lazyviz adds its own with an entry point in the group "lazyviz.backends"
+# whose object is its BackendEntry (a torch_xla fork: XlaBackend with its package's name).
 BACKENDS: dict[str, BackendEntry] = {
     "ts": BackendEntry("lazyviz.backends.ts:TorchScriptBackend", ("torch._lazy",), ("torch",),
                        prepare="lazyviz.backends.ts:prepare"),
     "xla": BackendEntry("lazyviz.backends.xla:XlaBackend", ("torch_xla",), ("torch", "torch_xla")),
 }
 DEFAULT_BACKEND = "ts"
+ENTRY_POINTS = "lazyviz.backends"
+
+
+@functools.cache
+def backends() -> dict[str, BackendEntry]:
+    """The registry's backends, and those installed packages add (ENTRY_POINTS); one that
+    does not load is left out, as pytest leaves out a broken plugin's entry, with a line
+    on stderr."""
+    from importlib.metadata import entry_points
+
+    found = dict(BACKENDS)
+    for point in entry_points(group=ENTRY_POINTS):
+        try:
+            entry = point.load()
+        except Exception as error:  # a package's broken entry must not stop lazyviz
+            print(f"lazyviz: backend {point.name!r} from {point.value} does not load: {error}", file=sys.stderr)
+            continue
+        if isinstance(entry, BackendEntry) and point.name not in BACKENDS:
+            found[point.name] = entry
+    return found
 
 
 def _load(target: str) -> object:
@@ -292,17 +328,24 @@ def _load(target: str) -> object:
 
 
 def get_backend(name: str, capture_ir: bool = True) -> LazyBackend:
-    entry = BACKENDS.get(name)
+    entry = backends().get(name)
     if entry is None:
-        raise BackendError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})")
-    return _load(entry.target)(capture_ir)  # type: ignore[operator, no-any-return]
+        raise BackendError(f"unknown backend {name!r} (known: {', '.join(backends())})")
+    backend = _load(entry.target)(capture_ir, **entry.options)  # type: ignore[operator]
+    # A parametrised class serves several registry lines: each names its own.
+    backend.name, backend.packages = name, entry.packages
+    return backend  # type: ignore[no-any-return]
 
 
 def prepare_backend(name: str) -> None:
     """What must happen before the script starts (the TorchScript hook's build)."""
-    entry = BACKENDS[name]
+    entry = backends()[name]
     if entry.prepare is not None:
         _load(entry.prepare)()  # type: ignore[operator]
+
+
+def _imports(entry: BackendEntry, modules: Iterable[str]) -> bool:
+    return any(module == prefix or module.startswith(prefix + ".") for module in modules for prefix in entry.detects)
 
 
 def detect_backend(imported: set[str] | None, environ: Mapping[str, str] | None = None,
@@ -310,11 +353,11 @@ def detect_backend(imported: set[str] | None, environ: Mapping[str, str] | None 
     """The backend a script's imported modules name; else PyTorch/XLA where torch_xla is
     installed and PJRT_DEVICE is set (a library imports it for the script: transformers'
     Trainer trains on XLA then); else the default."""
-    found = [name for name, entry in BACKENDS.items()
-             if imported and any(module == prefix or module.startswith(prefix + ".")
-                                 for module in imported for prefix in entry.detects)]
+    registry = backends()
+    found = [name for name, entry in registry.items() if imported and _imports(entry, imported)]
+    found = [name for name in found if not any(registry[other].extends == name for other in found)]
     if len(found) > 1:
-        named = " and ".join(f"{BACKENDS[n].detects[0]} ({n})" for n in found)
+        named = " and ".join(f"{registry[n].detects[0]} ({n})" for n in found)
         raise BackendError(f"the script imports {named}: pass --backend {' or --backend '.join(found)}")
     if found:
         return found[0]
@@ -325,5 +368,16 @@ def detect_backend(imported: set[str] | None, environ: Mapping[str, str] | None 
     return DEFAULT_BACKEND
 
 
+def imported_backend(modules: Iterable[str]) -> str:
+    """The backend of a process that imported `modules` (sys.modules, for lazyviz.trace
+    started without a backend): one besides the default whose package is imported, a
+    fork before what it extends; else the default."""
+    registry = backends()
+    modules = set(modules)
+    found = [name for name, entry in registry.items() if name != DEFAULT_BACKEND and _imports(entry, modules)]
+    found = [name for name in found if not any(registry[other].extends == name for other in found)]
+    return found[0] if found else DEFAULT_BACKEND
+
+
 def framework_packages() -> set[str]:
-    return {package for entry in BACKENDS.values() for package in entry.packages}
+    return {package for entry in backends().values() for package in entry.packages}

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import os
 import shutil
 import sys
@@ -62,27 +63,34 @@ from lazyviz.backends.xla_io import (
     _runs_here,
     _set_environment,
     _Tail,
+    framework,
     launchers,
 )
 from lazyviz.backends.xla_polls import XlaPolls
 from lazyviz.backends.xla_read import XlaReads
+from lazyviz.trace.model import Capabilities
 
 
 class XlaBackend(LazyBackend):
+    """The torch_xla family: torch_xla itself, or a fork that keeps its API under another
+    package name (`package`) and device type (`device`), each a line of the registry."""
+
     name = "xla"
     device = "xla"
+    packages = ("torch", "torch_xla")
     polls = True
-    names = {"mark_step": "torch_xla.sync()", "step_closure": "xm.add_step_closure"}
     empty_sync_ends_step = False
     one_trace_per_process = True
 
-    def __init__(self, capture_ir: bool = True) -> None:
+    def __init__(self, capture_ir: bool = True, package: str = "torch_xla", device: str = "xla") -> None:
         super().__init__(capture_ir)
+        self.package, self.device = package, device
+        self.names = {"mark_step": f"{package}.sync()", "step_closure": "xm.add_step_closure"}
         self._folder = Path(tempfile.mkdtemp(prefix="lazyviz-xla-"))
         self._enabled = False
         # Its parts: XLA's counters, what XLA wrote (set up by _set_up), and from
         # install_hook, the hand-on of each execution and the polls that drive it.
-        self._xla_counters = XlaCounters(capture_ir)
+        self._xla_counters = XlaCounters(capture_ir, package)
         self._reads = XlaReads(_Tail(self._folder / "analysis.txt"))
         self._hand_on: XlaHandOn | None = None
         self._polls: XlaPolls | None = None
@@ -100,26 +108,25 @@ class XlaBackend(LazyBackend):
         # As XLA reads it: "true", or a number other than 0.
         value = os.environ.get("XLA_IR_DEBUG", "")
         self._user_ir_debug = value == "true" or (value.lstrip("-").isdigit() and int(value) != 0)
-        imported = "torch_xla" in sys.modules
+        imported = self.package in sys.modules
         if imported and not self.after_launch:
             shutil.rmtree(self._folder, ignore_errors=True)
-            raise BackendError("torch_xla was imported before lazyviz could set XLA's debug reports up")
+            raise BackendError(f"{self.package} was imported before lazyviz could set XLA's debug reports up")
         if imported and any(self._xla_counters.xla_counts()):
             shutil.rmtree(self._folder, ignore_errors=True)
             raise BackendError("this process ran XLA graphs before lazyviz could set XLA's debug reports up")
         self._set_up_reports(os.environ)
         try:
-            import torch_xla
-            import torch_xla.debug.metrics
+            xla = framework(self.package)
+            framework(self.package, "debug.metrics")
         except ImportError as error:
             shutil.rmtree(self._folder, ignore_errors=True)  # nothing will read it
-            raise BackendError(
-                f"cannot import torch_xla ({error}); install torch and torch-xla of the same "
-                "version, e.g. pip install torch==2.9.0 torch-xla==2.9.0"
-            ) from None
+            install = ("install torch and torch-xla of the same version, e.g. pip install torch==2.9.0 torch-xla==2.9.0"
+                       if self.package == "torch_xla" else f"install {self.package} and the torch it was built for")
+            raise BackendError(f"cannot import {self.package} ({error}); {install}") from None
         if imported and self.capture_ir and "XLA_IR_DEBUG" in self._users_settings:
             # XLA_IR_DEBUG, set by lazyviz, is read at import: turned on where XLA reads it since.
-            torch_xla._XLAC._set_ir_debug(True)
+            xla._XLAC._set_ir_debug(True)
 
     def _set_up_reports(self, env: MutableMapping[str, str]) -> None:
         """Turn on the reports lazyviz reads, keeping what the user asked XLA for: their
@@ -236,7 +243,7 @@ class XlaBackend(LazyBackend):
         read: theirs keeps torch's frames, as untraced."""
         if self._reads.dump is not None and self._reads.dump.parent != self._folder:
             return
-        import torch_xla
+        torch_xla = framework(self.package)
 
         if classify is None:
             if self._lines_hook is not None:
@@ -298,8 +305,7 @@ class XlaBackend(LazyBackend):
         fast = self._polls.fast if self._polls is not None else None
         if fast is None:
             return None
-        import torch_xla.core.xla_model as xm
-
+        xm = framework(self.package, "core.xla_model")
         flag = device_flag(site.owner, self.device)
         contexts = _device_contexts(xm) if site.runs_closures else None
         wrapper = fast.xla_wrap_sync_site(original, slow, site.cause, site.label, counts, ends_step,
@@ -310,22 +316,22 @@ class XlaBackend(LazyBackend):
 
     def sync_sites(self) -> list[SyncSite]:
         import torch
-        import torch_xla
-        import torch_xla.core.xla_model as xm
 
+        torch_xla, xm = framework(self.package), framework(self.package, "core.xla_model")
         # `import torch_xla.torch_xla as m` binds the package (it has an attribute of that name).
-        module = sys.modules["torch_xla.torch_xla"]
+        module = sys.modules.get(f"{torch_xla.__name__}.torch_xla")
+        sync = self.names["mark_step"]
         # A step ends at the step-ending call the user makes or a library makes for them:
         # torch_xla.sync(), xm.optimizer_step(barrier=True), torch_xla.step()'s exit, the
         # parallel loader's per-batch sync, the end of a torch_xla.compile'd function; all
         # but the first call the module's own sync(). Not where compile() runs the ops
         # pending before the compiled function.
-        pending = {"_clear_pending_ops_before_compile": "torch_xla.compile() (ops pending before it)"}
+        pending = {"_clear_pending_ops_before_compile": f"{self.package}.compile() (ops pending before it)"}
         return [
             SyncSite(xm, "optimizer_step", "mark_step", "xm.optimizer_step()"),
             SyncSite(xm, "mark_step", "mark_step", "xm.mark_step()"),
-            SyncSite(torch_xla, "sync", "mark_step", "torch_xla.sync()"),
-            SyncSite(module, "sync", "mark_step", "torch_xla.sync()", mid_step=pending),
+            SyncSite(torch_xla, "sync", "mark_step", sync),
+            *([SyncSite(module, "sync", "mark_step", sync, mid_step=pending)] if module is not None else []),
             SyncSite(torch_xla._XLAC, "_xla_step_marker", "mark_step", "mark_step()"),
             SyncSite(xm, "_run_step_closures", "mark_step", "step closures", runs_closures=True,
                      closures_waiting=_closures_waiting(xm)),
@@ -335,7 +341,7 @@ class XlaBackend(LazyBackend):
             SyncSite(xm, "broadcast_master_param", "other", "xm.broadcast_master_param()"),
             SyncSite(xm, "mesh_reduce", "other", "xm.mesh_reduce()"),
             # Not syncs: they start the processes that run the graphs.
-            *(SyncSite(owner, name, "other", label, starts_processes=True) for owner, name, label in launchers()),
+            *(SyncSite(owner, name, "other", label, starts_processes=True) for owner, name, label in launchers(self.package)),
             # Not Tensor.to: it builds device_data nodes, and XLA_IR_DEBUG records the
             # innermost Python frame as their location, which would be our wrapper.
             *(site for site in tensor_sync_sites() if site.attribute != "to"),
@@ -343,23 +349,30 @@ class XlaBackend(LazyBackend):
         ]
 
     def annotation_calls(self) -> list[tuple[object, str]]:
-        return xla_spmd.annotation_calls()
+        return xla_spmd.annotation_calls(self.package)
 
     def describe_annotation(self, args: tuple, kwargs: dict) -> dict | None:
-        return xla_spmd.describe_annotation(args, kwargs)
+        return xla_spmd.describe_annotation(self.package, args, kwargs)
 
     def framework_paths(self) -> list[str]:
-        import torch
-        import torch_xla
         import typing_extensions
 
-        # typing_extensions: torch_xla's @deprecated wrapper sits between the user and sync().
-        return [str(Path(torch.__file__).parent), str(Path(torch_xla.__file__).parent),
+        # A fork's own package, and torch_xla's where the fork is built on it (its registry
+        # line names both). typing_extensions: torch_xla's @deprecated wrapper sits between
+        # the user and sync().
+        found = [importlib.util.find_spec(package) for package in self.packages]
+        return [*(str(Path(spec.origin).parent) for spec in found if spec is not None and spec.origin),
                 typing_extensions.__file__]
+
+    def capabilities(self) -> Capabilities:
+        package = self.package
+        return Capabilities(hlo=True, compiled_memory=True, packages=self.packages,
+                            step_call=(f"{package}.sync", package),
+                            closure_call=(f"{package}.core.xla_model.add_step_closure", f"{package}.core.xla_model"),
+                            where_lowers=True)
 
     def versions(self) -> dict[str, str]:
         import torch
-        import torch_xla
 
-        return {"torch": torch.__version__.split("+")[0], "torch_xla": torch_xla.__version__,
+        return {"torch": torch.__version__.split("+")[0], self.package: framework(self.package).__version__,
                 "pjrt_device": os.environ.get("PJRT_DEVICE", "")}

@@ -13,14 +13,16 @@ from lazyviz.backends.xla_io import (
     _READ_EACH_SECOND,
     _TRANSFER_METRICS,
     _TRANSFERS_READ_S,
+    framework,
 )
 
 
 class XlaCounters:
     """capture_ir: full capture reads every counter; light capture only the fallbacks'."""
 
-    def __init__(self, capture_ir: bool) -> None:
+    def __init__(self, capture_ir: bool, package: str = "torch_xla") -> None:
         self.capture_ir = capture_ir
+        self.package = package  # torch_xla, or a fork's name for it
         self.value: Callable[[str], int | None] = lambda name: 0  # XLA's, from start()
         self.last: dict[str, int] = {}  # the counters as last read: what an execution moved is measured from them
         self.fallback_ops: list[str] = []  # XLA's counters of the ops that fell back, as last listed
@@ -31,9 +33,7 @@ class XlaCounters:
 
     def start(self) -> None:
         """From now: the counters as they are, the metrics' samples taken so far."""
-        import torch_xla
-
-        self.value = torch_xla._XLAC._xla_counter_value
+        self.value = framework(self.package)._XLAC._xla_counter_value
         self.last = self.counters() if self.capture_ir else self.watched()
         self._compile_samples = self._new_samples("CompileTime", 0)[0]
         self._execute_samples = {name: self._new_samples(name, 0)[0] for name in _EXECUTE_METRICS}
@@ -42,12 +42,9 @@ class XlaCounters:
         """The counters now: all of them in full capture (see _all), the fallbacks' in light."""
         return self._all(final, compiled) if self.capture_ir else self.watched()
 
-    @staticmethod
-    def xla_counts() -> tuple[int, int]:
+    def xla_counts(self) -> tuple[int, int]:
         """(executions, compiles) as XLA counts them: every execution looks its graph up."""
-        import torch_xla
-
-        value = torch_xla._XLAC._xla_counter_value
+        value = framework(self.package)._XLAC._xla_counter_value
         uncached = value("UncachedCompile") or 0
         return (value("CachedCompile") or 0) + uncached, uncached
 
@@ -60,9 +57,7 @@ class XlaCounters:
         """The counters light capture keeps: the ops that fell back (`aten::`), one value
         each. XLA lists those (the fallback's counters that are not zero) for a fraction
         of what listing all its counters costs."""
-        import torch_xla
-
-        ops = torch_xla._XLAC._get_executed_fallback_ops()
+        ops = framework(self.package)._XLAC._get_executed_fallback_ops()
         if len(ops) != len(self.fallback_ops):  # a first fallback of an op (XLA never drops one)
             self.fallback_ops = list(ops)
         value = self.value
@@ -78,13 +73,11 @@ class XlaCounters:
         between goes with the execution handed on then: the run's totals are exact, and
         one execution carries what the counters not yet listed, the copies and the runs
         counted in the second before it."""
-        import torch_xla
-
         now = time.perf_counter()
         due = final or now - self.transfers_read_at >= _TRANSFERS_READ_S
         watched = self.watched()
         if due or compiled or not self._names or any(name not in self.last for name in watched):
-            self._names = list(torch_xla._XLAC._xla_counter_names())
+            self._names = list(framework(self.package)._XLAC._xla_counter_names())
         value = self.value
         names = self._names
         counters = dict(zip(names, map(value, names)))  # a C loop: every sync reads them all
@@ -112,9 +105,7 @@ class XlaCounters:
         """(samples ever taken, the values of those after the first `seen`, in ms) of an
         XLA metric. Only the new ones are converted: XLA keeps the last 1,000, and
         converting them all at every sync cost a tiny step 20 us."""
-        import torch_xla.debug.metrics as metrics
-
-        data = metrics.metric_data(name)
+        data = framework(self.package, "debug.metrics").metric_data(name)
         if not data:
             return 0, []
         count, _total, samples = data
@@ -140,17 +131,14 @@ class XlaCounters:
         return {**self._counter_values(), **self.transfer_counts()}
 
     def _counter_values(self) -> dict[str, int]:
-        import torch_xla
-
         value = self.value
-        return {name: value(name) or 0 for name in torch_xla._XLAC._xla_counter_names()}
+        return {name: value(name) or 0 for name in framework(self.package)._XLAC._xla_counter_names()}
 
     def transfer_counts(self) -> dict[str, int]:
-        import torch_xla
-
+        metric_data = framework(self.package)._XLAC._xla_metric_data
         counters = {}
         for metric, copies, size in _TRANSFER_METRICS:
-            data = torch_xla._XLAC._xla_metric_data(metric)
+            data = metric_data(metric)
             if data:
                 counters[copies], counters[size] = data[0], int(data[1])
         return counters

@@ -4,6 +4,7 @@ name a report's call and line."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import linecache
 import os
 import re
@@ -24,12 +25,16 @@ OUR_SETTINGS = ("PT_XLA_DEBUG_FILE", "PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_MAX_FRA
 _ANALYSIS_FRAMES = "256"
 
 
-def launchers() -> list[tuple[object, str, str]]:
-    """The calls that start processes running the graphs: (owner, attribute, label)."""
-    import torch_xla
-    import torch_xla.distributed.xla_multiprocessing as xmp
+def framework(package: str, submodule: str = "") -> ModuleType:
+    """A module of the torch_xla family: `package` is torch_xla, or a fork that keeps its
+    API under a name of its own (its `_XLAC`, `core.xla_model`, `debug.metrics`, ...)."""
+    return importlib.import_module(f"{package}.{submodule}" if submodule else package)
 
-    return [(torch_xla, "launch", "torch_xla.launch()"), (xmp, "spawn", "xmp.spawn()")]
+
+def launchers(package: str) -> list[tuple[object, str, str]]:
+    """The calls that start processes running the graphs: (owner, attribute, label)."""
+    xmp = framework(package, "distributed.xla_multiprocessing")
+    return [(framework(package), "launch", f"{package}.launch()"), (xmp, "spawn", "xmp.spawn()")]
 
 _NS_PER_MS = 1e6
 # XLA's metric of each graph's execute time: ExecuteTime, or under SPMD (xr.use_spmd(),
@@ -231,7 +236,7 @@ def _runs_here(launcher: str, args: tuple, kwargs: dict) -> bool:
     """Whether a launcher call runs the function in the calling process (torch_xla 2.9):
     `launch(fn, args, start_method, debug_single_process)` with debug_single_process or
     under torchrun, `xmp.spawn(fn, args, nprocs, ...)` with nprocs=1."""
-    if launcher == "torch_xla.launch()":
+    if launcher.endswith(".launch()"):
         import torch.distributed as dist
 
         return bool(kwargs.get("debug_single_process", args[3] if len(args) > 3 else False)) \

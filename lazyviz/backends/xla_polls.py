@@ -14,7 +14,15 @@ from lazyviz.backends import ExecuteTimeHook, SyncCause
 from lazyviz.backends.ts import REPEATED_ROW
 from lazyviz.backends.xla_counters import XlaCounters
 from lazyviz.backends.xla_hand_on import XlaHandOn
-from lazyviz.backends.xla_io import _AWAITING_MOST, _EXECUTE_READ_S, _READ_EACH_SECOND, _STEADY_KEPT, _TRANSFERS_READ_S, _Steady
+from lazyviz.backends.xla_io import (
+    _AWAITING_MOST,
+    _EXECUTE_READ_S,
+    _READ_EACH_SECOND,
+    _STEADY_KEPT,
+    _TRANSFERS_READ_S,
+    _Steady,
+    framework,
+)
 from lazyviz.backends.xla_read import XlaReads
 from lazyviz.backends.xla_rows import RepeatedRows
 
@@ -144,8 +152,7 @@ class XlaPolls:
 
     def _poll(self, final: bool) -> None:
         if final:
-            import torch_xla.core.xla_model as xm
-
+            xm = framework(self._counters.package, "core.xla_model")
             try:  # the last execute times; a broken runtime must not break the exit
                 xm.wait_device_ops()
             except Exception:
@@ -315,8 +322,7 @@ class XlaPolls:
     def _fast_polls(self, counts: MutableSequence[int], started: float) -> ModuleType | None:
         """lazyviz's hook, handing the steady syncs on (see _arm); None where it cannot load,
         or where threads per device sync at once (each poll is their match-up)."""
-        import torch_xla
-
+        xla = framework(self._counters.package)
         hook = self._load_hook() if self._replicas == 1 and not self._after_launch else None
         if not isinstance(hook, ModuleType):
             if hook is not None:
@@ -324,7 +330,7 @@ class XlaPolls:
             return None
         try:
             hook.xla_start(counts, started, time.perf_counter(), self._sync, self.syncing,
-                           torch_xla._XLAC._get_executed_fallback_ops, torch_xla._XLAC._xla_counter_value,
+                           xla._XLAC._get_executed_fallback_ops, xla._XLAC._xla_counter_value,
                            self.poll)
         except Exception as error:  # lazyviz's own: the polls here do it all, slower
             self._notes.append(f"each sync polled in Python, slower: {type(error).__name__}: {error}")

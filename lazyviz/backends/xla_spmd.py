@@ -8,24 +8,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from lazyviz.backends.xla_io import framework
 
-def annotation_calls() -> list[tuple[object, str]]:
+
+def annotation_calls(package: str) -> list[tuple[object, str]]:
     """mark_sharding where scripts and torch_xla's own wrappers (FSDPv2) look it up, and
     the sharding a loader gives each batch (`MpDeviceLoader(input_sharding=
     xs.ShardingSpec(mesh, ("data", None)))`, as pytorch/xla's SPMD examples shard theirs)."""
-    import torch_xla.distributed.spmd as spmd
-    import torch_xla.distributed.spmd.xla_sharding as xla_sharding
+    spmd = framework(package, "distributed.spmd")
+    xla_sharding = framework(package, "distributed.spmd.xla_sharding")
 
     return [(spmd, "mark_sharding"), (xla_sharding, "mark_sharding"), (xla_sharding.ShardingSpec, "__post_init__")]
 
 
-def describe_annotation(args: tuple, kwargs: dict) -> dict | None:
+def describe_annotation(package: str, args: tuple, kwargs: dict) -> dict | None:
     """mark_sharding(t, mesh, partition_spec), after it ran, or a ShardingSpec made for
     a loader's batches (no tensor yet: no shape): Annotation's fields."""
-    import torch_xla
-    from torch_xla.distributed.spmd.xla_sharding import ShardingSpec
-
-    if args and isinstance(args[0], ShardingSpec):
+    spec_class = framework(package, "distributed.spmd.xla_sharding").ShardingSpec
+    if args and isinstance(args[0], spec_class):
         return _described(args[0].mesh, args[0].partition_spec) | {"shape": [], "sharding": "", "parameter": False}
     names = ("t", "mesh", "partition_spec")
     given = dict(zip(names, args)) | {k: v for k, v in kwargs.items() if k in names}
@@ -35,7 +35,7 @@ def describe_annotation(args: tuple, kwargs: dict) -> dict | None:
     tensor = getattr(tensor, "global_tensor", tensor)  # an XLAShardedTensor wraps the tensor
     return _described(mesh, spec) | {
         "shape": [int(n) for n in tensor.shape],
-        "sharding": torch_xla._XLAC._get_xla_sharding_spec(tensor),
+        "sharding": framework(package)._XLAC._get_xla_sharding_spec(tensor),
         "parameter": bool(tensor.requires_grad and tensor.is_leaf),
     }
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from lazyviz.analysis.run import Run
-from lazyviz.backends import BACKENDS, detect_backend, prepare_backend
+from lazyviz.backends import backends, detect_backend, prepare_backend
 from lazyviz.commands.base import CliError, add_force, regular_file, say, step_count
 from lazyviz.export.report import text_report
 from lazyviz.record.imports import imported_modules
@@ -47,7 +47,7 @@ class RunCommand:
         add_force(parser, "the -o trace (only ever a lazyviz trace that no run is writing)")
         parser.add_argument("--no-tui", action="store_true", help="no live UI: print a summary at the end")
         parser.add_argument(
-            "--backend", choices=tuple(BACKENDS),
+            "--backend", choices=tuple(backends()),
             help="lazy backend: ts (torch's TorchScript backend) or xla (PyTorch/XLA); "
                  "default: picked from the script's imports (torch._lazy: ts, torch_xla: xla), else xla where "
                  "PJRT_DEVICE is set and torch_xla is installed (a library imports it), else ts",

@@ -51,8 +51,8 @@ class HloRenderer(Renderer):
         if hlo:
             # The module alone, as XLA's own tools read it: not lazyviz's line naming it.
             return hlo[hlo.index("HloModule "):]
-        if run.info.backend != "xla":
-            raise LazyvizError(f"{run.path} was recorded on the {run.info.backend} backend: only PyTorch/XLA "
-                               "graphs have HLO")
+        if not run.info.capabilities.hlo:
+            raise LazyvizError(f"{run.path} was recorded on the {run.info.backend} backend, whose graphs have "
+                               "no HLO (PyTorch/XLA's have)")
         raise LazyvizError(f"XLA dumped no HLO for graph {graph.id} of execution {execution.index} (compiled "
                            "without a Python frame, in a launched process, or your XLA_FLAGS had --xla_dump_to)")

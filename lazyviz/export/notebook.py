@@ -34,7 +34,7 @@ def _finding_items(recorded: Run) -> tuple[list[str], int | None]:
 
 def _numbers(recorded: Run) -> str:
     summary = recorded.summary
-    steps = steps_text(summary)
+    steps = steps_text(summary, recorded.info.names)
     fallbacks = ", ".join(f"{escape(op)} x{n}" for op, n in summary.fallbacks.items()) or "none"
     compiles = compiles_text(summary.misses, compiles_past_warmup(recorded.recompiles, recorded.executions,
                                                              recorded.info.optimizer_marks))

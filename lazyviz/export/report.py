@@ -176,6 +176,7 @@ def json_report(recorded: Run, lines: bool = False) -> dict:
             "source": run.source,
             "module": run.module,
             "backend": run.backend,
+            "capabilities": run.capabilities.to_json(),  # what the backend could give (trace.model.Capabilities)
             "capture": run.capture,
             "torch": run.versions.get("torch"),
             "versions": run.versions,
@@ -281,7 +282,7 @@ def text_report(recorded: Run, all_findings: bool = False) -> str:
                      + (f"; {plural(fallbacks, 'fallback')}" if fallbacks else ""))
     else:
         lines.append(
-            f"  {plural(summary.executions, 'graph execution')} {steps_text(summary)}; "
+            f"  {plural(summary.executions, 'graph execution')} {steps_text(summary, run.names)}; "
             f"{compiles_text(summary.misses, compiles_past_warmup(analysis.recompiles, executions, run.optimizer_marks))}; "
             f"{summary.sync_ms:.1f} ms running graphs (sync), {summary.trace_ms:.1f} ms in Python building them"
             + (f"; start-up before the first graph {run.startup_ms:.0f} ms" if run.startup_ms is not None else "")
@@ -337,7 +338,7 @@ def _collective_lines(rows: list[Row], steps: int) -> list[str]:
 
 def _with_memory(graphs: list[dict], recorded: Run) -> list[dict]:
     """On XLA, each graph's memory after compiling (bytes), as XLA reported it."""
-    if recorded.info.backend != "xla":
+    if not recorded.info.capabilities.compiled_memory:
         return graphs
     memory = {graph.id: graph_memory(graph.backend_text) for graph in recorded.graphs}
     return [{**graph, "memory": memory[graph["id"]]} if memory.get(graph["id"]) else graph for graph in graphs]
@@ -345,7 +346,7 @@ def _with_memory(graphs: list[dict], recorded: Run) -> list[dict]:
 
 def _largest_memory(recorded: Run) -> str:
     """The graph whose compiled form needs the most memory, as XLA reported it."""
-    if recorded.info.backend != "xla":
+    if not recorded.info.capabilities.compiled_memory:
         return ""
     memories = [(graph_memory(graph.backend_text), graph.id) for graph in recorded.graphs]
     # By size alone: two graphs of one size would compare their dicts.

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 
 from lazyviz.analysis.findings import FailureDetails, Finding
-from lazyviz.fix.source import STEP_CALLS, Change, Context, Proposal, Source, call_name, define_once
+from lazyviz.fix.source import Change, Context, Proposal, Source, call_name, define_once
 
 STATE_ON_CPU_NAME = "state_on_cpu"
 STATE_ON_CPU = """\
@@ -114,8 +114,8 @@ def propose(finding: Finding, context: Context) -> Proposal:
     round, not two), each state handed through state_on_cpu."""
     frame = finding.frame
     source = context.source(frame.file) if frame is not None else None
-    step = STEP_CALLS.get(context.run.info.names.get("mark_step", ""))
-    if source is None or frame is None or step is None:
+    step = context.run.info.capabilities.step_call
+    if source is None or frame is None:
         return Proposal(finding, finding.fix)
     calls = _save_calls(source.tree)
     here = [call for call in calls if call.lineno == frame.line]

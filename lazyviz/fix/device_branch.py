@@ -57,9 +57,10 @@ def _atom(text: str) -> str:
     return text if isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) else f"({text})"
 
 
-def on_the_device(source: Source, cond: str, a: str, b: str, backend: str) -> tuple[str, tuple[Change, ...]]:
-    """The choice as one expression that stays in the graph."""
-    if backend == "xla":
+def on_the_device(source: Source, cond: str, a: str, b: str, where_lowers: bool) -> tuple[str, tuple[Change, ...]]:
+    """The choice as one expression that stays in the graph (Capabilities.where_lowers:
+    torch.where does)."""
+    if where_lowers:
         where, imports = call_name(source, "torch.where", "torch")
         return f"{where}({cond}, {a}, {b})", imports
     return f"{_atom(a)}.masked_fill({_atom(cond)} == 0, 0) + {_atom(b)}.masked_fill({cond}, 0)", ()
@@ -88,7 +89,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
                                  "something: rewrite it by hand)")
     segment = lambda node: ast.get_source_segment(source.text, node) or ""
     expression, imports = on_the_device(source, segment(test), segment(yes), segment(no) if no is not None else name,
-                                        context.run.info.backend)
+                                        context.run.info.capabilities.where_lowers)
     indent = source.indent_of(statement.lineno)
     new = f"{indent}{name} = {expression}{source.newline()}"
     return Proposal(finding, f"the choice at {source.at(statement.lineno)} made on the device, {name} = "

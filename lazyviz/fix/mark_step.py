@@ -9,7 +9,6 @@ from collections import Counter
 from lazyviz.analysis.findings import Finding, GrowingGraph, RepeatedBlock
 from lazyviz.analysis.library_loops import LibraryLoop
 from lazyviz.fix.source import (
-    STEP_CALLS,
     Change,
     Context,
     Proposal,
@@ -59,10 +58,7 @@ def propose(finding: Finding, context: Context) -> Proposal:
     the graph's nodes as the one that builds most (not one over the parameters), the one
     around the sync if there is one, else the innermost. Where the IR names no line in a
     loop, the innermost loop around the sync."""
-    names = context.run.info.names
-    step_call = STEP_CALLS.get(names.get("mark_step", ""))
-    if step_call is None:
-        return Proposal(finding, finding.fix)
+    step_call = context.run.info.capabilities.step_call
     stack = context.stack(finding)
     if not stack:
         return Proposal(finding, f"{finding.fix} (its source is not readable here)")

@@ -247,8 +247,8 @@ def call_name(source: Source, dotted: str, module: str) -> tuple[str, tuple[Chan
     loaded = any(m == module or m.startswith(module + ".") for m in imported_anywhere(source))
     if bound.get(root) == root and (loaded or module == root):
         return dotted, ()
-    if module == "torch_xla.core.xla_model":
-        return f"xm.{attribute}", (import_change(source, "import torch_xla.core.xla_model as xm"),)
+    if module.endswith(".core.xla_model"):  # as the torch_xla family's users name it
+        return f"xm.{attribute}", (import_change(source, f"import {module} as xm"),)
     return dotted, (import_change(source, f"import {module}"),)
 
 
@@ -428,13 +428,6 @@ def device_only(source: Source, line: int, device_type: str, indent: str, call: 
     lines = [f"{indent}if {test}:{newline}", *(f"{inner}{statement}{newline}" for statement in inside)]
     lines.append(f"{inner}{call}{newline}")
     return tuple(lines), (*safe, *test_imports)
-
-
-# The backends' names (RunInfo.names) -> (dotted call, its module).
-STEP_CALLS = {"torch._lazy.mark_step()": ("torch._lazy.mark_step", "torch._lazy"),
-              "torch_xla.sync()": ("torch_xla.sync", "torch_xla")}
-CLOSURE_CALLS = {"torch._lazy.add_step_closure": ("torch._lazy.add_step_closure", "torch._lazy"),
-                 "xm.add_step_closure": ("torch_xla.core.xla_model.add_step_closure", "torch_xla.core.xla_model")}
 
 
 # -- the run's side: which lines, which files ------------------------------------------

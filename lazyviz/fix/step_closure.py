@@ -9,7 +9,6 @@ import re
 
 from lazyviz.analysis.findings import ExtraSyncDetails, Finding
 from lazyviz.fix.source import (
-    CLOSURE_CALLS,
     SCOPES,
     Change,
     Context,
@@ -68,10 +67,10 @@ def _free_names(expression: ast.expr) -> list[str]:
 
 
 def propose(finding: Finding, context: Context) -> Proposal:
-    closure_call = CLOSURE_CALLS.get(context.run.info.names.get("step_closure", ""))
+    closure_call = context.run.info.capabilities.closure_call
     frame = finding.frame
     source = context.source(frame.file) if frame else None
-    if closure_call is None or source is None or frame is None:
+    if source is None or frame is None:
         return Proposal(finding, finding.fix)
     chain = path_to_line(source.tree, frame.line)
     statement = chain[-1] if chain else None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 
 from lazyviz.analysis.findings import Finding, GrowingGraph, RepeatedBlock
-from lazyviz.fix.source import STEP_CALLS, Change, Context, Proposal, Source, call_name, calls_named, define_once
+from lazyviz.fix.source import Change, Context, Proposal, Source, call_name, calls_named, define_once
 
 GENERATE_LOOPS = "transformers/generation/utils.py"
 CRITERION = "SyncEachToken"
@@ -34,8 +34,8 @@ def answers(finding: Finding, context: Context) -> bool:
 def propose(finding: Finding, context: Context) -> Proposal:
     frame = finding.frame
     source = context.source(frame.file) if frame is not None else None
-    step_call = STEP_CALLS.get(context.run.info.names.get("mark_step", ""))
-    if source is None or frame is None or step_call is None:
+    step_call = context.run.info.capabilities.step_call
+    if source is None or frame is None:
         return Proposal(finding, finding.fix)
     calls = calls_named(source, frame.line, "generate")
     if len(calls) != 1:

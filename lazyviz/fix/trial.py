@@ -215,7 +215,8 @@ def _crash(info: RunInfo) -> str | None:
 
 def _raised_in(info: RunInfo):
     """The innermost frame of the script's own that raised (or the innermost of all)."""
-    user = [f for f in info.error_frames if frame_owner(f.file) is None] or info.error_frames
+    packages = info.capabilities.packages
+    user = [f for f in info.error_frames if frame_owner(f.file, packages) is None] or info.error_frames
     return user[-1] if user else None
 
 

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from lazyviz.analysis.findings import Finding
 from lazyviz.analysis.run import Run
-from lazyviz.backends import BACKENDS, BackendError, LazyBackend, get_backend
+from lazyviz.backends import BackendError, LazyBackend, backends, get_backend, imported_backend
 from lazyviz.errors import LazyvizError
 from lazyviz.export.notebook import summary_html
 from lazyviz.export.report import json_report
@@ -58,8 +58,8 @@ _used: set[str] = set()  # backends that have recorded a trace in this process
 
 
 def _backend(name: str, capture: str) -> LazyBackend:
-    if name not in BACKENDS:
-        raise BackendError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})")
+    if name not in backends():
+        raise BackendError(f"unknown backend {name!r} (known: {', '.join(backends())})")
     backend = _backends.get(name)
     if backend is None:
         backend = _backends[name] = get_backend(name, capture_ir=capture == "full")
@@ -144,7 +144,7 @@ class Recorder:
         if self._started is None:
             self._started = time.perf_counter()
         started = self._started
-        name = self.backend_name or ("xla" if "torch_xla" in sys.modules else "ts")
+        name = self.backend_name or imported_backend(sys.modules)
         backend = _backend(name, self.capture)
         backend.after_launch, backend.replicas = self.after_launch, self.replicas
         claim = claim_trace_path(self.path, self.force, force_hint="force=True") if self._claims else None
@@ -163,8 +163,9 @@ class Recorder:
         except BaseException as error:
             writer.close()
             self._give_up(claim)
-            if isinstance(error, BackendError) and name == "xla" and "imported before" in str(error) and self._claims:
-                raise BackendError(f"{error}: start lazyviz.trace(..., backend='xla') before importing torch_xla, "
+            if isinstance(error, BackendError) and "imported before" in str(error) and self._claims:
+                package = backends()[name].detects[0]
+                raise BackendError(f"{error}: start lazyviz.trace(..., backend={name!r}) before importing {package}, "
                                    "or use `lazyviz run`") from None
             raise
         _used.add(name)
@@ -174,7 +175,7 @@ class Recorder:
                 print(f"lazyviz: {writer.journal_note}", file=sys.stderr)
         writer.set_run(
             argv=self.argv, module=self.module, source=self.source, backend=backend.name, names=backend.names,
-            device=backend.device, capture=self.capture,
+            device=backend.device, capabilities=backend.capabilities().to_json(), capture=self.capture,
             versions={**backend.versions(), "python": platform.python_version()},
             # When recording started, as elapsed_s counts: a viewer's clock then agrees with it.
             start_time=(datetime.datetime.now(datetime.timezone.utc)

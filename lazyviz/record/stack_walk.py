@@ -25,11 +25,11 @@ _USER, _FRAMEWORK, _SKIP, _STOP = "user", "framework", "skip", "stop"
 _WRAPPER_NAMES = frozenset({"wrapper", "wrapped", "inner", "decorate_context", "decorated", "fn", "func"})
 
 
-def _in_library(stack: list[Frame]) -> bool:
-    """Did an installed package's code sync (the innermost frame that is not torch's,
-    torch_xla's or lazyviz's), not the user's? The stack is innermost first."""
+def _in_library(stack: list[Frame], packages: tuple[str, ...]) -> bool:
+    """Did an installed package's code sync (the innermost frame that is not the
+    framework's `packages` or lazyviz's), not the user's? The stack is innermost first."""
     for file, _, _ in stack:
-        owner = frame_owner(file)
+        owner = frame_owner(file, packages)
         if owner != "":
             return owner is not None
     return False
@@ -49,10 +49,13 @@ class StackWalk:
         self._not_user = [LAZYVIZ_DIR, *_stdlib_paths()]  # + the backend's (add_framework)
         self._outer_files = outer_files
         self._file_label = file_label
+        self._packages: tuple[str, ...] = ("torch",)  # the framework's packages (add_framework)
 
-    def add_framework(self, paths: list[str]) -> None:
-        """The backend's own folders (torch, torch_xla): never the user's frames."""
+    def add_framework(self, paths: list[str], packages: tuple[str, ...]) -> None:
+        """The backend's own folders (torch, torch_xla) and top-level packages: never the
+        user's frames."""
         self._not_user += paths
+        self._packages = packages
 
     def user_files(self) -> list[str]:
         """The user's files whose code ran while recording (real files, not "<string>")."""
@@ -72,7 +75,7 @@ class StackWalk:
         """With capture full, the stack's id, and its record when it is new. Light capture
         keeps only a stack that synced in a library's code (transformers' mask): the
         advice names the library's line, since the user's line has nothing to change."""
-        if self.capture != "full" and not _in_library(stack):
+        if self.capture != "full" and not _in_library(stack, self._packages):
             return None, None
         stack_key = tuple(stack)
         stack_id = self._stack_ids.get(stack_key)

@@ -121,7 +121,7 @@ class Tracer:
     def install(self) -> None:
         refuse_if_busy()
         self.backend.init()
-        self.stacks.add_framework(self.backend.framework_paths())
+        self.stacks.add_framework(self.backend.framework_paths(), self.backend.capabilities().packages)
         self.backend.install_hook(self._on_execution, self._on_execute_time)
         self._sync = self.backend.sync_state()
         self._take_repeated = self.backend.record_repeats(self._counts, self._started)

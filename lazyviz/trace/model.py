@@ -1,9 +1,10 @@
 """Plain model objects read from a trace: what analysis, the UI and exporters consume."""
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator, Mapping, Sequence, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
@@ -16,18 +17,64 @@ CAUSES = ("mark_step", "item", "print", "cpu", "tolist", "bool", "fallback", "ot
 TS_NAMES = {"mark_step": "torch._lazy.mark_step()", "step_closure": "torch._lazy.add_step_closure"}
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What the run's backend can give and how its calls are spelled, recorded with the run
+    by the backend itself: what reads a trace asks these, never the backend's name."""
+
+    hlo: bool = False  # each graph's backend text holds the HLO its compiler took
+    compiled_memory: bool = False  # ... and the memory its compiler said the program needs
+    packages: tuple[str, ...] = ("torch",)  # top-level packages whose frames are the framework's
+    step_call: tuple[str, str] = ("torch._lazy.mark_step", "torch._lazy")  # (dotted call, its module)
+    closure_call: tuple[str, str] = ("torch._lazy.add_step_closure", "torch._lazy")
+    where_lowers: bool = False  # torch.where stays in the graph (TorchScript's falls back)
+
+    def to_json(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, value: object) -> Capabilities | None:
+        """The record as written; None where it is not one (the reader then takes the
+        backend's from before backends recorded theirs)."""
+        if not isinstance(value, dict):
+            return None
+        kept = {}
+        for f in fields(cls):
+            given, default = value.get(f.name), getattr(cls(), f.name)
+            if isinstance(default, bool):
+                kept[f.name] = given if isinstance(given, bool) else default
+            elif isinstance(given, list) and all(isinstance(part, str) for part in given) \
+                    and (len(given) == len(default) or f.name == "packages"):
+                kept[f.name] = tuple(given)
+        return cls(**kept)
+
+
+# What traces from before backends recorded their capabilities get, by the backend's name.
+EARLIER_CAPABILITIES = {
+    "xla": Capabilities(hlo=True, compiled_memory=True, packages=("torch", "torch_xla"),
+                        step_call=("torch_xla.sync", "torch_xla"),
+                        closure_call=("torch_xla.core.xla_model.add_step_closure", "torch_xla.core.xla_model"),
+                        where_lowers=True),
+}
+
+
 _PACKAGE_DIRS = ("/site-packages/", "/dist-packages/")
-# Frames that are torch's or the backend's own plumbing (module calls, tensor methods,
-# torch_xla's sync) or lazyviz's: a sync happened below them, in whatever called them.
-_PLUMBING = (*(f"{where}{package}/" for where in _PACKAGE_DIRS for package in ("torch", "torch_xla")),
-             f"{Path(__file__).resolve().parents[1]}/")
+_LAZYVIZ = f"{Path(__file__).resolve().parents[1]}/"
 
 
-def frame_owner(file: str) -> str | None:
-    """Whose code a frame's file is: "" for torch's, torch_xla's or lazyviz's plumbing; the
-    file under its package folder for another installed package ("transformers/
-    masking_utils.py"); None for the user's own."""
-    if any(part in file for part in _PLUMBING):
+@functools.lru_cache(maxsize=16)
+def _plumbing(packages: tuple[str, ...]) -> tuple[str, ...]:
+    """Frames that are the framework's own plumbing (module calls, tensor methods, the
+    backend's sync) or lazyviz's: a sync happened below them, in whatever called them."""
+    return (*(f"{where}{package}/" for where in _PACKAGE_DIRS for package in packages), _LAZYVIZ)
+
+
+def frame_owner(file: str, packages: tuple[str, ...]) -> str | None:
+    """Whose code a frame's file is: "" for the framework's `packages` (the run's
+    Capabilities.packages: torch, torch_xla) or lazyviz's plumbing; the file under its
+    package folder for another installed package ("transformers/masking_utils.py"); None
+    for the user's own."""
+    if any(part in file for part in _plumbing(packages)):
         return ""
     for where in _PACKAGE_DIRS:
         if where in file:
@@ -303,6 +350,7 @@ class RunInfo:
     # The backend's own names for what fixes mention: "mark_step", "step_closure".
     names: dict[str, str] = field(default_factory=lambda: dict(TS_NAMES))
     device: str = "lazy"  # the backend's device type
+    capabilities: Capabilities = field(default_factory=Capabilities)  # what the backend can give
     module: bool = False  # run as `-m MODULE`
     # False when the traced process could not record its own end (killed, os._exit, a
     # full disk): the trace then holds what was written before, and exit_status and

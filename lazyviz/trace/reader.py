@@ -25,8 +25,10 @@ from lazyviz.trace.files import SQLITE_MAGIC, read_only_uri
 from lazyviz.trace.lines import StoredLines
 from lazyviz.trace.model import (
     CAUSES,
+    EARLIER_CAPABILITIES,
     TS_NAMES,
     Annotation,
+    Capabilities,
     Execution,
     Failure,
     Frame,
@@ -295,6 +297,7 @@ _RUN_FIELDS: dict[str, tuple[type | tuple[type, ...], object]] = {
     "stopped_after_steps": ((int, type(None)), None), "sources": (dict, {}), "fix_trial": (dict, {}),
     "lost_pieces": (list, []), "stopped_after_iterations": ((int, type(None)), None), "optimizer_steps": (int, 0),
     "optimizer_marks": (list, []), "annotations": (list, []), "optimizer_step_at": ((list, type(None)), None),
+    "capabilities": (dict, {}),
 }
 
 
@@ -494,6 +497,8 @@ class Trace:
             finished=finished, exit_status=get("exit_status"), error=get("error"),
             traceback=get("traceback"), steps=get("steps"), elapsed_s=get("elapsed_s"),
             names={**TS_NAMES, **names}, device=get("device"), module=get("module"),
+            capabilities=Capabilities.from_json(fields["capabilities"]) if "capabilities" in fields  # type: ignore[arg-type]
+            else EARLIER_CAPABILITIES.get(get("backend"), Capabilities()),
             # Traces from before the parent recorded endings: an exit status is the child's.
             complete=finished if complete is None else complete,
             ended_by=get("ended_by"), startup_ms=get("startup_ms"),

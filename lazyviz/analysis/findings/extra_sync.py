@@ -67,7 +67,7 @@ def extra_sync_findings(executions: Sequence[Execution], steps: int,
         first = table.kinds[numbers[0]]
         what = first.detail or cause
         fix = SYNC_FIXES.get(cause, "").format(**names)
-        library = library_line(stacks(first.stack_id))
+        library = library_line(stacks(first.stack_id), stacks.packages)
         details = ExtraSyncDetails(cause=cause, count=len(positions), steps=steps_with,
                                    ms_per_step=round(ms_per_step, 3))
         if library is not None and not what.endswith(" in a step closure"):

@@ -138,7 +138,7 @@ def _op_finding(op: str, count: int, numbers: Sequence[int], table: ExecutionTab
     positions = table.merged(numbers) if numbers else []
     per_step = len(positions) / max(steps, 1)
     per_step_text = f" ({per_step:.3g} per step)" if steps else ""
-    library = library_line(stacks(table.kinds[numbers[0]].stack_id)) if numbers else None
+    library = library_line(stacks(table.kinds[numbers[0]].stack_id), stacks.packages) if numbers else None
     fix = _fallback_fix(op, library, call, len(positions), steps)
     return Finding(
         FindingKind.FALLBACK, "warning" if positions else "info",

@@ -191,7 +191,7 @@ def _library_loop(table: ExecutionTable, positions: Sequence[int], stacks: Stack
     counts = Counter(table.kind_at(p).stack_id for p in positions if table.kind_at(p).stack_id is not None)
     ids = {stack_id for stack_id, count in counts.items() if count == max(counts.values())}
     called = [stacks(stack_id) for stack_id in sorted(ids)]
-    loop = (callback_loop(called) or library_loop(called)) if ids else None
+    loop = (callback_loop(called, stacks.packages) or library_loop(called, stacks.packages)) if ids else None
     if loop is None or loop.known:
         return loop
     frame = table.kind_at(positions[0]).frame
@@ -244,7 +244,7 @@ def growth_findings(executions: Sequence[Execution], ir_texts: Mapping[str, str]
     inside: dict[int | None, bool] = {}
     for kind in table.kinds:
         if kind.stack_id not in inside:
-            inside[kind.stack_id] = kind.stack_id is not None and host_call(stacks(kind.stack_id)) is not None
+            inside[kind.stack_id] = kind.stack_id is not None and host_call(stacks(kind.stack_id), stacks.packages) is not None
     runs_of = table.kinds_by(lambda kind: kind.graph if kind.graph not in skip else None)
     runs_of = {graph: numbers for graph, numbers in runs_of.items()
                if not all(inside[table.kinds[n].stack_id] for n in numbers)}
