@@ -86,7 +86,7 @@ class CheckCommand:
             unasked_collectives=strict and not options.allow_unasked_collectives,
         )
         recompiles = explain_recompiles(executions, ir_texts, options.warmup_steps)
-        breaches = check_budget(run, executions, recompiles, budget, ir_texts, stacks_of(trace))
+        breaches = check_budget(run, executions, recompiles, budget, ir_texts, stacks_of(trace, run.capabilities.packages))
         if baseline is not None:
             breaches += check_baseline(run, executions, baseline, collectives)
         steps = summarize(executions, run.steps).steps
