@@ -13,6 +13,7 @@ from lazyviz.analysis.collectives import collective_rows
 from lazyviz.analysis.findings import FallbackDetails, Finding
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.ir import IRGraph
+from lazyviz.analysis.kinds import FindingKind
 from lazyviz.analysis.recompiles import Recompile, explain_execution
 from lazyviz.analysis.run import Run
 from lazyviz.analysis.summary import chart_scale, step_times
@@ -237,7 +238,8 @@ def _finding_html(finding: Finding, recorded: Run, proposal: Proposal | None = N
     if isinstance(finding.details, FallbackDetails):
         html += f'<br><span class="op">op: <code>{escape(finding.details.op)}</code></span>'
     recompile = recorded.recompile_at(finding.executions[0]) if finding.executions else None
-    if finding.kind in ("recompile", "dynamic_shape") and recompile is not None and recompile.diff is not None:
+    changed_shape = finding.kind in (FindingKind.RECOMPILE, FindingKind.DYNAMIC_SHAPE)
+    if changed_shape and recompile is not None and recompile.diff is not None:
         origins = recompile.diff.origins
         html += (f"<details><summary>what changed ({len(origins)})</summary><ul>"
                  + "".join(f"<li>{escape(c.describe())}</li>" for c in origins) + "</ul></details>")
@@ -306,12 +308,12 @@ def html_report(recorded: Run, draw: bool = True) -> str:
     fallbacks: set[str] = set()  # graphs shown for a fallback: drawn without recompile colouring
     for finding in analysis.findings:
         candidates = [by_index[i] for i in finding.executions[:200] if i in by_index]
-        if finding.kind == "fallback":
+        if finding.kind == FindingKind.FALLBACK:
             candidates = sorted((e for e in candidates if e.nodes > MIN_FALLBACK_NODES), key=lambda e: -e.nodes)
         for execution in candidates[:1]:
             if len(shown) < MAX_DRAWN and execution.graph not in shown:
                 shown[execution.graph] = execution
-                if finding.kind == "fallback":
+                if finding.kind == FindingKind.FALLBACK:
                     fallbacks.add(execution.graph)
     parts += [f"<h2>{'Time per step' if recorded.summary.steps > 1 else 'Graphs and sync time per sync'}</h2>",
               _step_chart(executions, recorded.summary.steps > 0), _collectives_html(recorded), "<h2>Executions</h2>",

@@ -13,6 +13,7 @@ from typing import TextIO
 from lazyviz.analysis.collectives import Row, collective_rows, per_step
 from lazyviz.analysis.findings import Finding
 from lazyviz.analysis.ir import parse_location
+from lazyviz.analysis.kinds import FindingKind
 from lazyviz.analysis.ranks import Divergence
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile, compiles_past_warmup, is_compared
 from lazyviz.analysis.run import Run
@@ -220,7 +221,7 @@ def _finding_lines(finding: Finding, recorded: Run) -> list[str]:
     lines = [f"    {finding.severity}: {finding.message}{where}"]
     # A recompile's other origins, once, under its headline (which shows the first).
     recompile = (recorded.recompile_at(finding.executions[0])
-                 if finding.kind == "recompile" and finding.executions else None)
+                 if finding.kind == FindingKind.RECOMPILE and finding.executions else None)
     if recompile is not None and recompile.diff is not None:
         lines += [f"      also: {change.describe()}" for change in recompile.diff.origins[1:4]]
     if finding.fix:
