@@ -14,6 +14,7 @@ from lazyviz.analysis.collectives import Row, collective_rows, per_step
 from lazyviz.analysis.findings import Finding
 from lazyviz.analysis.ir import parse_location
 from lazyviz.analysis.kinds import FindingKind
+from lazyviz.analysis.memory import peak_text
 from lazyviz.analysis.ranks import Divergence
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile, compiles_past_warmup, is_compared
 from lazyviz.analysis.run import Run
@@ -209,6 +210,8 @@ def json_report(recorded: Run, lines: bool = False) -> dict:
             "sync_ms": round(summary.sync_ms, 3),
             "trace_ms": round(summary.trace_ms, 3),
             "transfers": summary.transfers,
+            # The process's peak resident memory where it rose: {execution, step, kb (KiB)}.
+            "peak_rss": [peak._asdict() for peak in run.peak_rss],
         },
     }
 
@@ -298,6 +301,8 @@ def text_report(recorded: Run, all_findings: bool = False) -> str:
     largest = _largest_memory(recorded)
     if largest:
         lines.append(f"  largest graph in memory: {largest}")
+    if run.peak_rss:
+        lines.append(f"  process memory: {peak_text(run.peak_rss, summary.steps > 0)}")
     lines += _collective_lines(collective_rows(recorded.collectives, summary.steps), summary.steps)
     if summary.sites:
         lines.append("  most frequent sync sites:")
