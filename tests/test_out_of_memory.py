@@ -6,14 +6,13 @@ exit status, and the summary names the graph that grew."""
 from __future__ import annotations
 
 import json
-import os
 import resource
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import SCRIPTS, default_signals
+from conftest import SCRIPTS, default_signals, in_cgroup
 
 LIMIT = 3_000_000 * 1024  # bytes of address space: torch and LTC load, the graph cannot grow for long
 
@@ -46,48 +45,17 @@ def test_a_graph_grown_out_of_memory_raises_as_untraced_and_is_named(tmp_path: P
 CGROUP_LIMIT = 700 * 2**20  # bytes of memory: torch and LTC load (about 280 MiB), the graph grows past it in seconds
 
 
-@pytest.fixture
-def memory_cgroup(tmp_path: Path):
-    """A memory cgroup of CGROUP_LIMIT bytes (v1's memory controller, else v2's), as a
-    container or a batch scheduler gives a job; skips where this user cannot make one."""
-    for root, limit_file in ((Path("/sys/fs/cgroup/memory"), "memory.limit_in_bytes"),
-                             (Path("/sys/fs/cgroup"), "memory.max")):
-        group = root / f"lazyviz-test-{os.getpid()}"
-        try:
-            group.mkdir()
-        except OSError:
-            continue
-        try:
-            (group / limit_file).write_text(str(CGROUP_LIMIT))
-        except OSError:
-            group.rmdir()
-            continue
-        yield group
-        group.rmdir()
-        return
-    pytest.skip("no memory cgroup can be made here (needs root and a memory controller)")
-
-
-def in_cgroup(group: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    def enter() -> None:
-        default_signals()
-        (group / "cgroup.procs").write_text(str(os.getpid()))
-
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=600,
-                          preexec_fn=enter, check=False)
-
-
 @pytest.mark.torch
 def test_a_run_the_kernel_kills_for_memory_is_explained_with_its_memory_by_execution(tmp_path: Path,
-                                                                                     memory_cgroup: Path) -> None:
+                                                                                     memory_cgroup) -> None:
     """In a cgroup, memory is not refused but taken back: the kernel's OOM killer ends the
     process by SIGKILL, untraced and traced alike. The summary says so with the memory
     lazyviz's writer recorded as it rose, and names the last graph and the lines that grew
     it; the report, the HTML report and `check --max-peak-rss` read the same figures."""
-    script = SCRIPTS / "grows_out_of_memory.py"
-    untraced = in_cgroup(memory_cgroup, str(script), cwd=tmp_path)
+    script, group = SCRIPTS / "grows_out_of_memory.py", memory_cgroup(CGROUP_LIMIT)
+    untraced = in_cgroup(group, str(script), cwd=tmp_path)
     assert untraced.returncode == -9, untraced.stderr[-2000:]
-    traced = in_cgroup(memory_cgroup, "-m", "lazyviz", "run", "--no-tui", "-o", "t.trace", str(script), cwd=tmp_path)
+    traced = in_cgroup(group, "-m", "lazyviz", "run", "--no-tui", "-o", "t.trace", str(script), cwd=tmp_path)
     assert traced.returncode == 137, traced.stderr[-3000:]  # as a shell gives a child killed by SIGKILL
     summary = traced.stderr[traced.stderr.index("lazyviz: "):]
     assert "killed by SIGKILL, most likely the kernel's out-of-memory killer" in summary, summary
