@@ -259,7 +259,7 @@ def _graph_memory(graph: IRGraph, compiled: dict[str, int]) -> str:
     if any(compiled.values()):
         return "compiled to need " + ", ".join(f"{name.replace('_', ' ')} {_size(size)}"
                                                for name, size in compiled.items() if size)
-    inputs = sum(_bytes(node) for node in graph.inputs())
+    inputs = sum(_bytes(node) for node in graph.inputs)
     outputs = sum(_bytes(node) for node in graph.nodes if node.root is not None)
     return f"inputs {_size(inputs)}, outputs {_size(outputs)} by their shapes" if inputs or outputs else ""
 
