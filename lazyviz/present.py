@@ -20,6 +20,7 @@ from lazyviz.analysis.findings import (
     GrowingGraph,
     RepeatedBlock,
 )
+from lazyviz.analysis.kinds import FindingKind
 from lazyviz.analysis.ranks import Divergence
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile, is_compared
 from lazyviz.analysis.summary import SiteStats, Summary
@@ -77,7 +78,7 @@ def findings_by_site(findings: Sequence[Finding], site_of: Callable[[int], str |
     own sync (a fallback, a read) before the root one (a missing mark_step()), which
     explains every sync of its loop. site_of: an execution's index -> its site."""
     found: dict[str, Finding] = {}
-    for finding in sorted(findings, key=lambda f: f.kind == "missing_mark_step"):
+    for finding in sorted(findings, key=lambda f: f.kind == FindingKind.MISSING_MARK_STEP):
         for index in finding.executions:
             site = site_of(index)
             if site is not None:

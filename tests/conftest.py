@@ -1,10 +1,13 @@
 """Shared fixtures: run lazyviz for real, and trace each sample once per session."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,3 +133,43 @@ def row(text: str, label: str) -> list[str]:
     """The before and after cells of one row of --try's table."""
     line = next(line for line in text.splitlines() if line.strip().startswith(label))
     return line.strip()[len(label):].split()
+
+
+@pytest.fixture
+def memory_cgroup(tmp_path: Path) -> Iterator[Callable[[int], Path]]:
+    """memory_cgroup(limit) -> a memory cgroup of `limit` bytes (v1's memory controller,
+    else v2's), as a container or a batch scheduler gives a job: there the kernel's OOM
+    killer, not a failed allocation, ends a process that outgrows it. Skips where this
+    user cannot make one (it needs root)."""
+    made: list[Path] = []
+
+    def make(limit: int) -> Path:
+        for root, limit_file in ((Path("/sys/fs/cgroup/memory"), "memory.limit_in_bytes"),
+                                 (Path("/sys/fs/cgroup"), "memory.max")):
+            group = root / f"lazyviz-test-{os.getpid()}-{len(made)}"
+            try:
+                group.mkdir()
+            except OSError:
+                continue
+            made.append(group)
+            try:
+                (group / limit_file).write_text(str(limit))
+            except OSError:
+                continue
+            return group
+        pytest.skip("no memory cgroup can be made here (it needs root and a memory controller)")
+
+    yield make
+    for group in made:
+        with contextlib.suppress(OSError):
+            group.rmdir()
+
+
+def in_cgroup(group: Path, *args: str | Path, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess[str]:
+    """Python with `args`, run inside the cgroup."""
+    def enter() -> None:
+        default_signals()
+        (group / "cgroup.procs").write_text(str(os.getpid()))
+
+    return subprocess.run([sys.executable, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=600,
+                          preexec_fn=enter, check=False, env=env)

@@ -17,6 +17,22 @@ def test_check_passes_on_the_clean_sample(sample_trace) -> None:
     assert result.status == 0 and result.stdout.startswith("lazyviz check: ok")
 
 
+def test_check_gates_the_peak_memory_the_trace_recorded(sample_trace) -> None:
+    """The process's peak resident memory, as the writer noted it rising: a budget below it
+    fails the check at the step it was passed by, one above it passes, a size without a
+    unit is bad usage."""
+    path = sample_trace("clean_mlp")
+    report = json.loads(cli("report", "--format", "json", path).stdout)
+    peaks = report["summary"]["peak_rss"]
+    assert peaks and all(peak["kb"] > 50_000 for peak in peaks)  # torch alone is more than 50 MB
+    top = max(peak["kb"] for peak in peaks)
+    low = cli("check", path, "--max-peak-rss", f"{top // 1024 - 1}M")
+    assert low.status == 1 and "peak resident memory" in low.stdout and "past the budget by step" in low.stdout
+    assert cli("check", path, "--max-peak-rss", f"{top // 1024 + 1}M").status == 0
+    bad = cli("check", path, "--max-peak-rss", "300")
+    assert bad.status == 2 and "not a size with a unit" in bad.stderr
+
+
 def test_check_fails_on_the_item_sample_with_its_line(sample_trace) -> None:
     result = cli("check", sample_trace("item_in_loop"))
     assert result.status == 1

@@ -7,7 +7,7 @@ import re
 import struct
 from dataclasses import fields
 
-from lazyviz.backends import Recorded, xla_io
+from lazyviz.backends import Recorded, xla_io, xla_polls
 from lazyviz.backends.ts import HOOK_FOLDER, REPEATED_ROW
 from lazyviz.trace.schema import KIND_FIELDS, ROW_FIELDS
 from lazyviz.trace.table import Kind
@@ -66,6 +66,6 @@ def test_the_hooks_xla_polls_read_as_pythons_do() -> None:
     # Python's alone (xla_arm is handed the time the times are next due).
     constants = dict(re.findall(r"constexpr \w+ (k\w+) = ([^;]+);", hook_source()))
     assert not any("Read" in name and name.endswith("S") for name in constants), constants
-    assert int(constants["kAwaitingMost"]) == xla_io._AWAITING_MOST
+    assert int(constants["kAwaitingMost"]) == xla_polls._AWAITING_MOST
     value, shift = (int(part) for part in constants["kReadChunk"].split("<<"))  # "1 << 16"
-    assert value << shift == xla_io._Tail._CHUNK
+    assert value << shift == xla_io.Tail._CHUNK

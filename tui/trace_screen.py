@@ -21,6 +21,7 @@ from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
 from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.memory import peak_text
 from lazyviz.analysis.summary import StepTimes
 from lazyviz.export.graphviz import ExportError, execution_dot, render_svg
 from lazyviz.present import finding_headline
@@ -226,7 +227,8 @@ class TraceScreen(Screen[None]):
             strip = self.query_one(FindingsStrip)
             strip.show(update.analysed.findings, cwd, state.ended, update.analysed.analysis.complete)
             self._show_fix(strip.highlighted)
-            self.query_one(StepChart).show(update.steps or StepTimes(), update.collectives)
+            memory = peak_text(state.run_info.peak_rss, bool(update.steps)) if state.run_info else ""
+            self.query_one(StepChart).show(update.steps or StepTimes(), update.collectives, memory)
             self.query_one(ExecutionList).refresh()  # the why column
             self.refresh_bindings()
         if state.ready_to_open():

@@ -15,6 +15,7 @@ from lazyviz.analysis.findings.failed_execution import failure_findings
 from lazyviz.analysis.findings.missing_mark_step import missing_mark_step_findings
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.library import Stacks, no_stacks
+from lazyviz.analysis.memory import over_budget
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
 from lazyviz.trace.model import Execution, RunInfo
 from lazyviz.trace.table import ExecutionTable, Kind
@@ -37,6 +38,7 @@ class Budget:
     # and whether collectives the layout did not ask for fail the check.
     max_collective_bytes_per_step: int | None = None
     unasked_collectives: bool = True
+    max_peak_rss_kb: int | None = None  # the process's peak resident memory allowed (None: any)
 
 
 MIN_EXECUTIONS_FOR_RATE = 8  # fewer after warm-up: too few to speak of a rate
@@ -94,12 +96,17 @@ def check_budget(run: RunInfo, executions: Sequence[Execution], recompiles: list
     for finding in failure_findings(run.failures, executions, ir_texts or {}):
         where = f" at {finding.frame.site}" if finding.frame else ""
         breaches.append(f"failed execution{where}: {finding.message}")
-    breaches += [f"the script raised: {finding.message}" for finding in crash_findings(run, executions, ir_texts or {})]
+    ended = "the script raised" if run.error else "the script died"  # killed for memory: no exception
+    breaches += [f"{ended}: {finding.message}" for finding in crash_findings(run, executions, ir_texts or {})]
     # The report's missing-mark_step warnings (both forms) fail the check too: the two must agree.
     for finding in missing_mark_step_findings(executions, ir_texts or {}, run.names,
                                               optimizer_marks=() if run.steps else run.optimizer_marks, stacks=stacks):
         where = f" at {finding.frame.site}" if finding.frame else ""
         breaches.append(f"missing mark_step(){where}: {finding.message}")
+    if budget.max_peak_rss_kb is not None:
+        memory = over_budget(run.peak_rss, budget.max_peak_rss_kb, bool(run.steps))
+        if memory is not None:
+            breaches.append(memory)
     table = ExecutionTable.of(executions)
     if budget.max_miss_rate is not None:
         after = executions_after_warmup(table, budget.warmup_steps)

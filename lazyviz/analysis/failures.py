@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from lazyviz.analysis.details import Details
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.ir import IRGraph, Node
+from lazyviz.analysis.memory import when
 from lazyviz.trace.model import Failure, Frame, RunInfo, first_sentence
 from lazyviz.trace.table import ExecutionTable
 
@@ -213,6 +214,56 @@ def _is_library(file: str) -> bool:
     return any(part in file for part in _LIBRARY)
 
 
+# How a run that ran out of memory ends without an exception: the kernel's OOM killer
+# (SIGKILL), or the backend's compiler dying after a failed allocation (SIGSEGV, SIGABRT).
+_DIED_OF_MEMORY = {f"killed by {name}" for name in ("SIGKILL", "SIGSEGV", "SIGABRT")}
+# A run whose peak memory rose, this many times or more, to this many times its first
+# figure grew until it died (PyTorch/XLA's start is 0.8 GB: a few hundred MB more kill it).
+_RISES, _GREW = 3, 1.25
+
+
+def killed(run: RunInfo, table: ExecutionTable,
+           graphs: IRGraphs | None = None) -> tuple[str, str, FailureDetails, Frame | None] | None:
+    """A run killed by a signal while its memory grew: what it had reached, and the last
+    graph it ran (its size, the lines that built it), where the recorded peak rose to
+    _GREW times its first figure, _RISES times or more; None where the memory did not grow
+    (a crash of another cause, said by its signal alone)."""
+    peaks = run.peak_rss
+    if len(peaks) <= _RISES or peaks[-1].kb < _GREW * peaks[0].kb or not len(table):
+        return None
+    first, last, stepped = peaks[0], peaks[-1], bool(run.steps or any(table.step))
+    script = run.script.rpartition("/")[2]
+    cause = ("most likely the kernel's out-of-memory killer (dmesg names it)" if "SIGKILL" in (run.ended_by or "")
+             else "in the backend, most likely where an allocation failed")
+    what = (f"{script} was {run.ended_by}, {cause}: its peak resident memory rose from {_size(first.kb * 1024)} "
+            f"at {when(first, stepped)} to {_size(last.kb * 1024)} by {when(last, stepped)}")
+    position = len(table) - 1
+    kind = table.kind_at(position)
+    execution = table.index[position]
+    graph = graphs.parsed(kind.graph) if graphs is not None else None
+    details = FailureDetails(error=run.ended_by or "", execution=execution)
+    if graph is not None:
+        lines = ", ".join(f"{where} ({count:,} nodes)" for where, count in graph.built_at.most_common(2))
+        memory = _graph_memory(graph, graphs.compiled_memory(kind.graph) if run.capabilities.compiled_memory else {})
+        what += (f"; the last graph it ran, execution {execution}, held {len(graph):,} nodes"
+                 + (f" ({memory})" if memory else "") + (f", built at {lines}" if lines else ""))
+        details = replace(details, built_at=graph.built_at.most_common(1)[0][0] if graph.built_at else None)
+    else:
+        what += f"; the last graph it ran, execution {execution}, held {kind.nodes:,} nodes"
+    return what, GRAPH_OUT_OF_MEMORY_FIX, details, kind.frame
+
+
+def _graph_memory(graph: IRGraph, compiled: dict[str, int]) -> str:
+    """What a graph needs in memory: as the backend's compiler said (XLA: inputs, outputs,
+    intermediates, program), else its inputs and outputs by their shapes (TorchScript)."""
+    if any(compiled.values()):
+        return "compiled to need " + ", ".join(f"{name.replace('_', ' ')} {_size(size)}"
+                                               for name, size in compiled.items() if size)
+    inputs = sum(_bytes(node) for node in graph.inputs)
+    outputs = sum(_bytes(node) for node in graph.nodes if node.root is not None)
+    return f"inputs {_size(inputs)}, outputs {_size(outputs)} by their shapes" if inputs or outputs else ""
+
+
 def raising_line(frames: list[Frame]) -> Frame | None:
     """Of the frames where the script raised (outermost first), the user's own line
     nearest the raise, else the line that raised."""
@@ -221,8 +272,10 @@ def raising_line(frames: list[Frame]) -> Frame | None:
 
 def crash(run: RunInfo, table: ExecutionTable,
           graphs: IRGraphs | None = None) -> tuple[str, str, FailureDetails, Frame | None] | None:
-    """(what happened, what to do, details, the user's line) when the script raised;
-    None when it did not, or the user stopped it (Ctrl-C)."""
+    """(what happened, what to do, details, the user's line) when the script raised or was
+    killed for memory; None when it did not, or the user stopped it (Ctrl-C)."""
+    if not run.error and run.ended_by in _DIED_OF_MEMORY:
+        return killed(run, table, graphs)
     if not run.error or run.error.startswith("KeyboardInterrupt"):
         return None
     frames = run.error_frames

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from lazyviz.analysis.diff import GraphDiff, diff_graphs
 from lazyviz.analysis.ir import IRGraph, IRParseError, Node, parse_ir, parse_ir_lines
-from lazyviz.analysis.summary import split_hlo
+from lazyviz.analysis.summary import graph_memory, split_hlo
 from lazyviz.trace.model import GraphTexts
 
 # Parsed nodes kept in memory (~250 bytes each): a heavy real run (a BERT fine-tune's
@@ -155,6 +155,11 @@ class IRGraphs(Mapping[str, str]):
     def has_hlo(self) -> bool:
         """Whether hlo() may answer: the backend records the HLO it compiled (PyTorch/XLA)."""
         return self._backend_text is not None
+
+    def compiled_memory(self, graph_id: str) -> dict[str, int]:
+        """The memory the backend's compiler said the graph needs (summary.graph_memory), {}
+        where it said nothing."""
+        return graph_memory(self._backend_text(graph_id)) if self._backend_text is not None else {}
 
     def hlo(self, graph_id: str) -> str:
         """The HLO module the graph compiled to, "" where none was recorded."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
+from lazyviz.analysis.kinds import FindingKind
 from lazyviz.analysis.library import Stacks
 from lazyviz.trace.model import Frame, frame_owner
 
@@ -24,7 +25,8 @@ HOST_CALLS: dict[str, frozenset[str] | None] = {
     "imageio/": None,
 }
 # Findings a host call's executions make on their own, absorbed into its finding.
-ABSORBED_KINDS = frozenset({"fallback", "recompile", "dynamic_shape", "extra_sync", "missing_mark_step"})
+ABSORBED_KINDS = frozenset({FindingKind.FALLBACK, FindingKind.RECOMPILE, FindingKind.DYNAMIC_SHAPE, FindingKind.EXTRA_SYNC,
+                            FindingKind.MISSING_MARK_STEP})
 
 
 def _package_path(file: str, packages: tuple[str, ...]) -> str | None:

@@ -53,22 +53,67 @@ from lazyviz.backends._sites import collective_sites, tensor_sync_sites
 from lazyviz.backends.ts import load_hook
 from lazyviz.backends.xla_counters import XlaCounters
 from lazyviz.backends.xla_hand_on import XlaHandOn
-from lazyviz.backends.xla_io import (
-    _ANALYSIS_FRAMES,
-    OUR_SETTINGS,
-    _closures_waiting,
-    _debug_level,
-    _device_contexts,
-    _HloDump,
-    _runs_here,
-    _set_environment,
-    _Tail,
-    framework,
-    launchers,
-)
+from lazyviz.backends.xla_io import OUR_SETTINGS, HloDump, Tail, framework, launchers
 from lazyviz.backends.xla_polls import XlaPolls
 from lazyviz.backends.xla_read import XlaReads
 from lazyviz.trace.model import Capabilities
+
+# The frames an analysis of lazyviz's own names: XLA's 8 end inside the library where a
+# library syncs (transformers' mask code, 10-20 frames below the user's `model(ids)`).
+_ANALYSIS_FRAMES = "256"
+
+
+def _device_contexts(xm: ModuleType) -> dict | None:
+    """Where torch_xla 2.9 keeps each device's step closures (xm._run_step_closures runs
+    those of the thread's device); None where it keeps them elsewhere."""
+    contexts = getattr(xm, "_DEVICE_CONTEXTS", None)
+    return contexts if isinstance(contexts, dict) else None
+
+
+def _closures_waiting(xm: ModuleType) -> Callable[[], bool] | None:
+    """Whether any device's step closures wait to run. None where torch_xla keeps them
+    elsewhere: the tracer then takes it that some always wait."""
+    contexts = _device_contexts(xm)
+    if contexts is None:
+        return None
+
+    def waiting() -> bool:
+        return any(getattr(context, "step_closures", None) or getattr(context, "async_step_closures", None)
+                   for context in list(contexts.values()))
+
+    return waiting
+
+
+def _runs_here(launcher: str, args: tuple, kwargs: dict) -> bool:
+    """Whether a launcher call runs the function in the calling process (torch_xla 2.9):
+    `launch(fn, args, start_method, debug_single_process)` with debug_single_process or
+    under torchrun, `xmp.spawn(fn, args, nprocs, ...)` with nprocs=1."""
+    if launcher.endswith(".launch()"):
+        import torch.distributed as dist
+
+        return bool(kwargs.get("debug_single_process", args[3] if len(args) > 3 else False)) \
+            or dist.is_torchelastic_launched()
+    return kwargs.get("nprocs", args[2] if len(args) > 2 else None) == 1
+
+
+def _set_environment(values: dict[str, str | None]) -> None:
+    """Set each variable (None: unset it)."""
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def _debug_level(env: MutableMapping[str, str]) -> int:
+    """PT_XLA_DEBUG_LEVEL as XLA reads it: PT_XLA_DEBUG=1 alone means every level."""
+    try:
+        level = int(env.get("PT_XLA_DEBUG_LEVEL", "-1"))
+    except ValueError:
+        level = -1
+    if level == -1:
+        return 100 if env.get("PT_XLA_DEBUG", "").lower() in ("1", "true", "yes") else 0
+    return level
 
 
 class XlaBackend(LazyBackend):
@@ -91,10 +136,10 @@ class XlaBackend(LazyBackend):
         # Its parts: XLA's counters, what XLA wrote (set up by _set_up), and from
         # install_hook, the hand-on of each execution and the polls that drive it.
         self._xla_counters = XlaCounters(capture_ir, package)
-        self._reads = XlaReads(_Tail(self._folder / "analysis.txt"))
+        self._reads = XlaReads(Tail(self._folder / "analysis.txt"))
         self._hand_on: XlaHandOn | None = None
         self._polls: XlaPolls | None = None
-        self._hlo: _HloDump | None = None  # the compiler's dump of each graph's HLO
+        self._hlo: HloDump | None = None  # the compiler's dump of each graph's HLO
         self._ir_from_hlo = False  # full capture: each graph's IR written from its HLO (hlo_as_ir)
         self._lines_hook: ModuleType | None = None  # lazyviz's hook, for its frame getter
         self._notes: list[str] = []  # how the user's own XLA debug output differs from untraced
@@ -159,14 +204,14 @@ class XlaBackend(LazyBackend):
         user_level = _debug_level(env)
         user_file = env.get("PT_XLA_DEBUG_FILE", "")
         if user_file:
-            self._reads.reports = _Tail.from_end(Path(user_file))
+            self._reads.read_users_file(Tail.from_end(Path(user_file)))
             if user_level < 2:
                 self._notes.append(f"PT_XLA_DEBUG_FILE ({user_file}) also holds XLA's execution analyses, which "
                                    "lazyviz reads (PT_XLA_DEBUG_LEVEL=2); run untraced for the file as you set it")
         else:
             env["PT_XLA_DEBUG_FILE"] = str(self._folder / "analysis.txt")
             # What XLA would have printed on stderr at the user's level, lazyviz prints there.
-            self._reads.echo = user_level
+            self._reads.echo_at(user_level)
             if user_level < 1:  # none printed: the analyses can name the user's line below a library's
                 env.setdefault("PT_XLA_DEBUG_MAX_FRAME", _ANALYSIS_FRAMES)
             else:
@@ -182,7 +227,7 @@ class XlaBackend(LazyBackend):
         else:
             # Per compile, not per sync: the HLO costs nothing once the graphs are compiled,
             # so light capture has it too (what changed in a recompile, without the IR).
-            self._hlo = _HloDump(self._folder / "hlo")
+            self._hlo = HloDump(self._folder / "hlo")
             env["XLA_FLAGS"] = " ".join(filter(None, [
                 flags, f"--xla_dump_to={self._hlo.folder}", "--xla_dump_hlo_as_text", "--xla_dump_hlo_pass_re=^$"]))
         if not self.capture_ir:
@@ -199,11 +244,10 @@ class XlaBackend(LazyBackend):
         if not user_dump:
             env["XLA_SAVE_TENSORS_FILE"] = str(self._folder / "graphs.txt")
             env["XLA_SAVE_TENSORS_FMT"] = "text"
-            self._reads.dump = self._folder / "graphs.txt"
+            self._reads.read_dump(self._folder / "graphs.txt")
         elif env.get("XLA_SAVE_TENSORS_FMT", "text") == "text":
-            dump = self._reads.dump = Path(user_dump)
             # XLA appends to a dump that is there: read only what this run adds.
-            self._reads.dump_sizes = {path: path.stat().st_size for path in dump.parent.glob(dump.name + "*")}
+            self._reads.read_dump(Path(user_dump), appended=True)
             self._notes.append(f"your XLA_SAVE_TENSORS_FILE ({user_dump}) is read for the IR and kept"
                                + ("; its nodes carry locations (XLA_IR_DEBUG=1)" if env["XLA_IR_DEBUG"] == "1"
                                   and not self._user_ir_debug else ""))
@@ -276,7 +320,7 @@ class XlaBackend(LazyBackend):
     def set_hook_enabled(self, enabled: bool) -> None:
         self._enabled = enabled
         if self._polls is not None:
-            self._polls.enabled = enabled
+            self._polls.set_enabled(enabled)
         if not enabled:
             if self._polls is not None:
                 self._polls.disarm()  # the descriptor the C hook reads is closed below

@@ -6,15 +6,25 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from lazyviz.backends.xla_io import (
-    _EXECUTE_METRICS,
-    _NS_PER_MS,
-    _RAN_NAMES,
-    _READ_EACH_SECOND,
-    _TRANSFER_METRICS,
-    _TRANSFERS_READ_S,
-    framework,
-)
+from lazyviz.backends.xla_io import framework
+
+_NS_PER_MS = 1e6
+# XLA's metric of each graph's execute time: ExecuteTime, or under SPMD (xr.use_spmd(),
+# which a script may call after lazyviz starts) ExecuteReplicatedTime. A run samples one.
+_EXECUTE_METRICS = ("ExecuteTime", "ExecuteReplicatedTime")
+# XLA's metric of the bytes of each host<->device copy -> lazyviz's names for how many
+# copies and how many bytes. Each copy adds one sample (PJRT and IFRT clients, beside
+# one to TransferTo/FromDeviceTime, which a failed copy adds alone), so one metric
+# gives both. Reading a metric converts the last 1,024 samples it keeps: 35 us a read.
+_TRANSFER_METRICS = (("OutboundData", "TransferToDevice", "TransferToDeviceBytes"),
+                     ("InboundData", "TransferFromDevice", "TransferFromDeviceBytes"))
+_TRANSFER_NAMES = tuple(name for _metric, *names in _TRANSFER_METRICS for name in names)
+# XLA counts these on the device's thread once a graph has run, so a poll right after a
+# sync may or may not see its graph's: read with the copies (full capture), not at each
+# execution, where they made a loop's every sync look different from the last.
+_RAN_NAMES = ("ExecuteComputation", "ExecuteReplicated", "CreateDataHandles")
+READ_EACH_SECOND = (*_TRANSFER_NAMES, *_RAN_NAMES)
+TRANSFERS_READ_S = 1.0  # and its copies' metrics and its counters' names (full capture; see _all_counters)
 
 
 class XlaCounters:
@@ -37,6 +47,21 @@ class XlaCounters:
         self.last = self.counters() if self.capture_ir else self.watched()
         self._compile_samples = self._new_samples("CompileTime", 0)[0]
         self._execute_samples = {name: self._new_samples(name, 0)[0] for name in _EXECUTE_METRICS}
+
+    def moved_since_last(self, counters: dict[str, int]) -> dict[str, int]:
+        """What moved from the counters as last kept to `counters`, which are kept now."""
+        last = self.last
+        moved = {name: value - last.get(name, 0) for name, value in counters.items() if value != last.get(name, 0)}
+        self.last = counters
+        return moved
+
+    def keep(self, counters: dict[str, int], replace: bool = True) -> None:
+        """These counters as last read (replace False: these names only), where what moved
+        was handed on elsewhere (lazyviz's hook's steady syncs)."""
+        if replace:
+            self.last = counters
+        else:
+            self.last.update(counters)
 
     def read(self, final: bool, compiled: bool) -> dict[str, int]:
         """The counters now: all of them in full capture (see _all), the fallbacks' in light."""
@@ -74,7 +99,7 @@ class XlaCounters:
         one execution carries what the counters not yet listed, the copies and the runs
         counted in the second before it."""
         now = time.perf_counter()
-        due = final or now - self.transfers_read_at >= _TRANSFERS_READ_S
+        due = final or now - self.transfers_read_at >= TRANSFERS_READ_S
         watched = self.watched()
         if due or compiled or not self._names or any(name not in self.last for name in watched):
             self._names = list(framework(self.package)._XLAC._xla_counter_names())
@@ -87,7 +112,7 @@ class XlaCounters:
             self.transfers_read_at = now
             counters.update(self.transfer_counts())
         else:  # not read this time: as they were
-            counters.update({name: self.last[name] for name in _READ_EACH_SECOND if name in self.last})
+            counters.update({name: self.last[name] for name in READ_EACH_SECOND if name in self.last})
         return counters
 
     def since_last_execution(self) -> dict[str, int]:

@@ -9,18 +9,11 @@ import sys
 import time
 import zlib
 from collections import deque
+from pathlib import Path
 
 from lazyviz.backends import CompiledGraph, ExecutionHook, SyncCause
 from lazyviz.backends.xla_counters import XlaCounters
-from lazyviz.backends.xla_io import (
-    _HOST_READ,
-    _count,
-    _HloDump,
-    _on_this_thread,
-    _read_call,
-    _Steady,
-    _user_line,
-)
+from lazyviz.backends.xla_io import HloDump, Steady
 from lazyviz.backends.xla_read import XlaReads
 from lazyviz.backends.xla_reports import Report, hlo_entry_size
 from lazyviz.backends.xla_rows import RepeatedRows
@@ -46,6 +39,43 @@ def _fallback_shares(batch: list[Report], moved: dict[str, int]) -> list[dict[st
     return shares
 
 
+_LAZYVIZ_DIR = str(Path(__file__).resolve().parents[1])
+_HOST_READ = "trying to access tensor value"  # XLA's cause for a sync that reads values on the host
+
+
+def _count(report: Report, what: str) -> int:
+    """XLA's "Number of Graph Inputs/Outputs" of a graph it compiled; -1 if it gave none."""
+    try:
+        return int(report.field(f"Number of Graph {what}"))
+    except ValueError:
+        return -1
+
+
+def _read_call(frames: list[tuple[str, int, str]]) -> str:
+    """What read values on the host at the user's line XLA names: `.to(...)` where the
+    line says so (the one such call lazyviz does not wrap), else a read in general."""
+    for file, line, _function in frames:
+        if not file.startswith(_LAZYVIZ_DIR) and "site-packages" not in file:
+            return "Tensor.to()" if ".to(" in linecache.getline(file, line) else "a read of tensor values"
+    return "a read of tensor values"
+
+
+def _user_line(frames: list[tuple[str, int, str]]) -> tuple[str, int] | None:
+    """The innermost line outside the frameworks and lazyviz of XLA's report's frames."""
+    return next(((file, line) for file, line, _ in frames
+                 if not file.startswith(_LAZYVIZ_DIR) and "site-packages" not in file), None)
+
+
+def _on_this_thread(user: tuple[str, int] | None) -> bool:
+    """Is this line on this thread's stack now?"""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if (frame.f_code.co_filename, frame.f_lineno) == user:
+            return True
+        frame = frame.f_back
+    return user is None
+
+
 class XlaHandOn:
     """reads: XLA's reports as read (XlaReads); counters: its counters (XlaCounters); hlo:
     the compiler's dump where lazyviz reads it, with ir_from_hlo where each graph's IR is
@@ -54,7 +84,7 @@ class XlaHandOn:
     them); on_execution: the tracer's hook. rows: the rows repeated without the tracer,
     while the tracer asks for them (record_repeats)."""
 
-    def __init__(self, reads: XlaReads, counters: XlaCounters, hlo: _HloDump | None, ir_from_hlo: bool,
+    def __init__(self, reads: XlaReads, counters: XlaCounters, hlo: HloDump | None, ir_from_hlo: bool,
                  replicas: int, sync: SyncCause, syncing: dict, on_execution: ExecutionHook) -> None:
         self._reads = reads
         self._counters = counters
@@ -70,7 +100,7 @@ class XlaHandOn:
         self.last_index: int | None = None  # the last execution handed on
         self.last_end: float | None = None  # the previous execution's end, on the tracer's clock
         self.after_fallback = False  # the last row the tracer made was a fallback's: no repeats
-        self.handed: _Steady | None = None  # what hand_on last handed on that could repeat
+        self.handed: Steady | None = None  # what hand_on last handed on that could repeat
         self._frameless_seen = 0
         self._frameless_graphs: dict[tuple, str] = {}  # light capture: Python stack -> graph last compiled there
         self._line_causes: dict[tuple[str, int] | None, tuple[str, str | None]] = {}  # a thread per device: by line
@@ -80,19 +110,17 @@ class XlaHandOn:
         """The executions XLA reported since the last poll, then those it ran without a
         Python frame (no report: autograd's thread), which come after them as far as
         lazyviz can tell. counters: as a poll just read them, where it did."""
+        self.handed = None
         if counters is None or final or compiles:
             counters = self._counters.read(final, compiles > 0)
-        last = self._counters.last
-        moved = {name: value - last.get(name, 0) for name, value in counters.items() if value != last.get(name, 0)}
-        self._counters.last = counters
+        moved = self._counters.moved_since_last(counters)
         # Backward ops that fell back ran on autograd's thread: the frameless executions'.
         backward = {name: n for name, n in moved.items() if frameless and name.endswith("_backward")}
         moved = {name: n for name, n in moved.items() if name not in backward}
         reported_compiles = self._reads.new_compile_reports()
         # The counters that moved go with the first execution of the batch, but a fallback
         # op named at a later one's line: its counter moved before the read of its inputs.
-        batch = list(self._reads.pending)
-        self._reads.pending.clear()
+        batch = self._reads.take_pending()
         for report, share in zip(batch, _fallback_shares(batch, moved)):
             self.hand_on(report, share)
         frameless_compiles = max(compiles - reported_compiles, 0)
@@ -198,13 +226,35 @@ class XlaHandOn:
             site = (report, sync.cause, sync.detail, key) if ran and graph is None and self._replicas == 1 else None
             index = self.report_execution(key, graph, counters, report.frames, site)
             if site is not None:
-                self.handed = _Steady(outer[0], outer[1], site, counters)
+                self.handed = Steady(outer[0], outer[1], site, counters)
         finally:
             sync.cause, sync.detail = outer
         if ran:  # a graph that never ran gets no ExecuteTime sample
             self.awaiting_execute.append(index)
             self.last_index = index
         return index
+
+    def handed_on_elsewhere(self, indices: range, last_end: float | None = None) -> None:
+        """Executions another path handed on (lazyviz's hook, a poll's steady sync): each
+        awaits its execute time, and the last is the last handed on (ended at last_end,
+        where that path timed it)."""
+        self.awaiting_execute.extend(indices)
+        if indices:
+            self.last_index = indices[-1]
+        if last_end is not None:
+            self.last_end = last_end
+
+    def next_awaiting_execute(self) -> int | None:
+        """The oldest execution still without its execute time (it has it now); None."""
+        return self.awaiting_execute.popleft() if self.awaiting_execute else None
+
+    def add_compile_times(self, times: list[float]) -> None:
+        """Compile times XLA sampled, for the graphs handed on next, in order."""
+        self.compile_ms.extend(times)
+
+    def repeat_into(self, rows: RepeatedRows | None) -> None:
+        """Repeat a site's hits as rows here (None: every execution goes to the tracer)."""
+        self.rows = rows
 
     def report_execution(self, key: int, graph: CompiledGraph | None, counters: dict[str, int],
                          frames: list[tuple[str, int, str]], site: tuple | None) -> int:

@@ -5,24 +5,18 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import linecache
 import os
 import re
-import sys
-from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from types import ModuleType
 from typing import NamedTuple
 
-from lazyviz.backends.xla_reports import Report, hlo_signature
+from lazyviz.backends.xla_reports import hlo_signature
 
 # The settings lazyviz makes for XLA's reports (_set_up_reports): taken back for the
 # processes a launcher starts (children_untraced).
 OUR_SETTINGS = ("PT_XLA_DEBUG_FILE", "PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_MAX_FRAME", "XLA_IR_DEBUG",
                 "XLA_SAVE_TENSORS_FILE", "XLA_SAVE_TENSORS_FMT", "XLA_FLAGS")
-# The frames an analysis of lazyviz's own names: XLA's 8 end inside the library where a
-# library syncs (transformers' mask code, 10-20 frames below the user's `model(ids)`).
-_ANALYSIS_FRAMES = "256"
 
 
 def framework(package: str, submodule: str = "") -> ModuleType:
@@ -36,32 +30,10 @@ def launchers(package: str) -> list[tuple[object, str, str]]:
     xmp = framework(package, "distributed.xla_multiprocessing")
     return [(framework(package), "launch", f"{package}.launch()"), (xmp, "spawn", "xmp.spawn()")]
 
-_NS_PER_MS = 1e6
-# XLA's metric of each graph's execute time: ExecuteTime, or under SPMD (xr.use_spmd(),
-# which a script may call after lazyviz starts) ExecuteReplicatedTime. A run samples one.
-_EXECUTE_METRICS = ("ExecuteTime", "ExecuteReplicatedTime")
-# XLA's metric of the bytes of each host<->device copy -> lazyviz's names for how many
-# copies and how many bytes. Each copy adds one sample (PJRT and IFRT clients, beside
-# one to TransferTo/FromDeviceTime, which a failed copy adds alone), so one metric
-# gives both. Reading a metric converts the last 1,024 samples it keeps: 35 us a read.
-_TRANSFER_METRICS = (("OutboundData", "TransferToDevice", "TransferToDeviceBytes"),
-                     ("InboundData", "TransferFromDevice", "TransferFromDeviceBytes"))
-_TRANSFER_NAMES = tuple(name for _metric, *names in _TRANSFER_METRICS for name in names)
-# XLA counts these on the device's thread once a graph has run, so a poll right after a
-# sync may or may not see its graph's: read with the copies (full capture), not at each
-# execution, where they made a loop's every sync look different from the last.
-_RAN_NAMES = ("ExecuteComputation", "ExecuteReplicated", "CreateDataHandles")
-_READ_EACH_SECOND = (*_TRANSFER_NAMES, *_RAN_NAMES)
-_EXECUTE_READ_S = 0.05  # XLA's execute times are read at most this often (see _execute_times_due)
-_AWAITING_MOST = 256  # or once this many executions wait for theirs
-_TRANSFERS_READ_S = 1.0  # and its copies' metrics and its counters' names (full capture; see _all_counters)
-_STEADY_KEPT = 64  # report texts kept as steady syncs (a loop has a few)
-_MAX_REPEATS = 100_000  # sites whose hits repeat a row (_report_execution); more take the slow path
-_HOST_READ = "trying to access tensor value"  # XLA's cause for a sync that reads values on the host
 _FRAME_LINE = re.compile(r"^[\w ]+Analysis:\s+\S.*? \((.+):\d+\)$")  # "...Analysis:   fn (file:line)"
 
 
-class _Tail:
+class Tail:
     """Reads what a file gained since the last read; the file may not exist yet. A
     user's file XLA appends to is read from where it ended when tracing began. One
     read(2) a poll where the file grew by less than the buffer (a text file object
@@ -80,7 +52,7 @@ class _Tail:
         self._start = start
 
     @classmethod
-    def from_end(cls, path: Path) -> _Tail:
+    def from_end(cls, path: Path) -> Tail:
         try:
             return cls(path, path.stat().st_size)
         except OSError:
@@ -122,7 +94,7 @@ class _Tail:
             self._fd = None
 
 
-class _Steady(NamedTuple):
+class Steady(NamedTuple):
     """A loop's steady sync, as a poll that read its report text handed it on: the sync
     cause it ran under, the repeated row's site (report, cause, detail, key) and the
     counters that moved with it."""
@@ -138,7 +110,7 @@ _OP_TYPE = re.compile(r'op_type="([^"]+)"')  # HLO metadata: the IR op an instru
 _IR_OP = re.compile(r" ([\w.]+::[\w.]+)\(")  # "%3 = f32[2]{0} aten::mul(%1, %2)"
 
 
-class _HloDump:
+class HloDump:
     """XLA's compiler dump (XLA_FLAGS --xla_dump_to): for each graph it
     compiles, a module's HLO before and after XLA's optimizations, in files named
     module_0007.SyncTensorsGraph.123.*. A module is matched with a Compilation Analysis
@@ -211,59 +183,6 @@ class _HloDump:
                     path.unlink()
 
 
-def _device_contexts(xm: ModuleType) -> dict | None:
-    """Where torch_xla 2.9 keeps each device's step closures (xm._run_step_closures runs
-    those of the thread's device); None where it keeps them elsewhere."""
-    contexts = getattr(xm, "_DEVICE_CONTEXTS", None)
-    return contexts if isinstance(contexts, dict) else None
-
-
-def _closures_waiting(xm: ModuleType) -> Callable[[], bool] | None:
-    """Whether any device's step closures wait to run. None where torch_xla keeps them
-    elsewhere: the tracer then takes it that some always wait."""
-    contexts = _device_contexts(xm)
-    if contexts is None:
-        return None
-
-    def waiting() -> bool:
-        return any(getattr(context, "step_closures", None) or getattr(context, "async_step_closures", None)
-                   for context in list(contexts.values()))
-
-    return waiting
-
-
-def _runs_here(launcher: str, args: tuple, kwargs: dict) -> bool:
-    """Whether a launcher call runs the function in the calling process (torch_xla 2.9):
-    `launch(fn, args, start_method, debug_single_process)` with debug_single_process or
-    under torchrun, `xmp.spawn(fn, args, nprocs, ...)` with nprocs=1."""
-    if launcher.endswith(".launch()"):
-        import torch.distributed as dist
-
-        return bool(kwargs.get("debug_single_process", args[3] if len(args) > 3 else False)) \
-            or dist.is_torchelastic_launched()
-    return kwargs.get("nprocs", args[2] if len(args) > 2 else None) == 1
-
-
-def _set_environment(values: dict[str, str | None]) -> None:
-    """Set each variable (None: unset it)."""
-    for name, value in values.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-
-
-def _debug_level(env: MutableMapping[str, str]) -> int:
-    """PT_XLA_DEBUG_LEVEL as XLA reads it: PT_XLA_DEBUG=1 alone means every level."""
-    try:
-        level = int(env.get("PT_XLA_DEBUG_LEVEL", "-1"))
-    except ValueError:
-        level = -1
-    if level == -1:
-        return 100 if env.get("PT_XLA_DEBUG", "").lower() in ("1", "true", "yes") else 0
-    return level
-
-
 _LAZYVIZ_DIR = str(Path(__file__).resolve().parents[1])
 
 
@@ -300,34 +219,3 @@ def echoed(text: str, level: int) -> str:
     return "".join(lines)
 
 
-def _count(report: Report, what: str) -> int:
-    """XLA's "Number of Graph Inputs/Outputs" of a graph it compiled; -1 if it gave none."""
-    try:
-        return int(report.field(f"Number of Graph {what}"))
-    except ValueError:
-        return -1
-
-
-def _read_call(frames: list[tuple[str, int, str]]) -> str:
-    """What read values on the host at the user's line XLA names: `.to(...)` where the
-    line says so (the one such call lazyviz does not wrap), else a read in general."""
-    for file, line, _function in frames:
-        if not file.startswith(_LAZYVIZ_DIR) and "site-packages" not in file:
-            return "Tensor.to()" if ".to(" in linecache.getline(file, line) else "a read of tensor values"
-    return "a read of tensor values"
-
-
-def _user_line(frames: list[tuple[str, int, str]]) -> tuple[str, int] | None:
-    """The innermost line outside the frameworks and lazyviz of XLA's report's frames."""
-    return next(((file, line) for file, line, _ in frames
-                 if not file.startswith(_LAZYVIZ_DIR) and "site-packages" not in file), None)
-
-
-def _on_this_thread(user: tuple[str, int] | None) -> bool:
-    """Is this line on this thread's stack now?"""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if (frame.f_code.co_filename, frame.f_lineno) == user:
-            return True
-        frame = frame.f_back
-    return user is None

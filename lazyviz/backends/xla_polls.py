@@ -12,19 +12,15 @@ from types import ModuleType
 
 from lazyviz.backends import ExecuteTimeHook, SyncCause
 from lazyviz.backends.ts import REPEATED_ROW
-from lazyviz.backends.xla_counters import XlaCounters
+from lazyviz.backends.xla_counters import READ_EACH_SECOND, TRANSFERS_READ_S, XlaCounters
 from lazyviz.backends.xla_hand_on import XlaHandOn
-from lazyviz.backends.xla_io import (
-    _AWAITING_MOST,
-    _EXECUTE_READ_S,
-    _READ_EACH_SECOND,
-    _STEADY_KEPT,
-    _TRANSFERS_READ_S,
-    _Steady,
-    framework,
-)
+from lazyviz.backends.xla_io import Steady, framework
 from lazyviz.backends.xla_read import XlaReads
 from lazyviz.backends.xla_rows import RepeatedRows
+
+_EXECUTE_READ_S = 0.05  # XLA's execute times are read at most this often (see _execute_times_due)
+_AWAITING_MOST = 256  # or once this many executions wait for theirs
+_STEADY_KEPT = 64  # report texts kept as steady syncs (a loop has a few)
 
 
 class XlaPolls:
@@ -57,16 +53,16 @@ class XlaPolls:
         # and counters are the process's.
         self._polling = threading.RLock()
         self._rows: RepeatedRows | None = None  # while the tracer asks for repeated rows
-        # A loop's steady syncs (_Steady) by the report text a poll read: one report, a
+        # A loop's steady syncs (Steady) by the report text a poll read: one report, a
         # cache hit. A poll that reads the same text again, sees one more lookup of XLA's
         # and the same counters move, hands it on as the same row without the parser. By
         # text: a decode loop alternates a sync's report with a read's.
-        self._steady: dict[str, _Steady] = {}
+        self._steady: dict[str, Steady] = {}
         # lazyviz's hook (its C part), where it loads: between two polls here, it hands
         # the steady syncs on itself (hook/xla_steady.h); each poll here first settles
         # what it handed on (_settle), and arms it again after (_arm).
         self.fast: ModuleType | None = None
-        self._fast_texts: dict[str, _Steady] = {}  # the _steady texts it has, as it has them
+        self._fast_texts: dict[str, Steady] = {}  # the _steady texts it has, as it has them
         self._fast_tried = -1  # the size of the rows' sites when the texts it lacks were last tried
         self._steady_changed = False  # a text of _steady handed on anew since
 
@@ -98,6 +94,10 @@ class XlaPolls:
         with self._polling:
             self._poll(final)
 
+    def set_enabled(self, enabled: bool) -> None:
+        """Poll, or not (lazyviz's own teardown is not recorded)."""
+        self.enabled = enabled
+
     def disarm(self) -> None:
         """No more polls: the C hook hands nothing on (the descriptor it reads closes)."""
         self.enabled = False
@@ -117,9 +117,8 @@ class XlaPolls:
             self._reads.reports.put_back(unread)
         if count:
             self._executed += count
-            self._hand_on.awaiting_execute.extend(range(first, first + count))
-            self._hand_on.last_index, self._hand_on.last_end = first + count - 1, last_end
-            self._counters.last.update(values)
+            self._hand_on.handed_on_elsewhere(range(first, first + count), last_end)
+            self._counters.keep(values, replace=False)
 
     def _arm(self) -> None:
         """After a poll here, the polls after it are lazyviz's hook's, as long as they are
@@ -144,8 +143,8 @@ class XlaPolls:
                                             steady.stack, steady.site[0].graph_hash)
                     self._fast_texts[text] = steady
         # The copies' metrics, read here once a second (full capture), are not the hook's.
-        transfers_due = self._counters.transfers_read_at + _TRANSFERS_READ_S if self._capture_ir else math.inf
-        counters = {name: value for name, value in self._counters.last.items() if name not in _READ_EACH_SECOND}
+        transfers_due = self._counters.transfers_read_at + TRANSFERS_READ_S if self._capture_ir else math.inf
+        counters = {name: value for name, value in self._counters.last.items() if name not in READ_EACH_SECOND}
         self.fast.xla_arm(descriptor, self._executed, self._compiled, counters, len(self._counters.fallback_ops),
                            self._hand_on.last_end, transfers_due, self._execute_read_at + _EXECUTE_READ_S,
                            len(self._hand_on.awaiting_execute))
@@ -190,7 +189,6 @@ class XlaPolls:
             if compiled != self._compiled or reads.compile_reports != reads.compile_reports_seen:
                 self._take_compile_times()
             reports = len(reads.pending)
-            hand_on.handed = None
             hand_on.hand_on_pending(max(frameless, 0), compiled - self._compiled, final, self._counters_read)
             # One cache hit that can repeat, alone in what was read (and no tensors dump
             # to read: it names each sync's graph).
@@ -211,7 +209,7 @@ class XlaPolls:
         self._executed, self._compiled = executed, compiled
         return True
 
-    def _steady_again(self, steady: _Steady) -> bool:
+    def _steady_again(self, steady: Steady) -> bool:
         """The steady sync once more: the same report text, one more cache hit of XLA's,
         the same counters moved, under the same sync cause; then handed on as the last
         one was (what _poll_read would do with it), and True."""
@@ -234,28 +232,27 @@ class XlaPolls:
             if moved != steady.moved:
                 self._counters_read = counters  # read once: the transfers' reads are timed
                 return False
-            self._counters.last = counters
+            self._counters.keep(counters)
         self._executed = executed
         sync.cause, sync.detail = steady.site[1], steady.site[2]  # as _hand_on names it
         try:
             index = self._hand_on.report_execution(steady.site[3], None, steady.moved, steady.site[0].frames, steady.site)
         finally:
             sync.cause, sync.detail = steady.cause, steady.detail
-        self._hand_on.awaiting_execute.append(index)
-        self._hand_on.last_index = index
+        self._hand_on.handed_on_elsewhere(range(index, index + 1))
         return True
 
     def _take_compile_times(self) -> None:
-        self._hand_on.compile_ms.extend(self._counters.new_compile_times())
+        self._hand_on.add_compile_times(self._counters.new_compile_times())
 
     def _take_execute_times(self) -> None:
         """Each execute time XLA sampled to the execution that awaits it, oldest first: in
         place where its row is a repeated one the writer has not taken."""
         assert self._on_execute_time is not None
         for execute_ms in self._counters.new_execute_times():
-            if not self._hand_on.awaiting_execute:
+            index = self._hand_on.next_awaiting_execute()
+            if index is None:
                 break
-            index = self._hand_on.awaiting_execute.popleft()
             rows, fast = self._rows, self.fast
             if not (rows is not None and rows.time(index, execute_ms)) and \
                     not (fast is not None and fast.xla_time_row(index, execute_ms)):
@@ -274,13 +271,15 @@ class XlaPolls:
 
     def record_repeats(self, counts: object, started: float) -> Callable[[], list[tuple]] | None:
         if counts is None:
-            self._rows = self._hand_on.rows = None
+            self._rows = None
+            self._hand_on.repeat_into(None)
             if self.fast is not None:
                 self.fast.xla_start(None, 0.0, 0.0, None, None, None, None, None)
                 self.fast = None
             return None
         assert isinstance(counts, MutableSequence)
-        rows = self._rows = self._hand_on.rows = RepeatedRows(counts, started)
+        rows = self._rows = RepeatedRows(counts, started)
+        self._hand_on.repeat_into(rows)
         self.fast = self._fast_polls(counts, started)
 
         def take_rows() -> list[tuple]:
@@ -303,18 +302,14 @@ class XlaPolls:
             if self.fast is not None:
                 self._settle()
             reads.read()
-            if reads.unexpected is not None:
-                # A sync inside a compiled function that forbids them: XLA refused to run it.
-                report, reads.unexpected = reads.unexpected, None
-                self._executed += 1  # XLA counted its cache lookup: not a frameless execution
-                self.poll()
-                return [hand_on.hand_on(report, {}, ran=False)]
-            if reads.last_compile is not None:
-                report, reads.last_compile = reads.last_compile, None
+            refused = reads.unexpected is not None  # a sync inside a compiled function that forbids them
+            report = reads.take_refused()
+            if report is not None:
                 # XLA counted its cache lookup as an execution: not a frameless one.
                 self._executed += 1
                 self.poll()  # the executions reported before it
-                self._take_compile_times()  # XLA times a compile that failed too
+                if not refused:
+                    self._take_compile_times()  # XLA times a compile that failed too
                 return [hand_on.hand_on(report, {}, ran=False)]
             self.poll()
             return [hand_on.last_index] if hand_on.last_index is not None else []

@@ -8,7 +8,7 @@ import sys
 from collections import deque
 from pathlib import Path
 
-from lazyviz.backends.xla_io import _Tail, echoed
+from lazyviz.backends.xla_io import Tail, echoed
 from lazyviz.backends.xla_reports import GraphDumpParser, Report, ReportParser
 
 
@@ -17,14 +17,14 @@ class XlaReads:
     with the sizes its files had before the run (XLA appends). echo: the user's debug
     level, where lazyviz prints on stderr the analyses XLA would have printed there."""
 
-    def __init__(self, reports: _Tail) -> None:
+    def __init__(self, reports: Tail) -> None:
         self.reports = reports
         self.dump: Path | None = None
         self.dump_sizes: dict[Path, int] = {}
         self.echo: int | None = None
         self.parser = ReportParser()
         self._graph_parser = GraphDumpParser()
-        self._graphs: _Tail | None = None
+        self._graphs: Tail | None = None
         self.pending: deque[Report] = deque()  # execution reports not yet handed on
         self.compiles: deque[Report] = deque()  # compile reports awaiting their execution
         self.ir: dict[str, str] = {}  # graph hash -> IR text, from the tensors dump
@@ -32,6 +32,37 @@ class XlaReads:
         self.unexpected: Report | None = None  # a sync inside torch_xla.compile(full_graph=True)
         self.compile_reports = 0  # Compilation Analyses read, and those handed on
         self.compile_reports_seen = 0
+
+    def read_users_file(self, reports: Tail) -> None:
+        """Read the user's own analysis file (PT_XLA_DEBUG_FILE) instead of lazyviz's."""
+        self.reports = reports
+
+    def echo_at(self, level: int) -> None:
+        """Print on stderr what XLA would have printed there at the user's debug level."""
+        self.echo = level
+
+    def read_dump(self, dump: Path, appended: bool = False) -> None:
+        """Read XLA's tensors dump for the IR; appended: the user's own, which XLA appends
+        to: only what this run adds is read."""
+        self.dump = dump
+        self.dump_sizes = ({path: path.stat().st_size for path in dump.parent.glob(dump.name + "*")}
+                           if appended else {})
+
+    def take_refused(self) -> Report | None:
+        """The report of a graph XLA refused (a sync inside torch_xla.compile(full_graph=
+        True)) or failed to compile (its compile report, no execution after it), once."""
+        report = self.unexpected or self.last_compile
+        if self.unexpected is not None:
+            self.unexpected = None
+        else:
+            self.last_compile = None
+        return report
+
+    def take_pending(self) -> list[Report]:
+        """The execution reports read and not yet handed on, oldest first; none left."""
+        batch = list(self.pending)
+        self.pending.clear()
+        return batch
 
     @property
     def settled(self) -> bool:
@@ -83,7 +114,7 @@ class XlaReads:
             found = sorted(self.dump.parent.glob(self.dump.name + "*"))
             if not found:
                 return
-            self._graphs = _Tail(found[0], self.dump_sizes.get(found[0], 0))
+            self._graphs = Tail(found[0], self.dump_sizes.get(found[0], 0))
         self.ir.update(self._graph_parser.feed(self._graphs.read()))
 
     def close(self) -> None:

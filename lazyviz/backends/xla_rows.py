@@ -7,7 +7,9 @@ from __future__ import annotations
 import threading
 from collections.abc import MutableSequence
 
-from lazyviz.backends.xla_io import _MAX_REPEATS, _READ_EACH_SECOND
+from lazyviz.backends.xla_counters import READ_EACH_SECOND
+
+_MAX_REPEATS = 100_000  # sites whose hits repeat a row (_report_execution); more take the slow path
 
 
 class RepeatedRows:
@@ -26,7 +28,7 @@ class RepeatedRows:
         """The tracer said the row it made for `site` repeats as `kind`. Not a row whose
         counters hold the copies read once a second: each repeat would carry that second's
         copies again (the run's copies counted twice)."""
-        if len(self.sites) < _MAX_REPEATS and not any(name in _READ_EACH_SECOND for name in counters):
+        if len(self.sites) < _MAX_REPEATS and not any(name in READ_EACH_SECOND for name in counters):
             self.sites[site] = (kind, dict(counters))
 
     def repeat(self, site: tuple, counters: dict[str, int], end: float, last_end: float | None) -> int | None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 from lazyviz._output import printable
@@ -39,6 +40,8 @@ class CheckCommand:
                             help="SPMD: bytes each device may send for collectives in a step after warm-up")
         parser.add_argument("--allow-unasked-collectives", action="store_true",
                             help="SPMD: do not fail on collectives the sharding annotations did not ask for")
+        parser.add_argument("--max-peak-rss", type=memory_size, metavar="SIZE",
+                            help="the process's peak resident memory allowed, e.g. 2G or 512M (binary units)")
         parser.add_argument("--allow-unfinished", action="store_true",
                             help="check what a trace holds even if its run was killed or its recording stopped")
         parser.add_argument("--baseline", metavar="FILE", help="also fail on graphs, syncs or fallbacks it lacks")
@@ -84,6 +87,7 @@ class CheckCommand:
             max_miss_rate=options.max_miss_rate if options.max_miss_rate is not None else (0.5 if strict else None),
             max_collective_bytes_per_step=options.max_collective_bytes_per_step,
             unasked_collectives=strict and not options.allow_unasked_collectives,
+            max_peak_rss_kb=options.max_peak_rss,
         )
         recompiles = explain_recompiles(executions, ir_texts, options.warmup_steps)
         breaches = check_budget(run, executions, recompiles, budget, ir_texts, stacks_of(trace, run.capabilities.packages))
@@ -131,6 +135,14 @@ class CheckCommand:
         if problem:
             raise CliError(f"{path} is not a lazyviz baseline: {problem}")
         return baseline
+
+
+def memory_size(text: str) -> int:
+    """A size with its unit, in KiB: 512M, 2G, 1.5GiB (binary units, as ulimit and free count)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT])(?:i?B)?\s*", text, re.IGNORECASE)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size with a unit (K, M, G or T: 512M, 2G)")
+    return round(float(match.group(1)) * 1024 ** "KMGT".index(match.group(2).upper()))
 
 
 def _rate(text: str) -> float:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,18 +13,16 @@ from lazyviz.analysis.run import Run
 from lazyviz.commands.base import CliError, open_trace, regular_file, say, step_count
 from lazyviz.fix.patch import PatchError, edited_copy, is_diff, patched_texts
 from lazyviz.fix.proposals import (
-    STAND_INS,
     Change,
     Proposal,
     Source,
     apply_changes,
     diff_texts,
-    file_hash,
     propose,
     read_texts,
     unified_diff,
 )
-from lazyviz.fix.rounds import RoundEdits, until_clean
+from lazyviz.fix.rounds import RoundEdits, round_edits, until_clean
 from lazyviz.fix.trial import (
     DEFAULT_STEPS,
     Bound,
@@ -38,6 +34,7 @@ from lazyviz.fix.trial import (
     try_patch,
 )
 from lazyviz.fix.workspace import copy_root
+from lazyviz.fix.write import WriteRefused, write_patched
 from lazyviz.present import KIND_LABELS
 from lazyviz.trace.files import add_run_fields
 from lazyviz.trace.model import RunInfo, TrialRecord
@@ -120,20 +117,10 @@ class FixCommand:
         info = run.info
         bound = self._bound(run, proposals, options.steps)
 
-        def edits_of(proposed: list[Proposal]) -> RoundEdits | None:
-            changes = [c for p in proposed for c in p.changes]
-            outlived = [f"{p.finding.short or p.finding.message} ({p.summary})" for p in proposed if p.outlived]
-            if not changes:
-                return RoundEdits([], {}, [], outlived) if outlived else None
-            files = read_texts(c.file for c in changes)
-            return RoundEdits([p.summary for p in proposed if p.changes], apply_changes(files, changes),
-                              [p.alters_results for p in proposed if p.changes and p.alters_results], outlived,
-                              any(p.changes and p.finding.kind in ("crash", "failed_execution") for p in proposed))
-
         def next_round(kept: Run, read: Callable[[str], Source | None]) -> RoundEdits | None:
-            return edits_of(propose(kept, read))
+            return round_edits(propose(kept, read))
 
-        first = edits_of(proposals)
+        first = round_edits(proposals)
         assert first is not None and first.patched
         say(f"lazyviz: round after round on copies (at most {options.rounds}), {bound} each run...")
         table, before, rounds, final = until_clean(info, texts, first, bound, options.timeout, options.rounds,
@@ -237,32 +224,9 @@ class FixCommand:
 
     @staticmethod
     def _write_texts(patched: dict[str, str], hashes: dict[str, str]) -> None:
-        """Each file replaced by its patched text, whole or not at all, only where every
-        file still has the SHA-256 the trace recorded."""
-        files = sorted(patched)
-        made = {f for f in files if not os.path.exists(f) and os.path.basename(f) == STAND_INS}
-        unknown = [f for f in files if f not in hashes and f not in made]
-        if unknown:
-            raise CliError(f"--write: the trace has no record of {unknown[0]} as it was when recorded, so lazyviz "
-                           "cannot tell it is unchanged: apply the diff yourself")
-        for file in files:  # all checked before any is written
-            if file not in made and file_hash(file) != hashes[file]:
-                raise CliError(f"--write: {file} changed since the trace was recorded: run it again")
-        for file, text in patched.items():
-            folder = os.path.dirname(file)
-            if file in made:  # lazyviz's own new file: never over one that appeared meanwhile
-                with open(file, "x", encoding="utf-8", newline="") as out:
-                    out.write(text)
-                say(f"lazyviz: wrote {file} (new)")
-                continue
-            mode = os.stat(file).st_mode & 0o7777
-            handle, temporary = tempfile.mkstemp(dir=folder, prefix=".lazyviz-fix-")
-            try:
-                with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
-                    out.write(text)
-                os.chmod(temporary, mode)
-                os.replace(temporary, file)  # whole or not at all
-            except BaseException:
-                Path(temporary).unlink(missing_ok=True)
-                raise
+        try:
+            written = write_patched(patched, hashes)
+        except WriteRefused as error:
+            raise CliError(f"--write: {error}") from None
+        for file in written:
             say(f"lazyviz: wrote {file}")

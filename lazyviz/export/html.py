@@ -13,6 +13,8 @@ from lazyviz.analysis.collectives import collective_rows
 from lazyviz.analysis.findings import FallbackDetails, Finding
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.ir import IRGraph
+from lazyviz.analysis.kinds import FindingKind
+from lazyviz.analysis.memory import peak_text
 from lazyviz.analysis.recompiles import Recompile, explain_execution
 from lazyviz.analysis.run import Run
 from lazyviz.analysis.summary import chart_scale, step_times
@@ -34,7 +36,7 @@ from lazyviz.present import (
     size_text,
     why_text,
 )
-from lazyviz.trace.model import Execution, TrialRecord
+from lazyviz.trace.model import Execution, PeakRss, TrialRecord
 
 MAX_DRAWN = 8  # graphs the problems point at, drawn with Graphviz; the rest say how to draw them
 # Boxes per drawing on the page (`lazyviz export` draws up to 300): dot's time grows
@@ -130,6 +132,25 @@ def _step_chart(executions: list[Execution], stepped: bool) -> str:
                   ["#d1242f" if s.compiled else "#54aeff" for s in steps], top, "ms", "time per step")
     return (chart + f"<p>time per step (ms) by step number; red: a step that compiled, blue: cache hits only; "
             f"scale up to {top:.1f} ms (a taller first step, which includes start-up, is cut off)</p>")
+
+
+def _memory_chart(peaks: list[PeakRss], stepped: bool) -> str:
+    """The process's peak resident memory by step (by execution in a run without steps):
+    a graph that grows without mark_step() climbs here; "" where the trace has none."""
+    if not peaks:
+        return ""
+    key = (lambda peak: peak.step) if stepped else (lambda peak: peak.execution)
+    by_key = {key(peak): peak.kb for peak in peaks}
+    keys = range(key(peaks[0]), key(peaks[-1]) + 1)
+    values, kb = [], 0
+    for at in keys:
+        kb = by_key.get(at, kb)
+        values.append(kb / 1024)
+    unit = "step" if stepped else "execution"
+    chart = _bars(values, [str(k) for k in keys], [f"{unit} {k}: {v:,.1f} MB" for k, v in zip(keys, values)],
+                  ["#8250df"] * len(values), max(values) or 1.0, "MB", f"peak resident memory by {unit}")
+    return chart + (f"<p>{escape(peak_text(peaks, stepped))} (MB by {unit}: the process's high-water mark, as "
+                    "lazyviz's writer found it)</p>")
 
 
 def _sync_charts(executions: list[Execution]) -> str:
@@ -237,7 +258,8 @@ def _finding_html(finding: Finding, recorded: Run, proposal: Proposal | None = N
     if isinstance(finding.details, FallbackDetails):
         html += f'<br><span class="op">op: <code>{escape(finding.details.op)}</code></span>'
     recompile = recorded.recompile_at(finding.executions[0]) if finding.executions else None
-    if finding.kind in ("recompile", "dynamic_shape") and recompile is not None and recompile.diff is not None:
+    changed_shape = finding.kind in (FindingKind.RECOMPILE, FindingKind.DYNAMIC_SHAPE)
+    if changed_shape and recompile is not None and recompile.diff is not None:
         origins = recompile.diff.origins
         html += (f"<details><summary>what changed ({len(origins)})</summary><ul>"
                  + "".join(f"<li>{escape(c.describe())}</li>" for c in origins) + "</ul></details>")
@@ -306,15 +328,17 @@ def html_report(recorded: Run, draw: bool = True) -> str:
     fallbacks: set[str] = set()  # graphs shown for a fallback: drawn without recompile colouring
     for finding in analysis.findings:
         candidates = [by_index[i] for i in finding.executions[:200] if i in by_index]
-        if finding.kind == "fallback":
+        if finding.kind == FindingKind.FALLBACK:
             candidates = sorted((e for e in candidates if e.nodes > MIN_FALLBACK_NODES), key=lambda e: -e.nodes)
         for execution in candidates[:1]:
             if len(shown) < MAX_DRAWN and execution.graph not in shown:
                 shown[execution.graph] = execution
-                if finding.kind == "fallback":
+                if finding.kind == FindingKind.FALLBACK:
                     fallbacks.add(execution.graph)
     parts += [f"<h2>{'Time per step' if recorded.summary.steps > 1 else 'Graphs and sync time per sync'}</h2>",
-              _step_chart(executions, recorded.summary.steps > 0), _collectives_html(recorded), "<h2>Executions</h2>",
+              _step_chart(executions, recorded.summary.steps > 0),
+              _memory_chart(recorded.info.peak_rss, recorded.summary.steps > 0),
+              _collectives_html(recorded), "<h2>Executions</h2>",
               '<input id="filter" placeholder="filter: cause, site, graph, why…" aria-label="filter">',
               '<div class="scroll"><table id="executions"><thead><tr>']
     parts += [f'<th data-col="{col}" data-type="{kind}">{escape(title)}</th>' for col, title, kind in COLUMNS]

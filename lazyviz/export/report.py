@@ -13,6 +13,8 @@ from typing import TextIO
 from lazyviz.analysis.collectives import Row, collective_rows, per_step
 from lazyviz.analysis.findings import Finding
 from lazyviz.analysis.ir import parse_location
+from lazyviz.analysis.kinds import FindingKind
+from lazyviz.analysis.memory import peak_text
 from lazyviz.analysis.ranks import Divergence
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile, compiles_past_warmup, is_compared
 from lazyviz.analysis.run import Run
@@ -208,6 +210,8 @@ def json_report(recorded: Run, lines: bool = False) -> dict:
             "sync_ms": round(summary.sync_ms, 3),
             "trace_ms": round(summary.trace_ms, 3),
             "transfers": summary.transfers,
+            # The process's peak resident memory where it rose: {execution, step, kb (KiB)}.
+            "peak_rss": [peak._asdict() for peak in run.peak_rss],
         },
     }
 
@@ -220,7 +224,7 @@ def _finding_lines(finding: Finding, recorded: Run) -> list[str]:
     lines = [f"    {finding.severity}: {finding.message}{where}"]
     # A recompile's other origins, once, under its headline (which shows the first).
     recompile = (recorded.recompile_at(finding.executions[0])
-                 if finding.kind == "recompile" and finding.executions else None)
+                 if finding.kind == FindingKind.RECOMPILE and finding.executions else None)
     if recompile is not None and recompile.diff is not None:
         lines += [f"      also: {change.describe()}" for change in recompile.diff.origins[1:4]]
     if finding.fix:
@@ -297,6 +301,8 @@ def text_report(recorded: Run, all_findings: bool = False) -> str:
     largest = _largest_memory(recorded)
     if largest:
         lines.append(f"  largest graph in memory: {largest}")
+    if run.peak_rss:
+        lines.append(f"  process memory: {peak_text(run.peak_rss, summary.steps > 0)}")
     lines += _collective_lines(collective_rows(recorded.collectives, summary.steps), summary.steps)
     if summary.sites:
         lines.append("  most frequent sync sites:")

@@ -6,6 +6,7 @@ import ast
 import os
 
 from lazyviz.analysis.findings import Finding, RecompileDetails
+from lazyviz.analysis.kinds import FindingKind
 from lazyviz.fix.source import Change, Context, Proposal, call_name
 
 
@@ -164,5 +165,5 @@ def propose(finding: Finding, context: Context) -> Proposal:
 
 
 def answers(finding: Finding, context: Context) -> bool:
-    return finding.kind == "recompile" and isinstance(finding.details, RecompileDetails) \
+    return finding.kind == FindingKind.RECOMPILE and isinstance(finding.details, RecompileDetails) \
         and finding.details.changes == ("attribute",)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 
 from lazyviz.analysis.findings import FailureDetails, Finding
+from lazyviz.analysis.kinds import FindingKind
 from lazyviz.fix.source import Change, Context, Proposal, Source, call_name, define_once
 
 STATE_ON_CPU_NAME = "state_on_cpu"
@@ -105,8 +106,8 @@ def _wrapped(state: ast.expr) -> bool:
 def answers(finding: Finding, context: Context) -> bool:
     """TS: torch.save raised (no storage on the host); PyTorch/XLA: it read the state one
     tensor at a time, a graph each."""
-    crashed = finding.kind == "crash" and isinstance(finding.details, FailureDetails) and finding.details.no_storage
-    return (crashed or finding.kind == "one_by_one_reads") and finding.frame is not None
+    crashed = finding.kind == FindingKind.CRASH and isinstance(finding.details, FailureDetails) and finding.details.no_storage
+    return (crashed or finding.kind == FindingKind.ONE_BY_ONE_READS) and finding.frame is not None
 
 
 def propose(finding: Finding, context: Context) -> Proposal:

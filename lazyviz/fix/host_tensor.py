@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 
 from lazyviz.analysis.findings import Finding, HostCallDetails
+from lazyviz.analysis.kinds import FindingKind
 from lazyviz.fix.source import Change, Context, Proposal, calls_named
 
 
@@ -48,4 +49,4 @@ def propose(finding: Finding, context: Context) -> Proposal:
 
 
 def answers(finding: Finding, context: Context) -> bool:
-    return finding.kind == "host_call"
+    return finding.kind == FindingKind.HOST_CALL

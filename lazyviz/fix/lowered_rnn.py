@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 
 from lazyviz.analysis.findings import FailureDetails, Finding
+from lazyviz.analysis.kinds import FindingKind
 from lazyviz.fix.source import STAND_INS, Change, Context, Proposal, Source, define_beside
 
 LOWERED_LSTM_NAME = "LSTMLowered"
@@ -277,5 +278,5 @@ def propose(finding: Finding, context: Context) -> Proposal:
 
 
 def answers(finding: Finding, context: Context) -> bool:
-    return finding.kind == "crash" and isinstance(finding.details, FailureDetails) and (
+    return finding.kind == FindingKind.CRASH and isinstance(finding.details, FailureDetails) and (
         finding.details.module == "recurrent" or _cell_crash(finding))

@@ -7,6 +7,7 @@ import os
 from collections import Counter
 
 from lazyviz.analysis.findings import Finding, GrowingGraph, RepeatedBlock
+from lazyviz.analysis.kinds import FindingKind
 from lazyviz.analysis.library_loops import LibraryLoop
 from lazyviz.fix.source import (
     Change,
@@ -200,4 +201,4 @@ def _is_step_call(statement: ast.stmt, call: str) -> bool:
 
 
 def answers(finding: Finding, context: Context) -> bool:
-    return finding.kind == "missing_mark_step"
+    return finding.kind == FindingKind.MISSING_MARK_STEP

@@ -7,6 +7,7 @@ import re
 from collections.abc import Sequence
 
 from lazyviz.analysis.findings import Finding, RecompileDetails
+from lazyviz.analysis.kinds import FindingKind
 from lazyviz.fix.drop_last import short_batch
 from lazyviz.fix.source import Context, Proposal, Source, keyword_set
 
@@ -96,4 +97,4 @@ def propose(finding: Finding, context: Context) -> Proposal:
 
 def answers(finding: Finding, context: Context) -> bool:
     """A shape that changes at many steps, not a last short batch (drop_last's)."""
-    return finding.kind == "dynamic_shape" and not short_batch(finding, context)
+    return finding.kind == FindingKind.DYNAMIC_SHAPE and not short_batch(finding, context)

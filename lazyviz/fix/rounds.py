@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from lazyviz.analysis.findings import Finding, RecompileDetails
+from lazyviz.analysis.findings import Finding, FindingKind, RecompileDetails
 from lazyviz.analysis.run import Run
 from lazyviz.fix.output_check import OutputCheck
-from lazyviz.fix.source import Source, read_source
+from lazyviz.fix.source import Proposal, Source, apply_changes, read_source, read_texts
 from lazyviz.fix.trial import (
     Bound,
     Measures,
@@ -55,6 +55,20 @@ class RoundEdits:
     # An edit of the round's is for the crash: the same crash again is then its failure;
     # otherwise the crash is not the round's to fix, and its other measures judge it.
     for_crash: bool = True
+
+
+def round_edits(proposed: Sequence[Proposal]) -> RoundEdits | None:
+    """The edits of these proposals as one round, the files they touch read as they are
+    now; None where they hold neither an edit nor a finding whose edit is in already."""
+    changes = [c for p in proposed for c in p.changes]
+    outlived = [f"{p.finding.short or p.finding.message} ({p.summary})" for p in proposed if p.outlived]
+    if not changes:
+        return RoundEdits([], {}, [], outlived) if outlived else None
+    files = read_texts(c.file for c in changes)
+    return RoundEdits([p.summary for p in proposed if p.changes], apply_changes(files, changes),
+                      [p.alters_results for p in proposed if p.changes and p.alters_results], outlived,
+                      any(p.changes and p.finding.kind in (FindingKind.CRASH, FindingKind.FAILED_EXECUTION)
+                          for p in proposed))
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 
 from lazyviz.analysis.findings import Finding
+from lazyviz.analysis.kinds import FindingKind
 from lazyviz.fix.source import Change, Context, Proposal, define_once
 
 # Tensor.split / torch.split take (split_size_or_sections, dim=0); chunk (chunks, dim=0);
@@ -62,7 +63,7 @@ def _calls_of(finding: Finding) -> tuple[str, ...]:
 
 
 def answers(finding: Finding, context: Context) -> bool:
-    return finding.kind == "crash" and bool(_calls_of(finding)) and finding.frame is not None
+    return finding.kind == FindingKind.CRASH and bool(_calls_of(finding)) and finding.frame is not None
 
 
 def _piece_call(node: ast.AST, names: tuple[str, ...]) -> str | None:

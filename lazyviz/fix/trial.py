@@ -18,6 +18,7 @@ from pathlib import Path
 
 from lazyviz.analysis.collectives import per_step
 from lazyviz.analysis.findings import Finding, RecompileDetails
+from lazyviz.analysis.kinds import FindingKind
 from lazyviz.analysis.loops import iteration_of
 from lazyviz.analysis.recompiles import WARMUP_STEPS, recompiles_after_warmup
 from lazyviz.analysis.run import Run
@@ -125,7 +126,7 @@ def shown_again_by(finding: Finding, run: Run) -> Sequence[int]:
     bound's own first iterations: no execution to reach. A loop that seldom synced inside
     (mnist without mark_step(): a loss logged at batch 0, the rest run at the evaluation)
     pays after it: reach that."""
-    if finding.kind != "missing_mark_step":
+    if finding.kind != FindingKind.MISSING_MARK_STEP:
         return finding.executions[-1:]
     first = finding.executions[:1]
     marks = run.info.optimizer_marks
@@ -262,7 +263,7 @@ def finding_key(finding: Finding) -> tuple[str, str, str]:
     A shape change at one step and the same change at several are one finding's two sizes:
     an edit that removes another sync site can turn the one into the other."""
     about = finding.details.subject
-    kind = "recompile" if finding.kind == "dynamic_shape" else finding.kind
+    kind = FindingKind.RECOMPILE if finding.kind == FindingKind.DYNAMIC_SHAPE else finding.kind
     return kind, str(about), finding.frame.function if finding.frame else ""
 
 

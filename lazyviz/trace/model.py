@@ -17,6 +17,15 @@ CAUSES = ("mark_step", "item", "print", "cpu", "tolist", "bool", "fallback", "ot
 TS_NAMES = {"mark_step": "torch._lazy.mark_step()", "step_closure": "torch._lazy.add_step_closure"}
 
 
+class PeakRss(NamedTuple):
+    """The process's peak resident memory (getrusage's high-water mark) when the
+    executions up to `execution` (in `step`) were stored."""
+
+    execution: int
+    step: int
+    kb: int  # KiB
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What the run's backend can give and how its calls are spelled, recorded with the run
@@ -387,6 +396,8 @@ class RunInfo:
     annotations: list[Annotation] = field(default_factory=list)
     # `lazyviz fix --try`'s measurement of the proposed edits on this run's script, where it ran.
     fix_trial: TrialRecord | None = None
+    # The process's peak resident memory where it rose (the trace's `memory`).
+    peak_rss: list[PeakRss] = field(default_factory=list)
 
     @property
     def script(self) -> str:

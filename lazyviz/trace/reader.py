@@ -34,6 +34,7 @@ from lazyviz.trace.model import (
     Frame,
     Graph,
     GraphTexts,
+    PeakRss,
     RunInfo,
     TrialRecord,
 )
@@ -46,9 +47,11 @@ from lazyviz.trace.schema import (
     KINDS_FROM,
     LINE_ID,
     LINES_FROM,
+    MEMORY_FROM,
     OLD_COLUMNS,
     SCHEMA_VERSION,
     V4_COLUMNS,
+    V5_COLUMNS,
     ExecutionRecord,
     GraphRecord,
 )
@@ -405,7 +408,8 @@ class Trace:
                 f"({SCHEMA_VERSION}); upgrade lazyviz"
             )
         self.version = version
-        expected = COLUMNS if version >= LINES_FROM else V4_COLUMNS if version >= KINDS_FROM else OLD_COLUMNS
+        expected = (COLUMNS if version >= MEMORY_FROM else V5_COLUMNS if version >= LINES_FROM
+                    else V4_COLUMNS if version >= KINDS_FROM else OLD_COLUMNS)
         if version < LINES_FROM:
             self._graph_select = GRAPH_COLUMNS.replace("ir_lines", "NULL AS ir_lines")
         for table, columns in expected.items():
@@ -523,7 +527,16 @@ class Trace:
             annotations=[a for a in map(_annotation, get("annotations")) if a is not None],
             failures=[Failure(f["execution"], f["error"]) for f in get("failures")
                       if isinstance(f, dict) and type(f.get("execution")) is int and isinstance(f.get("error"), str)],
+            peak_rss=self.peak_rss(),
         )
+
+    def peak_rss(self) -> list[PeakRss]:
+        """The process's peak resident memory where it rose, in order; none for traces from
+        before MEMORY_FROM."""
+        if self.version < MEMORY_FROM:
+            return []
+        rows = self._query("SELECT execution, step, peak_rss_kb FROM memory ORDER BY execution")
+        return [PeakRss(*row) for row in rows if all(type(value) is int and value >= 0 for value in row)]
 
     def count(self) -> int:
         return self._query("SELECT COUNT(*) FROM executions")[0][0]

@@ -15,7 +15,8 @@ FORMAT = "lazyviz-trace"
 # 5: an IR text stored as the ids of its lines in `ir_lines`, where each distinct line
 #    (at its place) is stored once: a run's graphs repeat most of their lines, and the
 #    reader parses each line once, not each graph (graphs.ir_lines; ir_text then "").
-SCHEMA_VERSION = 5
+# 6: the process's peak resident memory where it rose, by execution, in `memory`.
+SCHEMA_VERSION = 6
 # Texts at least this long are stored compressed: an IR or TorchScript dump shrinks 5-10x.
 COMPRESS_FROM = 256
 # Columns added after version 1: a version-1 trace lacks them and reads them as NULL.
@@ -24,6 +25,8 @@ ADDED_COLUMNS = {"executions": ("call", "context")}
 KINDS_FROM = 4
 # The first version with `ir_lines`, and graphs that name their lines.
 LINES_FROM = 5
+# The first version with `memory`.
+MEMORY_FROM = 6
 # The array type of a graph's line ids: 4 bytes each (stored little-endian).
 LINE_ID = "I" if array("I").itemsize == 4 else "L"
 
@@ -105,6 +108,9 @@ CREATE TABLE graphs (
 -- its text those lines joined by newlines.
 CREATE TABLE ir_lines (first INTEGER PRIMARY KEY, count INTEGER NOT NULL, text NOT NULL);
 CREATE TABLE stacks (id INTEGER PRIMARY KEY, frames TEXT NOT NULL);
+-- The process's peak resident memory (KiB, getrusage's ru_maxrss) as the writer found it
+-- when it stored executions: a row where it rose, by the last execution stored then.
+CREATE TABLE memory (execution INTEGER PRIMARY KEY, step INTEGER NOT NULL, peak_rss_kb INTEGER NOT NULL);
 CREATE TABLE kinds (
     id INTEGER PRIMARY KEY,
     cause TEXT NOT NULL,
@@ -170,9 +176,12 @@ COLUMNS = {
     "kinds": ("id", *KIND_FIELDS),
     "executions": ROW_FIELDS,
     "ir_lines": ("first", "count", "text"),
+    "memory": ("execution", "step", "peak_rss_kb"),
 }
+# Before MEMORY_FROM: no memory.
+V5_COLUMNS = {t: c for t, c in COLUMNS.items() if t != "memory"}
 # Before LINES_FROM: no ir_lines, and the graphs hold their texts whole.
-V4_COLUMNS = {**{t: c for t, c in COLUMNS.items() if t != "ir_lines"},
+V4_COLUMNS = {**{t: c for t, c in V5_COLUMNS.items() if t != "ir_lines"},
               "graphs": tuple(f for f in GraphRecord._fields if f != "ir_lines")}
 # Before KINDS_FROM: no kinds either, and each execution row holds all its fields.
 OLD_COLUMNS = {**{t: c for t, c in V4_COLUMNS.items() if t != "kinds"}, "executions": ExecutionRecord._fields}

@@ -8,6 +8,7 @@ import json
 import os
 import queue
 import re
+import resource
 import sqlite3
 import sys
 import threading
@@ -64,6 +65,8 @@ _Record = _RunFields | _NewExecution | _ExecuteTime | list
 # live UI lags. One commit per window, not per execution: a commit per execution cost
 # the traced loop about 130 us each (the writer thread's wake-up and the GIL).
 COMMIT_WINDOW_S = 0.1
+# getrusage's ru_maxrss is in KiB on Linux, in bytes on macOS.
+_RSS_UNIT = 1024 if sys.platform == "darwin" else 1
 MAX_ROWS_PER_INSERT = 1024
 # IR lines the writer remembers, to store a line met again by its id: a heavy run's
 # distinct lines (a BERT fine-tune's 1,100 graphs: 54,000, 18 MB of the traced process).
@@ -110,6 +113,7 @@ class TraceWriter:
             )
         self.error: str | None = None  # the first write that failed, for the user
         self.written = 0  # executions committed
+        self._peak_rss = 0  # KiB, as last noted in `memory`
         # An execution's kind (KIND_FIELDS) -> its id in `kinds`: a loop's steps repeat a
         # few kinds, so a row stores 8 values, not 20. Numbered when first asked for (by
         # any thread: the tracer numbers the kinds its repeated rows use); written with
@@ -267,6 +271,7 @@ class TraceWriter:
             new_kinds, self._unwritten_kinds = self._unwritten_kinds, []
         executions: list[tuple] = []
         inserted, lines_before = 0, self._line_count
+        last: tuple | None = None  # the last execution's row stored
         db.execute("BEGIN")
         try:
             if new_kinds:
@@ -285,6 +290,7 @@ class TraceWriter:
                 if executions:  # keep the order: an execute time may update a row just queued
                     _insert_executions(db, executions)
                     inserted += len(executions)
+                    last = executions[-1]
                     executions = []
                 if isinstance(item, _RunFields):
                     db.executemany("INSERT OR REPLACE INTO run VALUES (?, ?)", item.fields)
@@ -294,6 +300,9 @@ class TraceWriter:
             if executions:
                 _insert_executions(db, executions)
                 inserted += len(executions)
+                last = executions[-1]
+            if last is not None:
+                self._note_memory(db, last[0], last[1])
             db.execute("COMMIT")
         except BaseException:
             with self._kinds_lock:  # not written: with the next transaction
@@ -305,6 +314,16 @@ class TraceWriter:
                 db.execute("ROLLBACK")
             raise
         self.written += inserted
+
+    def _note_memory(self, db: sqlite3.Connection, execution: int, step: int) -> None:
+        """The process's peak resident memory, where it rose since the last note, by the
+        last execution stored (its index and step): read on this thread, it costs the
+        traced program nothing, in every capture."""
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // _RSS_UNIT
+        if peak > self._peak_rss:
+            db.execute("INSERT OR REPLACE INTO memory (execution, step, peak_rss_kb) VALUES (?, ?, ?)",
+                       (execution, step, peak))
+            self._peak_rss = peak
 
     def _graph_row(self, db: sqlite3.Connection, graph: GraphRecord) -> GraphRecord:
         """The graph as stored: its IR as the ids of its lines (each new line stored now),

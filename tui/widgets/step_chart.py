@@ -21,11 +21,13 @@ class StepChart(Widget):
         super().__init__(**kwargs)
         self.steps = StepTimes()
         self.collectives = ""
+        self.memory = ""
 
-    def show(self, steps: StepTimes, collectives: str = "") -> None:
+    def show(self, steps: StepTimes, collectives: str = "", memory: str = "") -> None:
         """Time per step, worked out off the UI thread (a million rows take a second);
-        collectives: what SPMD's collectives move per step, in a phrase ("" without)."""
-        self.steps, self.collectives = steps, collectives
+        collectives: what SPMD's collectives move per step, in a phrase ("" without);
+        memory: the process's peak resident memory as it rose (memory.peak_text)."""
+        self.steps, self.collectives, self.memory = steps, collectives, memory
         self.refresh()
 
     def render(self) -> Text:
@@ -76,5 +78,6 @@ class StepChart(Widget):
             ("■ compiled", palette().miss), " ", ("■ cached", palette().chart),
             f"\nsync (lower+compile+run) {sync_ms:.0f} ms = {share:.0f}% · python tracing {trace_ms:.0f} ms",
             f"\ncollectives: {self.collectives}" if self.collectives else "",
+            f"\nmemory: {self.memory}" if self.memory else "",
         )
         return Text("\n").join([*rows, legend])

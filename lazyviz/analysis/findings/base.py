@@ -4,31 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from lazyviz.analysis.details import Details
 from lazyviz.analysis.graphs import IRGraphs
+from lazyviz.analysis.kinds import FindingKind
 from lazyviz.analysis.library import Stacks, no_stacks
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile
 from lazyviz.trace.model import Frame, RunInfo
 from lazyviz.trace.table import ExecutionTable
 
 SEVERITIES = ("error", "warning", "info")
-
-
-class FindingKind(StrEnum):
-    """The kinds of finding. A str: the trace, the JSON report and `check` write the value."""
-
-    FAILED_EXECUTION = "failed_execution"
-    CRASH = "crash"
-    RECOMPILE = "recompile"
-    DYNAMIC_SHAPE = "dynamic_shape"
-    EXTRA_SYNC = "extra_sync"
-    FALLBACK = "fallback"
-    ONE_BY_ONE_READS = "one_by_one_reads"
-    MISSING_MARK_STEP = "missing_mark_step"
-    UNASKED_COLLECTIVE = "unasked_collective"
-    HOST_CALL = "host_call"
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ def crash_findings(run: RunInfo, executions: Sequence[Execution], ir_texts: Mapp
     already explains its own error."""
     table = ExecutionTable.of(executions)
     found = crash(run, table, IRGraphs.of(ir_texts or {}))
-    if found is None or any(failure.error.strip() and headline(failure.error) in run.error for failure in run.failures):
+    if found is None or any(failure.error.strip() and headline(failure.error) in (run.error or "") for failure in run.failures):
         return []
     what, fix, details, frame = found
     # The execution it points at: the fallback's, or the graph the device could not hold.
