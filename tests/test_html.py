@@ -185,9 +185,13 @@ def test_charts_fill_the_page_and_a_run_without_steps_charts_its_syncs(sample_tr
         loaded = chromium(tmp_path, "--window-size=1280,900", "--virtual-time-budget=3000", "--dump-dom", page.as_uri())
         window, charts = loaded.stdout.split("<title>charts:")[1].split("</title>")[0].split(":")
         widths[sample] = (int(window), [int(w) for w in charts.split(",")])
-    window, [steps] = widths["clean_mlp"]
-    assert steps > 0.9 * (window - 60)  # the page's margins aside
-    # No mark_step(): graph size and sync time per sync, the growth visible at a glance.
+    # Time per step, then the process's peak memory by step.
+    window, [steps, memory] = widths["clean_mlp"]
+    assert steps > 0.9 * (window - 60) and memory > 0.9 * (window - 60)  # the page's margins aside
+    assert 'aria-label="peak resident memory by step"' in (tmp_path / "clean_mlp.html").read_text()
+    # No mark_step(): graph size and sync time per sync, the growth visible at a glance, and
+    # the memory by execution.
     window, stepless = widths["missing_mark_step"]
-    assert len(stepless) == 2 and all(w > 0.9 * (window - 60) for w in stepless)
-    assert "graph size per sync" in (tmp_path / "missing_mark_step.html").read_text()
+    assert len(stepless) == 3 and all(w > 0.9 * (window - 60) for w in stepless)
+    html = (tmp_path / "missing_mark_step.html").read_text()
+    assert "graph size per sync" in html and 'aria-label="peak resident memory by execution"' in html

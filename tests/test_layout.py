@@ -4,6 +4,7 @@ own modules. Every import counts, a function's local imports too."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from conftest import ROOT
@@ -106,3 +107,28 @@ def test_no_circles() -> None:
 def test_the_ui_is_installed_under_lazyviz() -> None:
     text = (ROOT / "pyproject.toml").read_text()
     assert '"lazyviz.tui" = "tui"' in text and '"tui*"' not in text
+
+
+def _source_lines(*folders: str) -> list[tuple[str, int, str]]:
+    return [(str(path.relative_to(ROOT)), number, line) for folder in folders
+            for path in sorted((ROOT / folder).rglob("*.py"))
+            for number, line in enumerate(path.read_text().splitlines(), start=1)]
+
+
+def test_nothing_outside_the_backends_asks_a_backends_name() -> None:
+    """What a backend can do is in the run's Capabilities: code that compared the backend's
+    name ("xla" has HLO) would be wrong for the next backend, a torch_xla fork's first."""
+    asked = [f"{file}:{number}: {line.strip()}" for file, number, line in _source_lines("lazyviz", "tui")
+             if not file.startswith("lazyviz/backends/") and re.search(r"""[!=]=\s*["'](ts|xla)["']""", line)]
+    assert asked == []
+
+
+def test_finding_kinds_are_compared_as_members() -> None:
+    """A kind compared as a string ("crash") is not found when the kind is renamed."""
+    from lazyviz.analysis.kinds import FindingKind
+
+    values = "|".join(kind.value for kind in FindingKind)
+    pattern = re.compile(rf"""kind\s*(==|!=|in|not in)\s*[({{]?\s*["']({values})["']""")
+    compared = [f"{file}:{number}: {line.strip()}" for file, number, line in _source_lines("lazyviz", "tui")
+                if pattern.search(line)]
+    assert compared == []

@@ -63,8 +63,9 @@ def test_a_run_the_kernel_kills_for_memory_is_explained_with_its_memory_by_execu
     report = json.loads(subprocess.run([sys.executable, "-m", "lazyviz", "report", "--format", "json", "t.trace"],
                                        cwd=tmp_path, capture_output=True, text=True, check=True).stdout)
     peaks = report["summary"]["peak_rss"]
-    # Rising, and below what the cgroup allowed: the process died past the last figure stored.
-    assert len(peaks) >= 2 and peaks[-1]["kb"] > 2 * peaks[0]["kb"] and peaks[-1]["kb"] * 1024 <= CGROUP_LIMIT
+    # Rising, a figure each time it rose, by the execution stored then.
+    assert len(peaks) >= 2 and peaks[-1]["kb"] > 1.5 * peaks[0]["kb"]
+    assert [p["kb"] for p in peaks] == sorted({p["kb"] for p in peaks})
     assert [p["execution"] for p in peaks] == sorted({p["execution"] for p in peaks})
     low = f"{peaks[-1]['kb'] // 1024 - 1}M"
     check = subprocess.run([sys.executable, "-m", "lazyviz", "check", "--allow-unfinished", "--any-fallbacks",

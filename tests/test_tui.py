@@ -370,7 +370,7 @@ def _normalised_copy(trace: Path, folder: Path) -> Path:
         # The process's memory as it rose: two figures, at the first and the last execution.
         last, step = db.execute("SELECT idx, step FROM executions ORDER BY idx DESC LIMIT 1").fetchone()
         db.execute("DELETE FROM memory")
-        db.executemany("INSERT INTO memory VALUES (?, ?, ?)", [(0, 0, 400_000), (last, step, 520_000)])
+        db.executemany("INSERT OR REPLACE INTO memory VALUES (?, ?, ?)", [(0, 0, 400_000), (last, step, 520_000)])
         db.execute("UPDATE run SET value = '1.0' WHERE key = 'elapsed_s'")
         db.execute("UPDATE run SET value = replace(value, ?, '/repo') WHERE key IN ('argv', 'cwd')", (str(ROOT),))
     return copy

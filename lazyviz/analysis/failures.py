@@ -217,19 +217,21 @@ def _is_library(file: str) -> bool:
 # How a run that ran out of memory ends without an exception: the kernel's OOM killer
 # (SIGKILL), or the backend's compiler dying after a failed allocation (SIGSEGV, SIGABRT).
 _DIED_OF_MEMORY = {f"killed by {name}" for name in ("SIGKILL", "SIGSEGV", "SIGABRT")}
-# A run whose peak memory rose, this many times or more, to this many times its first
-# figure grew until it died (PyTorch/XLA's start is 0.8 GB: a few hundred MB more kill it).
-_RISES, _GREW = 3, 1.25
+# A run whose peak memory rose to this many times its first figure, and was still rising
+# at the last execution stored, grew until it died (PyTorch/XLA's start is 0.8 GB: a few
+# hundred MB more kill it).
+_GREW = 1.25
 
 
 def killed(run: RunInfo, table: ExecutionTable,
            graphs: IRGraphs | None = None) -> tuple[str, str, FailureDetails, Frame | None] | None:
     """A run killed by a signal while its memory grew: what it had reached, and the last
     graph it ran (its size, the lines that built it), where the recorded peak rose to
-    _GREW times its first figure, _RISES times or more; None where the memory did not grow
-    (a crash of another cause, said by its signal alone)."""
+    _GREW times its first figure and rose at the last execution stored; None where it did
+    not (a kill of another cause, said by its signal alone)."""
     peaks = run.peak_rss
-    if len(peaks) <= _RISES or peaks[-1].kb < _GREW * peaks[0].kb or not len(table):
+    if len(peaks) < 2 or peaks[-1].kb < _GREW * peaks[0].kb or not len(table) \
+            or peaks[-1].execution < table.index[-1]:
         return None
     first, last, stepped = peaks[0], peaks[-1], bool(run.steps or any(table.step))
     script = run.script.rpartition("/")[2]
