@@ -10,6 +10,7 @@ from lazyviz.analysis.details import Details
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.ir import IRGraph, Node
 from lazyviz.analysis.memory import when
+from lazyviz.analysis.units import size_text
 from lazyviz.trace.model import Failure, Frame, RunInfo, first_sentence
 from lazyviz.trace.table import ExecutionTable
 
@@ -237,8 +238,8 @@ def killed(run: RunInfo, table: ExecutionTable,
     script = run.script.rpartition("/")[2]
     cause = ("most likely the kernel's out-of-memory killer (dmesg names it)" if "SIGKILL" in (run.ended_by or "")
              else "in the backend, most likely where an allocation failed")
-    what = (f"{script} was {run.ended_by}, {cause}: its peak resident memory rose from {_size(first.kb * 1024)} "
-            f"at {when(first, stepped)} to {_size(last.kb * 1024)} by {when(last, stepped)}")
+    what = (f"{script} was {run.ended_by}, {cause}: its peak resident memory rose from {size_text(first.kb * 1024)} "
+            f"at {when(first, stepped)} to {size_text(last.kb * 1024)} by {when(last, stepped)}")
     position = len(table) - 1
     kind = table.kind_at(position)
     execution = table.index[position]
@@ -259,11 +260,11 @@ def _graph_memory(graph: IRGraph, compiled: dict[str, int]) -> str:
     """What a graph needs in memory: as the backend's compiler said (XLA: inputs, outputs,
     intermediates, program), else its inputs and outputs by their shapes (TorchScript)."""
     if any(compiled.values()):
-        return "compiled to need " + ", ".join(f"{name.replace('_', ' ')} {_size(size)}"
+        return "compiled to need " + ", ".join(f"{name.replace('_', ' ')} {size_text(size)}"
                                                for name, size in compiled.items() if size)
     inputs = sum(_bytes(node) for node in graph.inputs)
     outputs = sum(_bytes(node) for node in graph.nodes if node.root is not None)
-    return f"inputs {_size(inputs)}, outputs {_size(outputs)} by their shapes" if inputs or outputs else ""
+    return f"inputs {size_text(inputs)}, outputs {size_text(outputs)} by their shapes" if inputs or outputs else ""
 
 
 def raising_line(frames: list[Frame]) -> Frame | None:
