@@ -47,8 +47,11 @@ class RunCommand:
         add_force(parser, "the -o trace (only ever a lazyviz trace that no run is writing)")
         parser.add_argument("--no-tui", action="store_true", help="no live UI: print a summary at the end")
         parser.add_argument(
-            "--backend", choices=tuple(backends()),
-            help="lazy backend: ts (torch's TorchScript backend) or xla (PyTorch/XLA); "
+            # Not argparse's choices: those would read every installed package's entry points
+            # (50 ms) for every lazyviz command.
+            "--backend", metavar="NAME",
+            help="lazy backend: ts (torch's TorchScript backend), xla (PyTorch/XLA), or one an installed "
+                 "package registers (a torch_xla fork's); "
                  "default: picked from the script's imports (torch._lazy: ts, torch_xla: xla), else xla where "
                  "PJRT_DEVICE is set and torch_xla is installed (a library imports it), else ts",
         )
@@ -77,6 +80,8 @@ class RunCommand:
             self._check_script(options.target)
         if options.backend is None:
             options.backend = detect_backend(imported_modules(options.target, options.module))
+        elif options.backend not in backends():
+            raise CliError(f"run: unknown backend {options.backend!r} (known: {', '.join(backends())})")
         trace_path = self._trace_path(options)
         self._check_space(trace_path.parent)
         claim = claim_trace_path(trace_path, options.force)
