@@ -75,6 +75,14 @@ def test_pipes_and_folders_given_as_files_are_refused(sample_trace, tmp_path: Pa
     assert "None" not in result.stderr
 
 
+def test_run_names_the_backends_it_knows_for_one_it_does_not(tmp_path: Path) -> None:
+    script = tmp_path / "s.py"
+    script.write_text("print('ran')\n")
+    one_line_error(cli("run", "--no-tui", "--backend", "tpu", script, cwd=tmp_path),
+                   "unknown backend 'tpu' (known: ts, xla")
+    assert not list(tmp_path.glob("*.trace"))  # nothing recorded, nothing claimed
+
+
 def test_run_refuses_links_empty_and_dash_outputs(tmp_path: Path) -> None:
     script = tmp_path / "s.py"
     script.write_text("print('ran')\n")
