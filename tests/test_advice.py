@@ -131,3 +131,25 @@ def test_a_sparse_tensor_sent_to_the_device_is_kept_dense_and_runs_on_both_devic
 
 def _line(path: Path, text: str) -> int:
     return next(number for number, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def test_a_graph_out_of_memory_without_the_failed_size_is_named_without_guessing_it() -> None:
+    """Under a memory limit the allocation that fails first depends on the process's layout:
+    LTC's allocator says the size it wanted, C++'s operator new says only std::bad_alloc.
+    Both name the graph that grew; only the first names the allocation that failed."""
+    from builders import ex
+
+    from lazyviz.analysis.graphs import IRGraphs
+
+    lines = ["  %0 = [Float[256,256]] lazy_tensors::device_data(), location=<module>@t.py:9, NodeType=D"]
+    lines += [f"  %{n} = [Float[256,256]] aten::mm(%{n - 1}, %{n - 1}), location=<module>@t.py:11"
+              for n in range(1, 40)]
+    graphs = IRGraphs.of({"g": "IR {\n" + "\n".join(lines) + "\n}\n"})
+    table = ExecutionTable.of([ex(0, graph="g", nodes=40)])
+    for error, failed in (("RuntimeError: std::bad_alloc", "its largest tensor is 256.0 KiB"),
+                          ("RuntimeError: [enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate "
+                           "memory: you tried to allocate 262144 bytes.", "the allocation that failed was one tensor of "
+                                                                          "256.0 KiB")):
+        what, fix, _, _ = crash(raised(error), table, graphs)  # type: ignore[misc]
+        assert "the graph of execution 0 (40 nodes, its tensors 10.0 MiB in all, built at t.py:11" in what, what
+        assert what.endswith(f"is more than the process could hold: {failed}") and "cut the graph" in fix

@@ -126,10 +126,13 @@ _UNEXPECTED = "Unexpected execution happens inside the compiled function"
 
 def _out_of_memory(graph: IRGraph, error: str, what: str, details: FailureDetails) -> Explained | None:
     memory = _OUT_OF_MEMORY.search(error)
-    found = too_big(graph, int(memory.group(1) or memory.group(2) or 0) or None) if memory else None
+    wanted = int(memory.group(1) or memory.group(2) or 0) or None if memory else None
+    found = too_big(graph, wanted) if memory else None
     if found is None:
         return None
     node, size = found
+    if wanted is None and size * 4 < sum(_bytes(each) for each in graph.nodes):
+        return None  # no size given and no one tensor that dominates: the error says it as it is
     details = replace(details, bytes=size, tensor=node.type_text, node=node.id, built_at=node.source_line or None)
     return (f"{what}: the graph holds a tensor of {_size(size)} ({node.type_text}, {node.op} {node.id}"
             f"{_built(node)}), more memory than the device has"), OUT_OF_MEMORY_FIX, details
@@ -310,7 +313,8 @@ def crash(run: RunInfo, table: ExecutionTable,
         # The last execution's graph is the one the device could not hold.
         position = len(table) - 1
         graph = graphs.parsed(table.kind_at(position).graph) if graphs is not None else None
-        found = too_big(graph, int(memory.group(1) or memory.group(2) or 0) or None) if graph else None
+        wanted = int(memory.group(1) or memory.group(2) or 0) or None
+        found = too_big(graph, wanted) if graph else None
         if found is not None:
             node, size = found
             execution = table.index[position]
@@ -322,10 +326,11 @@ def crash(run: RunInfo, table: ExecutionTable,
                 # No one tensor: the graph itself, grown past what the process can hold
                 # (a loop without mark_step(): thousands of small intermediates).
                 lines = ", ".join(f"{where} ({count:,} nodes)" for where, count in graph.built_at.most_common(2))
+                failed = (f": the allocation that failed was one tensor of {_size(size)}" if wanted is not None
+                          else f": its largest tensor is {_size(size)}")
                 return (f"{what}: the graph of execution {execution} ({len(graph):,} nodes, its tensors "
                         f"{_size(total)} in all{f', built at {lines}' if lines else ''}) is more than the process "
-                        f"could hold: the allocation that failed was one tensor of {_size(size)}"), \
-                    GRAPH_OUT_OF_MEMORY_FIX, details, user or raised_at
+                        f"could hold{failed}"), GRAPH_OUT_OF_MEMORY_FIX, details, user or raised_at
             return (f"{what}: the graph of execution {execution} holds a tensor of {_size(size)} ({node.type_text}, "
                     f"{node.op}{built}), more memory than the device has"), OUT_OF_MEMORY_FIX, details, user or raised_at
     view = _VIEW_CANNOT_FALL_BACK.search(run.error)
@@ -431,9 +436,10 @@ def _held_on_cpu(run: RunInfo, what: str, details: FailureDetails,
 
 
 # XLA: "Out of memory allocating 549755813888 bytes"; CPU: "you tried to allocate N bytes";
-# CUDA says it in GiB.
+# CUDA says it in GiB; C++'s operator new, with no size, "std::bad_alloc" (which allocation
+# fails first under a limit depends on the process's layout: traced, one more thread's).
 _OUT_OF_MEMORY = re.compile(r"[Oo]ut of memory allocating (\d+) bytes|tried to allocate (\d+) bytes|"
-                            r"RESOURCE_EXHAUSTED|out of memory")
+                            r"RESOURCE_EXHAUSTED|out of memory|std::bad_alloc")
 # Bytes per element, by the names TorchScript's IR and XLA's give a dtype.
 _ELEMENT_BYTES = {"Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
                   "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16, "f64": 8, "f32": 4, "f16": 2,
