@@ -15,7 +15,7 @@ import traceback
 import types
 import warnings
 
-from lazyviz.backends import framework_packages
+from lazyviz.backends import imports_a_framework
 from lazyviz.errors import LazyvizError
 from lazyviz.record.imports import top_level_imports
 from lazyviz.record.raised_with import cpu_tensors
@@ -72,7 +72,7 @@ def _without_lazyviz_frames(tb: types.TracebackType | None) -> types.TracebackTy
 def _imports_torch(target: str, module: bool) -> bool:
     """Does the script's own source import torch (at any depth of its file)?"""
     imported = top_level_imports(target, module)
-    return imported is None or bool(imported & framework_packages())  # cannot tell: say yes
+    return imported is None or imports_a_framework(imported)  # cannot tell: say yes
 
 
 def run_script(typed: str, args: list[str]) -> None:
