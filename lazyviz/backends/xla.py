@@ -130,7 +130,8 @@ class XlaBackend(LazyBackend):
     def __init__(self, capture_ir: bool = True, package: str = "torch_xla", device: str = "xla") -> None:
         super().__init__(capture_ir)
         self.package, self.device = package, device
-        self.names = {"mark_step": f"{package}.sync()", "step_closure": "xm.add_step_closure"}
+        self.names = {"mark_step": f"{package}.sync()", "step_closure": "xm.add_step_closure",
+                      "compile": f"{package}.compile"}
         self._folder = Path(tempfile.mkdtemp(prefix="lazyviz-xla-"))
         self._enabled = False
         # Its parts: XLA's counters, what XLA wrote (set up by _set_up), and from
@@ -379,6 +380,10 @@ class XlaBackend(LazyBackend):
             SyncSite(torch_xla._XLAC, "_xla_step_marker", "mark_step", "mark_step()"),
             SyncSite(xm, "_run_step_closures", "mark_step", "step closures", runs_closures=True,
                      closures_waiting=_closures_waiting(xm)),
+            # Eager mode's ops run without an analysis: what ran before a change of the
+            # mode is polled under the mode it ran in (xla_eager).
+            *([SyncSite(torch_xla._XLAC, "_set_use_eager_mode", "other", "eager_mode()", polls_around=True)]
+              if hasattr(torch_xla._XLAC, "_set_use_eager_mode") else []),
             # Autograd's thread runs backward's fallbacks without a Python frame.
             SyncSite(torch.autograd, "backward", "other", "backward()", polls_around=True),
             # Library calls that sync in the middle of a step, each a sync of its own.

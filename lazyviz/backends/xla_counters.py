@@ -24,6 +24,9 @@ _TRANSFER_NAMES = tuple(name for _metric, *names in _TRANSFER_METRICS for name i
 # execution, where they made a loop's every sync look different from the last.
 _RAN_NAMES = ("ExecuteComputation", "ExecuteReplicated", "CreateDataHandles")
 READ_EACH_SECOND = (*_TRANSFER_NAMES, *_RAN_NAMES)
+# Eager mode's executions (torch_xla.experimental.eager_mode: each op outside a compiled
+# function runs at once) are timed by metrics of their own, never ExecuteTime/CompileTime.
+_EAGER_METRICS = ("EagerOpCompileTime", "EagerOpExecuteTime")
 TRANSFERS_READ_S = 1.0  # and its copies' metrics and its counters' names (full capture; see _all_counters)
 
 
@@ -40,6 +43,8 @@ class XlaCounters:
         self.transfers_read_at = 0.0  # perf_counter() of the last read of the copies' metrics
         self._compile_samples = 0
         self._execute_samples = dict.fromkeys(_EXECUTE_METRICS, 0)  # samples seen of each
+        self._eager_samples = dict.fromkeys(_EAGER_METRICS, 0)
+        self.eager_mode: Callable[[], bool] = lambda: False  # XLA's eager mode is on, from start()
 
     def start(self) -> None:
         """From now: the counters as they are, the metrics' samples taken so far."""
@@ -47,6 +52,8 @@ class XlaCounters:
         self.last = self.counters() if self.capture_ir else self.watched()
         self._compile_samples = self._new_samples("CompileTime", 0)[0]
         self._execute_samples = {name: self._new_samples(name, 0)[0] for name in _EXECUTE_METRICS}
+        self._eager_samples = {name: self._new_samples(name, 0)[0] for name in _EAGER_METRICS}
+        self.eager_mode = getattr(framework(self.package)._XLAC, "_get_use_eager_mode", lambda: False)
 
     def moved_since_last(self, counters: dict[str, int]) -> dict[str, int]:
         """What moved from the counters as last kept to `counters`, which are kept now."""
@@ -130,12 +137,23 @@ class XlaCounters:
         """(samples ever taken, the values of those after the first `seen`, in ms) of an
         XLA metric. Only the new ones are converted: XLA keeps the last 1,000, and
         converting them all at every sync cost a tiny step 20 us."""
+        count, samples = self._new_timed_samples(name, seen)
+        return count, [value for _end, value in samples]
+
+    def _new_timed_samples(self, name: str, seen: int) -> tuple[int, list[tuple[float, float]]]:
+        """As _new_samples, each value with when it was taken (the timed section's end, s)."""
         data = framework(self.package, "debug.metrics").metric_data(name)
         if not data:
             return 0, []
         count, _total, samples = data
         new = min(count - seen, len(samples))
-        return count, [value / _NS_PER_MS for _timestamp, value in samples[len(samples) - new:]] if new > 0 else []
+        return count, [(end, value / _NS_PER_MS) for end, value in samples[len(samples) - new:]] if new > 0 else []
+
+    def new_eager_times(self, metric: str) -> list[tuple[float, float]]:
+        """Eager mode's single-op compiles ("EagerOpCompileTime") or executions
+        ("EagerOpExecuteTime") since the last call, each as (when it ended, s; ms)."""
+        self._eager_samples[metric], samples = self._new_timed_samples(metric, self._eager_samples[metric])
+        return samples
 
     def new_compile_times(self) -> list[float]:
         """The compile times (ms) XLA sampled since the last call."""

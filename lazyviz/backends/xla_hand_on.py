@@ -13,11 +13,13 @@ from pathlib import Path
 
 from lazyviz.backends import CompiledGraph, ExecutionHook, SyncCause
 from lazyviz.backends.xla_counters import XlaCounters
+from lazyviz.backends.xla_eager import EagerGraphs, built_at, compiled_flags
 from lazyviz.backends.xla_io import HloDump, Steady
 from lazyviz.backends.xla_read import XlaReads
 from lazyviz.backends.xla_reports import Report, hlo_entry_size
 from lazyviz.backends.xla_rows import RepeatedRows
 from lazyviz.hlo_text import hlo_as_ir
+from lazyviz.trace.model import EAGER_BUILT, EAGER_FOUND
 
 
 def _fallback_shares(batch: list[Report], moved: dict[str, int]) -> list[dict[str, int]]:
@@ -103,6 +105,8 @@ class XlaHandOn:
         self.handed: Steady | None = None  # what hand_on last handed on that could repeat
         self._frameless_seen = 0
         self._frameless_graphs: dict[tuple, str] = {}  # light capture: Python stack -> graph last compiled there
+        self.eager = EagerGraphs()  # eager mode's executions: their graphs, those awaiting a time
+        self.eager_times: deque[float] = deque()  # eager execute times read, not yet given to an execution
         self._line_causes: dict[tuple[str, int] | None, tuple[str, str | None]] = {}  # a thread per device: by line
 
     def hand_on_pending(self, frameless: int, compiles: int, final: bool = False,
@@ -124,8 +128,66 @@ class XlaHandOn:
         for report, share in zip(batch, _fallback_shares(batch, moved)):
             self.hand_on(report, share)
         frameless_compiles = max(compiles - reported_compiles, 0)
+        if frameless and self._counters.eager_mode():
+            self._hand_on_eager(frameless, frameless_compiles, {**moved, **backward})
+            return
         for number in range(frameless):
             self._hand_on_frameless({**moved, **backward} if number == 0 else {}, number < frameless_compiles)
+
+    def _hand_on_eager(self, count: int, compiles: int, counters: dict[str, int]) -> None:
+        """Eager mode's single-op executions since the last poll (xla_eager), each at the
+        line that built its graph where its HLO names one (full capture), else at the
+        poll's; cause "eager"."""
+        compile_samples = self._counters.new_eager_times("EagerOpCompileTime")
+        execute_samples = self._counters.new_eager_times("EagerOpExecuteTime")
+        flags = compiled_flags(count, compiles, [end for end, _ in compile_samples], [end for end, _ in execute_samples])
+        compile_ms = deque(ms for _, ms in compile_samples)
+        self.eager_times.extend(ms for _, ms in execute_samples)
+        stack, frame = [], sys._getframe(1)
+        while frame is not None:
+            stack.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+            frame = frame.f_back
+        where = tuple(stack)
+        placed_all = []
+        sync = self._sync
+        outer = sync.cause, sync.detail
+        try:
+            for number, compiled in enumerate(flags):
+                graph = None
+                if compiled:
+                    self._frameless_seen += 1
+                    graph_id = f"eager-{self._frameless_seen}"
+                    ir_text, size, backend_text = "", 0, "(an op run eagerly: XLA writes no analysis in eager mode)"
+                    if self._hlo is not None:
+                        hlo, before = self._hlo.take(None, "", compiled=True, sweep=False)
+                        backend_text += f"\n\n{hlo}" if hlo else ""
+                        ir_text, size = self._graph_of("", before)
+                    graph = CompiledGraph(graph_id=graph_id, nodes=ir_text.count("\n  %") or size, ir_text=ir_text,
+                                          backend_text=backend_text,
+                                          compile_ms=compile_ms.popleft() if compile_ms else 0.0)
+                    placed = (graph_id, built_at(ir_text, stack))
+                    self.eager.compiled(placed)
+                else:
+                    placed = self.eager.hit(where, number, count) or (f"eager-{self._frameless_seen}", None)
+                placed_all.append(placed)
+                sync.cause, sync.detail = "eager", EAGER_FOUND if placed[1] is None else EAGER_BUILT
+                frames = [placed[1], *stack] if placed[1] is not None else stack
+                key = (1 << 62) | zlib.crc32(placed[0].encode())
+                index = self.report_execution(key, graph, counters if number == 0 else {}, frames, None)
+                self.eager.awaiting_execute.append(index)
+                self.last_index = index
+        finally:
+            sync.cause, sync.detail = outer
+        self.eager.batch(where, placed_all)
+
+    def take_eager_times(self, new: list[float]) -> list[tuple[int, float]]:
+        """Eager execute times read since (new), with those read before: each to the eager
+        execution awaiting it, oldest first."""
+        self.eager_times.extend(new)
+        paired = []
+        while self.eager_times and self.eager.awaiting_execute:
+            paired.append((self.eager.awaiting_execute.popleft(), self.eager_times.popleft()))
+        return paired
 
     def _hand_on_frameless(self, counters: dict[str, int], compiled: bool) -> None:
         """An execution XLA counted without a report: its graph is known from the tensors

@@ -90,6 +90,9 @@ class XlaPolls:
             if self._hand_on.awaiting_execute and self._execute_times_due():
                 with self._polling:
                     self._take_execute_times()
+            if self._hand_on.eager.awaiting_execute:
+                with self._polling:
+                    self._take_eager_times()
             return
         with self._polling:
             self._poll(final)
@@ -166,6 +169,8 @@ class XlaPolls:
                 return
         if self._hand_on.awaiting_execute and (final or self._execute_times_due()):
             self._take_execute_times()
+        if self._hand_on.eager.awaiting_execute:
+            self._take_eager_times()
 
     def _poll_read(self, final: bool, text: str) -> bool:
         """Hand on what the reports just read, and what XLA ran without one; False where
@@ -242,6 +247,12 @@ class XlaPolls:
         self._hand_on.handed_on_elsewhere(range(index, index + 1))
         return True
 
+    def _take_eager_times(self) -> None:
+        """Eager executions' times (their own metric): those XLA sampled, in order."""
+        new = [execute_ms for _end, execute_ms in self._counters.new_eager_times("EagerOpExecuteTime")]
+        for index, execute_ms in self._hand_on.take_eager_times(new):
+            self._give_time(index, execute_ms)
+
     def _take_compile_times(self) -> None:
         self._hand_on.add_compile_times(self._counters.new_compile_times())
 
@@ -253,10 +264,15 @@ class XlaPolls:
             index = self._hand_on.next_awaiting_execute()
             if index is None:
                 break
-            rows, fast = self._rows, self.fast
-            if not (rows is not None and rows.time(index, execute_ms)) and \
-                    not (fast is not None and fast.xla_time_row(index, execute_ms)):
-                self._on_execute_time(index, execute_ms)
+            self._give_time(index, execute_ms)
+
+    def _give_time(self, index: int, execute_ms: float) -> None:
+        """An execution's execute time: in place where its row is a repeated one the
+        writer has not taken."""
+        rows, fast = self._rows, self.fast
+        if not (rows is not None and rows.time(index, execute_ms)) and \
+                not (fast is not None and fast.xla_time_row(index, execute_ms)):
+            self._on_execute_time(index, execute_ms)
 
     def _execute_times_due(self) -> bool:
         """Reading XLA's ExecuteTime converts every sample it keeps (35 us once it holds

@@ -147,7 +147,11 @@ class Tracer:
             return
         try:
             if self.backend.polls:
-                self.backend.poll(final=True)
+                try:
+                    self.backend.poll(final=True)
+                except Exception as failure:  # lazyviz's own: what was recorded stays, the rest is put back
+                    if len(self.errors) < MAX_ERRORS:
+                        self.errors.append(f"{type(failure).__name__}: {failure}")
             self.notes += [note for note in self.backend.differences() if note not in self.notes]
             # Fallbacks after the last execution (a script that raised right after one):
             # no execution carries them, yet they may be why it raised.

@@ -12,7 +12,12 @@ from typing import NamedTuple
 from lazyviz.trace.lines import StoredLines
 
 # "bound": what a run ended by `lazyviz run --iterations N` had pending, run by lazyviz at the end.
-CAUSES = ("mark_step", "item", "print", "cpu", "tolist", "bool", "fallback", "other", "bound")
+# "eager": an op run on its own in PyTorch/XLA's eager mode (outside a torch_xla.compile'd function).
+# An eager execution's detail: at the line that built its graph (its HLO names it), or,
+# without node locations (light capture), at the next call that polled.
+EAGER_BUILT = "ops run one at a time (eager mode)"
+EAGER_FOUND = "ops run one at a time (eager mode), found at the next sync"
+CAUSES = ("mark_step", "item", "print", "cpu", "tolist", "bool", "fallback", "other", "bound", "eager")
 # What traces from before backends named themselves get: torch's TorchScript backend.
 TS_NAMES = {"mark_step": "torch._lazy.mark_step()", "step_closure": "torch._lazy.add_step_closure"}
 

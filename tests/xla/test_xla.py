@@ -1307,3 +1307,43 @@ def test_a_slice_bound_past_the_start_is_clamped_as_eager_does_on_every_device(t
     assert python(tmp_path / program.name, "--device", "xla", cwd=tmp_path).status == 0
     patched = python(tmp_path / program.name, "--device", "cpu", cwd=tmp_path)
     assert patched.status == 0 and patched.stdout == on_cpu.stdout
+
+
+@pytest.mark.parametrize("capture", ["full", "light"])
+def test_eager_modes_single_op_executions_are_a_cause_of_their_own_at_the_line_that_built_them(
+        tmp_path: Path, capture: str) -> None:
+    """torch_xla's eager mode runs each op outside torch_xla.compile at once, with no
+    analysis of XLA's: every one is counted, with its own compile and execute times (not
+    the compiled step's), as cause "eager"; full capture places each at the line its
+    graph's HLO names (the model's at start-up, the labels' each step). The finding is
+    one, per step, with advice that fits eager mode, not "move it out of the step"."""
+    program = PROGRAMS / "xla_eager_labels.py"
+    data, truth, stdout = traced_with_truth(program, tmp_path, "6", capture=capture)
+    assert "loss " in stdout
+    executions = data["executions"]
+    caches = [e["cache"] for e in executions]
+    assert len(executions) == truth["ExecuteTime"] + truth["EagerOpExecuteTime"] == 17, truth
+    assert caches.count("miss") == truth["UncachedCompile"] == truth["CompileTime"] + truth["EagerOpCompileTime"]
+    eager = [e for e in executions if e["cause"] == "eager"]
+    compiled = [e for e in executions if e["cause"] == "mark_step"]
+    assert (len(eager), len(compiled)) == (truth["EagerOpExecuteTime"], truth["ExecuteTime"])
+    assert [e["cache"] for e in eager].count("miss") == truth["EagerOpCompileTime"]
+    # Each has its own execute time: the compiled step's are not handed to the eager ones.
+    assert all(e["execute_ms"] > 0 for e in executions), [(e["index"], e["execute_ms"]) for e in executions]
+    assert all(e["compile_ms"] > 0 for e in compiled if e["cache"] == "miss")
+    assert all(e["compile_ms"] > 0 for e in eager if e["cache"] == "miss")
+    labels, call = line_of(program, "torch.randint("), line_of(program, "loss = train_step(")
+    per_step = [e for e in eager if e["step"] >= 1]
+    assert len(per_step) == 5
+    if capture == "full":
+        assert {e["frame"]["line"] for e in per_step} == {labels}
+        assert {e["frame"]["line"] for e in eager if e["cache"] == "miss"} == {line_of(program, "model = "), labels}
+    else:
+        assert {e["frame"]["line"] for e in eager} == {call}
+    [finding] = [f for f in data["findings"] if f["kind"] == "extra_sync"]
+    assert finding["site"]["line"] == (labels if capture == "full" else call)
+    assert finding["message"].startswith("1 eager execution per step in 5 of 6 steps (")
+    assert "in eager mode an op outside torch_xla.compile() runs at once" in finding["message"]
+    assert ("full capture names the line that built them" in finding["message"]) == (capture == "light")
+    assert "inside the compiled function" in finding["fix"] and "out of the step" not in finding["fix"]
+    assert data["summary"]["causes"] == {"eager": truth["EagerOpExecuteTime"], "mark_step": truth["ExecuteTime"]}

@@ -10,7 +10,7 @@ from lazyviz.analysis.findings.base import Details, Finding, FindingKind, KindIn
 from lazyviz.analysis.library import Stacks, library_fix, library_line, no_stacks
 from lazyviz.analysis.recompiles import WARMUP_STEPS
 from lazyviz.analysis.units import rounded
-from lazyviz.trace.model import TS_NAMES, Execution
+from lazyviz.trace.model import EAGER_FOUND, TS_NAMES, Execution
 from lazyviz.trace.table import ExecutionTable
 
 
@@ -59,6 +59,8 @@ def extra_sync_findings(executions: Sequence[Execution], steps: int,
         # After the last mark_step() no step runs (an evaluation loop, the final print):
         # its reads are the script's results, not extra syncs in a step.
         positions = [p for p in table.merged(numbers) if table.step[p] < steps]
+        if cause == "eager":  # those before the first step's graph are set-up: moving the model in
+            positions = [p for p in positions if p > first_step_end]
         if not positions or positions[-1] < first_step_end:
             continue  # only before the first step's graph: set-up (xm.broadcast_master_param)
         steps_with = len(set(map(table.step.__getitem__, positions)))
@@ -84,6 +86,20 @@ def extra_sync_findings(executions: Sequence[Execution], steps: int,
             fix = ("the step closure computes something new on the device before it reads it (torch.isnan(loss)"
                    ".item()): compute it in the step, so the closure only reads a result, or read the value first "
                    "and compute on the host (math.isnan(loss.item()))")
+        elif cause == "eager":
+            # Eager mode runs each op outside the compiled function at once, a graph of its own.
+            compiled = names.get("compile", "torch_xla.compile")
+            findings.append(Finding(
+                FindingKind.EXTRA_SYNC, "warning" if steps_with >= max(2, steps // 2) else "info",
+                f"{in_test(context)}{rounded(per_step)} eager execution{'s' if per_step != 1 else ''} per step in "
+                f"{steps_with} of {max(steps, steps_with)} steps ({ms_per_step:.2f} ms per step): in eager mode an op "
+                f"outside {compiled}() runs at once, as a graph of its own"
+                + (" (found at the next call that syncs: full capture names the line that built them)"
+                   if first.detail == EAGER_FOUND else ""),
+                first.frame, table.indices(positions),
+                "make this step's tensors inside the compiled function (a random tensor with device=... there), or "
+                "on the host, moved to the device in one transfer with the batch", details))
+            continue
         elif what.startswith("distributed."):
             fix = ("a collective on a lazy tensor runs the pending graph first, once per call: flatten the "
                    f"gradients into one bucket (one collective per step) or reduce after {names['mark_step']}")
