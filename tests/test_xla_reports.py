@@ -12,6 +12,7 @@ from lazyviz.analysis.hlo import hlo_changes
 from lazyviz.analysis.ir import parse_ir
 from lazyviz.analysis.recompiles import explain_recompiles
 from lazyviz.analysis.summary import split_hlo
+from lazyviz.backends.xla_eager import built_at, compiled_flags
 from lazyviz.backends.xla_reports import GraphDumpParser, ReportParser, hlo_entry_size, hlo_signature
 from lazyviz.hlo_text import hlo_as_ir
 
@@ -287,3 +288,22 @@ def test_an_instruction_no_ir_op_lowered_is_still_a_node() -> None:
     assert [(n.op, n.operands, n.attrs, n.root) for n in graph.nodes] == [
         ("xla::device_data", (), {}, None), ("hlo::get_tuple_element", ("%0",), {"index": "0"}, None),
         ("hlo::negate", ("%1",), {}, 0)]
+
+
+def test_which_eager_executions_compiled_is_read_from_the_samples_end_times() -> None:
+    """A compile ends before its op runs, and after the op before it ran: c c h c."""
+    compiles, executions = [1.0, 2.0, 5.0], [1.5, 2.5, 3.5, 5.5]
+    assert compiled_flags(4, 3, compiles, executions) == [True, True, False, True]
+    # An execution still running (its sample not taken yet): the first ones compiled.
+    assert compiled_flags(4, 3, compiles, executions[:3]) == [True, True, True, False]
+    # A compile after every execution: the counts disagree, the totals are kept.
+    assert compiled_flags(2, 1, [9.0], [1.0, 2.0]) == [True, False]
+
+
+def test_an_eager_graph_is_placed_at_the_line_its_nodes_name_most(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("import torch\n\ndef batch():\n    return torch.randint(0, 10, (32,))\n")
+    ir = ("IR {\n  %0 = s64[] prim::Constant(), value=0, location=train.py:4\n"
+          "  %1 = s64[32]{0} aten::expand(%0), location=train.py:4\n  %2 = s64[] aten::add(%1), location=other.py:9\n}\n")
+    assert built_at(ir, [(str(script), 12, "<module>")]) == (str(script), 4, "batch")
+    assert built_at("IR {\n  %0 = s64[] prim::Constant(), value=0\n}\n", [(str(script), 12, "<module>")]) is None
