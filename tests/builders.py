@@ -2,6 +2,8 @@
 from the trace factory's defaults (lazyviz.trace.synthetic) with the fields a test sets."""
 from __future__ import annotations
 
+import re
+
 from lazyviz.trace.model import Execution, Frame, RunInfo
 from lazyviz.trace.synthetic import chain_ir, execution
 
@@ -30,3 +32,7 @@ def clean(steps: int = 6) -> list[Execution]:
 
 
 IR16, IR24 = chain_ir(6, rows=16), chain_ir(6, rows=24)
+
+
+# A number printed as Python writes a float: more than three decimals, or an exponent.
+UNROUNDED = re.compile(r"(?<![\w.])\d+\.\d{4,}(?![\w.])|\d\.?\d*e[-+]\d+")

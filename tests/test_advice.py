@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from builders import UNROUNDED
 from conftest import ROOT, SAMPLE_ARGS, SCRIPTS, assert_diff_applies, cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -96,6 +97,9 @@ def test_every_finding_of_the_samples_and_crash_scripts_says_what_to_do(sample_t
             assert finding["fix"].strip(), (trace.name, finding["message"])
         fixed = cli("fix", trace, cwd=tmp_path)
         assert fixed.status == 0 and not EMPTY_BY_HAND.search(fixed.stderr), fixed.stderr
+        # No number printed as Python writes a float, in the report or in fix's words.
+        text = cli("report", trace).stdout
+        assert not UNROUNDED.search(text + fixed.stderr), UNROUNDED.findall(text + fixed.stderr)
     assert {"crash", "fallback", "recompile", "extra_sync", "missing_mark_step"} <= kinds
 
 
