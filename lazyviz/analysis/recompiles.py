@@ -14,7 +14,7 @@ from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.hlo import hlo_changes, hlo_input_changes
 from lazyviz.analysis.loops import iteration_of
 from lazyviz.hlo_text import FROM_HLO
-from lazyviz.trace.model import Execution, Frame
+from lazyviz.trace.model import TRACED_AGAIN, Execution, Frame
 from lazyviz.trace.table import ExecutionTable, Kind
 
 # Misses in the first steps are warm-up: step 0 also runs initialisation, step 1 is the
@@ -44,6 +44,9 @@ class Recompile:
     same_hlo: bool = False  # XLA: the same HLO as closest, yet compiled anew (what differs is not in it)
     choice: str = ""  # which graph was compared against and why, in one line
     context: str | None = None  # the test that ran it, under pytest
+    # torch.compile's graph run by the compiled module's call (cause "compiled"): why dynamo
+    # traced it again, in its words, where it said ("" else).
+    traced_again: str | None = None
 
     @property
     def changes(self) -> tuple[Change, ...]:
@@ -368,6 +371,14 @@ class Compiled:
         return window[-MAX_RANKED:], before - (self._at.get(graph, before) < before)
 
 
+def traced_again(execution: Execution) -> str | None:
+    """Of torch.compile's graph run by its module's call: why dynamo traced it again, as
+    the backend recorded it ("" where it gave no reason); None for any other execution."""
+    if execution.cause != "compiled":
+        return None
+    return (execution.detail or "").partition(TRACED_AGAIN)[2]
+
+
 def _explain(execution: Execution, compiled: Compiled, graphs: IRGraphs, warmup: bool, at_site: Compiled,
              before: int | None = None, before_at_site: int | None = None) -> Recompile:
     """Against the first `before` of compiled (all when None), and of at_site those run at
@@ -377,7 +388,8 @@ def _explain(execution: Execution, compiled: Compiled, graphs: IRGraphs, warmup:
         compiled.others(execution.graph, len(compiled) if before is None else before)
     new = graphs.parsed(execution.graph)
     base = dict(execution=execution.index, step=execution.step, graph=execution.graph,
-                frame=execution.frame, warmup=warmup, context=execution.context)
+                frame=execution.frame, warmup=warmup, context=execution.context,
+                traced_again=traced_again(execution))
     if not candidates:
         return Recompile(closest=None, closest_execution=None, same_site=False, diff=None,
                          note="nothing compiled before to compare with", **base)

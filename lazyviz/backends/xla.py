@@ -47,6 +47,7 @@ from lazyviz.backends import (
     SyncCause,
     SyncSite,
     device_flag,
+    xla_dynamo,
     xla_spmd,
 )
 from lazyviz.backends._sites import collective_sites, tensor_sync_sites
@@ -56,7 +57,7 @@ from lazyviz.backends.xla_hand_on import XlaHandOn
 from lazyviz.backends.xla_io import OUR_SETTINGS, HloDump, Tail, framework, launchers
 from lazyviz.backends.xla_polls import XlaPolls
 from lazyviz.backends.xla_read import XlaReads
-from lazyviz.trace.model import Capabilities
+from lazyviz.trace.model import COMPILED_CALL, Capabilities
 
 # The frames an analysis of lazyviz's own names: XLA's 8 end inside the library where a
 # library syncs (transformers' mask code, 10-20 frames below the user's `model(ids)`).
@@ -347,6 +348,10 @@ class XlaBackend(LazyBackend):
                        slow: Callable, on_raise: Callable[[Exception], None]) -> Callable | None:
         """The hook's sync site where the hook hands the steady syncs on (the common call
         without a frame: xla_sync_sites.h); the rare calls go to `slow`."""
+        if site.attribute == xla_dynamo.RUN_CALL and self._polls is not None:
+            return self._unlooked_run(slow, self._polls)
+        if site.attribute == xla_dynamo.WARM_UP_CALL and self._polls is not None:
+            return self._unran_lookups(original, self._polls, self._xla_counters)
         fast = self._polls.fast if self._polls is not None else None
         if fast is None:
             return None
@@ -358,6 +363,33 @@ class XlaBackend(LazyBackend):
                                                 dict(site.mid_step) or None, flag, on_raise, contexts)
         return functools.update_wrapper(wrapper, original)  # type: ignore[no-any-return]
 
+
+    @staticmethod
+    def _unlooked_run(slow: Callable, polls: XlaPolls) -> Callable:
+        """The wrapped run of a graph that XLA does not look up (torch.compile's bridge):
+        its polls read the reports all the same."""
+
+        def run(*args: object, **kwargs: object) -> object:
+            polls.unlooked_runs += 1
+            try:
+                return slow(*args, **kwargs)
+            finally:
+                polls.unlooked_runs -= 1
+
+        return functools.update_wrapper(run, slow)
+
+    @staticmethod
+    def _unran_lookups(original: Callable, polls: XlaPolls, counters: XlaCounters) -> Callable:
+        """The bridge's compile ahead of a run: the cache lookups it makes run nothing."""
+
+        def warm_up(*args: object, **kwargs: object) -> object:
+            before = counters.lookups()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                polls.unran_lookups += max(counters.lookups() - before, 0)
+
+        return functools.update_wrapper(warm_up, original)
 
     def sync_sites(self) -> list[SyncSite]:
         import torch
@@ -371,15 +403,22 @@ class XlaBackend(LazyBackend):
         # parallel loader's per-batch sync, the end of a torch_xla.compile'd function; all
         # but the first call the module's own sync(). Not where compile() runs the ops
         # pending before the compiled function.
-        pending = {"_clear_pending_ops_before_compile": f"{self.package}.compile() (ops pending before it)"}
+        pending = {"_clear_pending_ops_before_compile": f"{self.package}.compile() (ops pending before it)",
+                   **xla_dynamo.TRACING_SYNCS}
         return [
             SyncSite(xm, "optimizer_step", "mark_step", "xm.optimizer_step()"),
             SyncSite(xm, "mark_step", "mark_step", "xm.mark_step()"),
-            SyncSite(torch_xla, "sync", "mark_step", sync),
+            SyncSite(torch_xla, "sync", "mark_step", sync, mid_step=xla_dynamo.TRACING_SYNCS),
             *([SyncSite(module, "sync", "mark_step", sync, mid_step=pending)] if module is not None else []),
             SyncSite(torch_xla._XLAC, "_xla_step_marker", "mark_step", "mark_step()"),
             SyncSite(xm, "_run_step_closures", "mark_step", "step closures", runs_closures=True,
                      closures_waiting=_closures_waiting(xm)),
+            # torch.compile(backend="openxla"): its bridge runs a compiled graph without a
+            # cache lookup, and compiles one ahead of its run with one (xla_dynamo).
+            *([SyncSite(torch_xla._XLAC, xla_dynamo.RUN_CALL, "compiled", COMPILED_CALL)]
+              if hasattr(torch_xla._XLAC, xla_dynamo.RUN_CALL) else []),
+            *([SyncSite(torch_xla._XLAC, xla_dynamo.WARM_UP_CALL, "other", "torch.compile's XLA bridge compiling")]
+              if hasattr(torch_xla._XLAC, xla_dynamo.WARM_UP_CALL) else []),
             # Eager mode's ops run without an analysis: what ran before a change of the
             # mode is polled under the mode it ran in (xla_eager).
             *([SyncSite(torch_xla._XLAC, "_set_use_eager_mode", "other", "eager_mode()", polls_around=True)]

@@ -58,9 +58,12 @@ class XlaCounters:
     def moved_since_last(self, counters: dict[str, int]) -> dict[str, int]:
         """What moved from the counters as last kept to `counters`, which are kept now."""
         last = self.last
-        moved = {name: value - last.get(name, 0) for name, value in counters.items() if value != last.get(name, 0)}
+        # A counter lower than before was cleared since (torch.compile's XLA bridge clears
+        # them as it looks for ops that fall back): all it holds moved since.
+        moved = {name: value - last.get(name, 0) if value >= last.get(name, 0) else value
+                 for name, value in counters.items() if value != last.get(name, 0)}
         self.last = counters
-        return moved
+        return {name: value for name, value in moved.items() if value}
 
     def keep(self, counters: dict[str, int], replace: bool = True) -> None:
         """These counters as last read (replace False: these names only), where what moved

@@ -13,13 +13,14 @@ from pathlib import Path
 
 from lazyviz.backends import CompiledGraph, ExecutionHook, SyncCause
 from lazyviz.backends.xla_counters import XlaCounters
+from lazyviz.backends.xla_dynamo import RUN_CAUSE, RecompileReasons
 from lazyviz.backends.xla_eager import EagerGraphs, built_at, compiled_flags
 from lazyviz.backends.xla_io import HloDump, Steady
 from lazyviz.backends.xla_read import XlaReads
 from lazyviz.backends.xla_reports import Report, hlo_entry_size
 from lazyviz.backends.xla_rows import RepeatedRows
 from lazyviz.hlo_text import hlo_as_ir
-from lazyviz.trace.model import EAGER_BUILT, EAGER_FOUND
+from lazyviz.trace.model import COMPILED_CALL, EAGER_BUILT, EAGER_FOUND, TRACED_AGAIN
 
 
 def _fallback_shares(batch: list[Report], moved: dict[str, int]) -> list[dict[str, int]]:
@@ -105,6 +106,7 @@ class XlaHandOn:
         self.handed: Steady | None = None  # what hand_on last handed on that could repeat
         self._frameless_seen = 0
         self._frameless_graphs: dict[tuple, str] = {}  # light capture: Python stack -> graph last compiled there
+        self._recompile_reasons = RecompileReasons()  # torch.compile's, read as its graphs compile
         self.eager = EagerGraphs()  # eager mode's executions: their graphs, those awaiting a time
         self.eager_times: deque[float] = deque()  # eager execute times read, not yet given to an execution
         self._line_causes: dict[tuple[str, int] | None, tuple[str, str | None]] = {}  # a thread per device: by line
@@ -278,6 +280,11 @@ class XlaHandOn:
         elif (sync.cause is None and _HOST_READ in report.cause
                 and not any(name.startswith("aten::") for name in counters)):
             sync.cause, sync.detail = "cpu", _read_call(report.frames)
+        elif RUN_CAUSE in report.cause:
+            # torch.compile's graph, run by the compiled module's call, whenever read; a new
+            # one says why dynamo traced again (what TORCH_LOGS=recompiles prints).
+            reason = next((r for r in reversed(self._recompile_reasons.new()) if r), "") if graph else ""
+            sync.cause, sync.detail = "compiled", COMPILED_CALL + (f"{TRACED_AGAIN}{reason}" if reason else "")
         elif sync.cause is not None and (name := report.field("Graph Name")):
             # The name torch_xla.compile gave the graph (the function's, or name=...).
             base, pending = name.removesuffix("_clear_pending"), name.endswith("_clear_pending")

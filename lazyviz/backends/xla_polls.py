@@ -13,6 +13,7 @@ from types import ModuleType
 from lazyviz.backends import ExecuteTimeHook, SyncCause
 from lazyviz.backends.ts import REPEATED_ROW
 from lazyviz.backends.xla_counters import READ_EACH_SECOND, TRANSFERS_READ_S, XlaCounters
+from lazyviz.backends.xla_dynamo import RUN_CAUSE
 from lazyviz.backends.xla_hand_on import XlaHandOn
 from lazyviz.backends.xla_io import Steady, framework
 from lazyviz.backends.xla_read import XlaReads
@@ -44,6 +45,11 @@ class XlaPolls:
         self._load_hook = load_hook
         self._notes = notes
         self.enabled = True
+        # torch.compile's bridge running a compiled graph (xla_dynamo): an execution with a
+        # report and no cache lookup, so while one runs each poll reads the reports. And
+        # compiling one ahead of its run: cache lookups that ran nothing, not yet polled.
+        self.unlooked_runs = 0
+        self.unran_lookups = 0
         # Executions and compiles as XLA counts them (CachedCompile + UncachedCompile, one
         # per execution; UncachedCompile): more than its reports say are frameless ones.
         self._executed, self._compiled = counters.xla_counts()
@@ -72,7 +78,7 @@ class XlaPolls:
             return
         fast = self.fast
         if fast is not None:
-            if not final and fast.xla_poll():  # nothing new, or the steady sync once more
+            if not final and not self.unlooked_runs and fast.xla_poll():  # nothing new, or the steady sync once more
                 return
             with self._polling:
                 self._settle()
@@ -83,7 +89,8 @@ class XlaPolls:
                     self._take_execute_times()
                 self._arm()
             return
-        if not final and not self._reads.pending and self._counters.lookups() == self._executed:
+        if not final and not self._reads.pending and self._counters.lookups() == self._executed \
+                and not self.unlooked_runs:
             # Nothing ran since the last poll (the poll before a sync, a step's closures):
             # XLA writes an execution's analysis before it counts the execution's cache
             # lookup. Most polls end here, without the lock (a stale look only polls again).
@@ -182,7 +189,11 @@ class XlaPolls:
             # handed on by that thread's own poll, with its cause, not this one's.
             return False
         executed, compiled = self._counters.xla_counts()
-        frameless = executed - self._executed - len(self._reads.pending)
+        # Each execution looks its graph up, but torch.compile's runs of a graph; a compile
+        # ahead of its run (the same bridge's) looks it up without running it.
+        looked_up = sum(1 for report in self._reads.pending if RUN_CAUSE not in report.cause)
+        frameless = executed - self._executed - looked_up - self.unran_lookups
+        self.unran_lookups = 0
         if frameless > 0 and len(self.syncing) > 1:
             # Another thread is inside a sync: what XLA counted beyond the reports may be
             # its execution, whose report is not written yet. Left for a later poll.
@@ -198,6 +209,7 @@ class XlaPolls:
             # One cache hit that can repeat, alone in what was read (and no tensors dump
             # to read: it names each sync's graph).
             if (reports == 1 and frameless == 0 and compiled == self._compiled and hand_on.handed is not None
+                    and executed == self._executed + 1
                     and not final and reads.dump is None and reads.settled and (reads.echo is None or reads.echo < 1)):
                 if len(self._steady) >= _STEADY_KEPT:
                     self._steady.clear()

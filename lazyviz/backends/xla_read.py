@@ -8,6 +8,7 @@ import sys
 from collections import deque
 from pathlib import Path
 
+from lazyviz.backends.xla_dynamo import COMPILE_CAUSE
 from lazyviz.backends.xla_io import Tail, echoed
 from lazyviz.backends.xla_reports import GraphDumpParser, Report, ReportParser
 
@@ -98,8 +99,9 @@ class XlaReads:
                 self.last_compile = None
             elif report.kind == "Compilation":
                 self.compiles.append(report)
-                self.last_compile = report
                 self.compile_reports += 1
+                if COMPILE_CAUSE not in report.cause:  # torch.compile's runs later: not a failed compile
+                    self.last_compile = report
             elif report.kind == "Unexpected Execution":  # XLA raises at once: it never ran
                 self.unexpected = report
             elif report.kind == "Post Compilation" and self.compiles:

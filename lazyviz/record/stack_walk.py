@@ -46,7 +46,7 @@ class StackWalk:
         self._stack_ids: dict[tuple, int] = {}
         self._user_file: dict[str, bool] = {}
         self._frame_entries: dict[tuple[int, int], tuple] = {}
-        self._not_user = [LAZYVIZ_DIR, *_stdlib_paths()]  # + the backend's (add_framework)
+        self._not_user = [LAZYVIZ_DIR, *_never_user_paths()]  # + the backend's (add_framework)
         self._outer_files = outer_files
         self._file_label = file_label
         self._packages: tuple[str, ...] = ("torch",)  # the framework's packages (add_framework)
@@ -169,6 +169,8 @@ class StackWalk:
         return next((entry for entry in stack if self.is_user_file(entry[0])), None)
 
 
-def _stdlib_paths() -> list[str]:
+def _never_user_paths() -> list[str]:
     paths = sysconfig.get_paths()
-    return [p for p in {paths["stdlib"], paths["platstdlib"]} if p] + ["<frozen "]
+    # "<eval_with_key>": the code torch.fx generates for a graph module (torch.compile's
+    # graphs, run by its backends), torch's own, never the user's.
+    return [p for p in {paths["stdlib"], paths["platstdlib"]} if p] + ["<frozen ", "<eval_with_key>"]

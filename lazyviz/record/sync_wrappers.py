@@ -116,7 +116,7 @@ class SyncWrappers:
                                                       self._on_raise) or slow
             if ends_step and self.step_limit is not None:
                 wrapper = self._wrap_step_limit(wrapper, self.step_limit)
-            if ends_step and site.attribute in PENDING_CALLS and not site.mid_step:
+            if ends_step and site.attribute in PENDING_CALLS:
                 step_calls.setdefault(site.attribute, (site, original))
             self._put(site.owner, site.attribute, wrapper, original)
         found = next((step_calls[name] for name in PENDING_CALLS if name in step_calls), None)

@@ -17,7 +17,11 @@ from lazyviz.trace.lines import StoredLines
 # without node locations (light capture), at the next call that polled.
 EAGER_BUILT = "ops run one at a time (eager mode)"
 EAGER_FOUND = "ops run one at a time (eager mode), found at the next sync"
-CAUSES = ("mark_step", "item", "print", "cpu", "tolist", "bool", "fallback", "other", "bound", "eager")
+# A compiled call's detail (cause "compiled"), and after it why dynamo traced again.
+COMPILED_CALL = 'torch.compile(backend="openxla")'
+TRACED_AGAIN = ", traced again: "
+# "compiled": a graph torch.compile made, run by the compiled module's call (XLA's openxla backend).
+CAUSES = ("mark_step", "item", "print", "cpu", "tolist", "bool", "fallback", "other", "bound", "eager", "compiled")
 # What traces from before backends named themselves get: torch's TorchScript backend.
 TS_NAMES = {"mark_step": "torch._lazy.mark_step()", "step_closure": "torch._lazy.add_step_closure"}
 

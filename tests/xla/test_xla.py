@@ -1347,3 +1347,33 @@ def test_eager_modes_single_op_executions_are_a_cause_of_their_own_at_the_line_t
     assert ("full capture names the line that built them" in finding["message"]) == (capture == "light")
     assert "inside the compiled function" in finding["fix"] and "out of the step" not in finding["fix"]
     assert data["summary"]["causes"] == {"eager": truth["EagerOpExecuteTime"], "mark_step": truth["ExecuteTime"]}
+
+
+def test_torch_compile_openxla_runs_are_counted_at_the_users_call_and_a_new_batch_size_is_a_recompile(
+        tmp_path: Path) -> None:
+    """torch.compile(backend="openxla"): the bridge's runs have no cache lookup, and its
+    compile ahead of the first run has one that runs nothing; every run is at the line
+    that calls the compiled module (not FX's generated code), as cause "compiled", and
+    the batch of 16 after three of 8 is a recompile finding in dynamo's own words."""
+    program = PROGRAMS / "xla_openxla.py"
+    data, truth, stdout = traced_with_truth(program, tmp_path)
+    assert stdout.splitlines()[-1].startswith("16 16 ")
+    executions = data["executions"]
+    assert len(executions) == truth["ExecuteTime"] == 8
+    assert [e["cache"] for e in executions].count("miss") == truth["CompileTime"] == 4
+    call, read = line_of(program, "out = compiled(batch)"), line_of(program, ".item()")
+    runs = [e for e in executions if e["cause"] == "compiled"]
+    assert len(runs) == 4 and {e["frame"]["line"] for e in runs} == {call}
+    assert {e["frame"]["line"] for e in executions if e["cause"] == "item"} == {read}
+    assert not any(e["cause"] == "other" for e in executions)
+    assert data["summary"]["causes"] == {"compiled": 4, "item": 4}
+    [finding] = [f for f in data["findings"] if f["kind"] in ("recompile", "dynamic_shape")]
+    assert finding["site"]["line"] == call and finding["executions"] == [runs[3]["index"]]
+    assert ("the compiled module's input shape f32[8,16] -> f32[16,16] (dynamo traced it again: tensor 'args[0]' "
+            "size mismatch at index 0. expected 8, actual 16)") in finding["message"]
+    assert "pad each batch to one size" in finding["fix"] and "mark_dynamic" in finding["fix"]
+    # XLA's counters, cleared by the bridge as it looks for ops that fall back: what each
+    # execution moved is never negative.
+    with open_trace(tmp_path / f"{program.stem}.trace") as trace:
+        moved = [value for execution in trace.executions() for value in execution.counters.values()]
+    assert moved and min(moved) > 0

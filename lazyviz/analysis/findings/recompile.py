@@ -133,8 +133,16 @@ def _shape_finding(group: list[Recompile], steps: int) -> Finding:
                     for r in group)
     first = next(c for c in group[0].diff.origins if c.kind in _SIZES)
     built = f", built at {first.source_line}" if first.location else ""
+    compiled = group[0].traced_again is not None
+    if compiled:
+        # torch.compile's bridge traces the module's inputs at its call: where they were
+        # made is before it. Dynamo's own words say which argument changed.
+        reason = group[0].traced_again
+        built = f" (dynamo traced it again: {reason})" if reason else " (dynamo traced it again)"
     # An input's shape, or a size a tensor was made at on the device (in the graph).
     what = "input shape" if first.kind == "input_shape" else f"{first.op.rpartition('::')[2]} shape"
+    if compiled:
+        what = "the compiled module's input shape"
     # Several syncs of one step (a fallback's) recompile for one change: one step's change.
     once = len({r.step for r in group}) == 1 if steps else len(group) == 1
     if once:
@@ -157,7 +165,7 @@ def _shape_finding(group: list[Recompile], steps: int) -> Finding:
     return Finding(
         FindingKind.RECOMPILE if once else FindingKind.DYNAMIC_SHAPE, "warning", message, group[0].frame,
         tuple(r.execution for r in group),
-        fix=_ACCUMULATOR_FIX if growth is not None and not once else _SHAPE_FIX,
+        fix=_ACCUMULATOR_FIX if growth is not None and not once else _COMPILED_SHAPE_FIX if compiled else _SHAPE_FIX,
         details=RecompileDetails(history=history, changes=(first.kind,), recompiles=len(group),
                                  steps=len({r.step for r in group}) if steps else None),
         short=in_test(group[0].context) + short,
@@ -203,6 +211,8 @@ def _loop_inside_the_call(group: list[Recompile], steps: int) -> bool:
             by_step[r.step].add(frozenset((c.before, c.after) for c in r.diff.origins if c.kind in _SIZES))
         if any(len(changes) > 1 for changes in by_step.values()):
             return True
+    if any(r.traced_again is not None for r in group):
+        return False  # torch.compile's graph: its inputs are traced at the call, made before it
     sites = {f"{r.frame.file.rpartition('/')[2]}:{r.frame.line}" for r in group if r.frame}
     built = {c.source_line for r in group for c in (r.diff.origins if r.diff else ()) if c.kind in _SIZES and c.location}
     return bool(built) and built <= sites
@@ -298,6 +308,12 @@ _ALIASING_FIX = ("two Python numbers used in the step became equal (or stopped b
                  "as tensors on the device instead of passing Python numbers")
 _DTYPE_FIX = "an input's dtype changed between steps: cast it once, where it is made, so every step sees one dtype"
 _SHAPE_FIX = "pad or bucket batches to a few fixed shapes (or drop_last=True in the DataLoader)"
+# torch.compile(backend="openxla"): dynamo traces again and XLA compiles again for each new
+# size; the bridge compiles one XLA graph per size even where dynamo's graph is dynamic.
+_COMPILED_SHAPE_FIX = ("call the compiled module with inputs of the sizes it has seen: pad each batch to one size "
+                       "(or bucket them to a few), or drop_last=True in the DataLoader; "
+                       "torch._dynamo.mark_dynamic(x, 0) before the first call spares dynamo's trace, but XLA still "
+                       "compiles once per size")
 _ACCUMULATOR_FIX = ("keep each batch's results apart (append them to a list) or move each to the host as it comes, "
                     "and join them once at the end; in Hugging Face's Trainer, eval_accumulation_steps=1")
 
