@@ -10,11 +10,14 @@ from lazyviz.analysis import analyze
 from lazyviz.analysis.graphs import IRGraphs
 from lazyviz.analysis.hlo import hlo_changes
 from lazyviz.analysis.ir import parse_ir
+from lazyviz.analysis.persistent import persistent_cache
 from lazyviz.analysis.recompiles import explain_recompiles
 from lazyviz.analysis.summary import split_hlo
 from lazyviz.backends.xla_eager import built_at, compiled_flags
 from lazyviz.backends.xla_reports import GraphDumpParser, ReportParser, hlo_entry_size, hlo_signature
 from lazyviz.hlo_text import hlo_as_ir
+from tui.details import counters_text
+from tui.widgets.executions import COLUMNS
 
 
 def diff_of(old: str, new: str):
@@ -307,3 +310,21 @@ def test_an_eager_graph_is_placed_at_the_line_its_nodes_name_most(tmp_path: Path
           "  %1 = s64[32]{0} aten::expand(%0), location=train.py:4\n  %2 = s64[] aten::add(%1), location=other.py:9\n}\n")
     assert built_at(ir, [(str(script), 12, "<module>")]) == (str(script), 4, "batch")
     assert built_at("IR {\n  %0 = s64[] prim::Constant(), value=0\n}\n", [(str(script), 12, "<module>")]) is None
+
+
+def test_a_graph_loaded_from_the_persistent_cache_is_said_so_in_the_summary_the_list_and_the_details() -> None:
+    """A hit on XLA's persistent cache (not had on PJRT CPU, whose client cannot load what
+    it wrote): a cache hit in the run, counted as loaded, "load" in the execution list."""
+    executions = [ex(0, graph="g", cache="hit", counters={"PersistentCacheHit": 1}),
+                  ex(1, step=1, graph="g", cache="hit"),
+                  ex(2, step=2, graph="h", cache="miss", counters={"PersistentCacheDeserializeFailure": 1}),
+                  ex(3, step=3, graph="k", cache="miss", counters={"PersistentCacheMiss": 1})]
+    cached = persistent_cache(executions)
+    assert (cached.loaded, cached.load_failed, cached.not_cached) == ((0,), (2,), (3,))
+    assert cached.text() == ("1 graph loaded from it, 1 compiled and written to it, 1 in it that XLA could not "
+                             "load, compiled again")
+    assert persistent_cache([ex(0), ex(1, cache="hit")]) is None
+    cache_column = next(column for column in COLUMNS if column.title == "cache")
+    assert [cache_column.cell(e) for e in executions] == ["load", "hit", "miss", "miss"]
+    assert counters_text(executions[0]).startswith("its graph was loaded from XLA's persistent compile cache")
+    assert not counters_text(executions[1]).startswith("its graph")

@@ -30,11 +30,20 @@ def stack_text(stack: list[Frame], user: Frame | None, context: int = 3) -> str:
     return "\n".join(lines)
 
 
+PERSISTENT_WORDS = {
+    "loaded": "its graph was loaded from XLA's persistent compile cache: an earlier run compiled it, this one did not",
+    "not_cached": "its graph was not in XLA's persistent compile cache: compiled here, and written to it",
+    "load_failed": "its graph was in XLA's persistent compile cache, but XLA could not load it: compiled again "
+                   "(PersistentCacheDeserializeFailure; XLA's log on stderr says why)",
+}
+
+
 def counters_text(execution: Execution, executions: Sequence[Execution] = ()) -> str:
     """The counters that moved with this execution (since the one before), and, for a
     fallback that forced several executions, where its op's counter moved."""
     since = f" (since execution {execution.index - 1})" if execution.index else ""
-    lines = [f"counters that moved with execution {execution.index}{since}:"]
+    lines = [PERSISTENT_WORDS[execution.persistent], ""] if execution.persistent else []
+    lines.append(f"counters that moved with execution {execution.index}{since}:")
     if not execution.counters:
         lines.append("  none recorded (capture light)" if not execution.fallback_ops else "")
     for name, delta in sorted(execution.counters.items()):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from lazyviz.analysis.budget import site_key, steady_steps
 from lazyviz.analysis.collectives import Row
 from lazyviz.analysis.graphs import diff_across
+from lazyviz.analysis.persistent import PersistentCache, persistent_cache
 from lazyviz.analysis.recompiles import WARMUP_STEPS
 from lazyviz.analysis.summary import step_times
 from lazyviz.analysis.units import size_text
@@ -39,6 +40,11 @@ class RunDiff:
     # SPMD: each run's collectives (PyTorch/XLA), alike ones added up; empty elsewhere.
     collectives_a: Sequence[Row] = ()
     collectives_b: Sequence[Row] = ()
+    # XLA's persistent compile cache: how each run had its new graphs, and why B compiled
+    # each graph it compiled (site, graph, why); None and () without the cache.
+    persistent_a: PersistentCache | None = None
+    persistent_b: PersistentCache | None = None
+    b_compiled: Sequence[tuple[str, str, str]] = ()
 
     @property
     def same_graphs(self) -> bool:
@@ -80,8 +86,31 @@ def compare_runs(run_a: RunInfo, executions_a: list[Execution], ir_a: Mapping[st
             diff = diff_across(ir_a, old, ir_b, graph)
             first = diff.first if diff else None
             changed.append(ChangedGraph(site, old, graph, first.describe() if first else "no IR to compare"))
+    cached_b = persistent_cache(executions_b)
     return RunDiff(run_stats(run_a, executions_a), run_stats(run_b, executions_b), only_a, only_b, changed,
-                   collectives_a, collectives_b)
+                   collectives_a, collectives_b, persistent_cache(executions_a), cached_b,
+                   _why_compiled(run_b, executions_b, all_a, changed) if cached_b else ())
+
+
+def _why_compiled(run_b: RunInfo, executions_b: list[Execution], graphs_a: set[str],
+                  changed: list[ChangedGraph]) -> list[tuple[str, str, str]]:
+    """Each graph B compiled though it read a persistent cache: (site, graph, why)."""
+    headline = {(change.site, change.new): f"{change.headline} (A's graph {change.old} there)" for change in changed}
+    why = []
+    for execution in executions_b:
+        state = execution.persistent
+        if state not in ("not_cached", "load_failed"):
+            continue
+        site = site_key(execution, run_b.cwd)
+        if state == "load_failed":
+            reason = "in the cache, but XLA could not load it, so compiled again (PersistentCacheDeserializeFailure)"
+        elif execution.graph in graphs_a:
+            reason = "not in the cache B read, though A ran it (A wrote to another cache, or none)"
+        else:
+            reason = "not in the cache: A never ran it; " + headline.get(
+                (site, execution.graph), "no graph of A's at this line to compare with")
+        why.append((site, execution.graph, reason))
+    return why
 
 
 def run_diff_text(diff: RunDiff, name_a: str, name_b: str) -> str:
@@ -103,6 +132,11 @@ def run_diff_text(diff: RunDiff, name_a: str, name_b: str) -> str:
         lines.append(f"  only in B: graph {graph} at {site}")
     for change in diff.changed:
         lines.append(f"  changed at {change.site}: {change.old} -> {change.new}: {change.headline}")
+    if diff.persistent_a or diff.persistent_b:
+        for name, cached in (("A", diff.persistent_a), ("B", diff.persistent_b)):
+            lines.append(f"  persistent compile cache, {name}: {cached.text() if cached else 'not used'}")
+        for site, graph, why in diff.b_compiled:
+            lines.append(f"  B compiled graph {graph} at {site}: {why}")
     return "\n".join(lines + _collective_lines(diff.collectives_a, diff.collectives_b)) + "\n"
 
 

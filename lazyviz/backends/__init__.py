@@ -33,6 +33,9 @@ class CompiledGraph:
     ir_text: str  # empty when IR capture is off
     backend_text: str
     compile_ms: float
+    # Not compiled here: loaded from a persistent compile cache (an earlier run compiled it).
+    # Its execution is a cache hit.
+    loaded: bool = False
 
 
 @dataclass(frozen=True)

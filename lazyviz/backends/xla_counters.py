@@ -3,10 +3,12 @@ counters each execution moved, compile and execute times, the host<->device copi
 part of XlaBackend with its own state: what it read last, and how far into each metric."""
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
 from lazyviz.backends.xla_io import framework
+from lazyviz.trace.model import PERSISTENT_COUNTERS
 
 _NS_PER_MS = 1e6
 # XLA's metric of each graph's execute time: ExecuteTime, or under SPMD (xr.use_spmd(),
@@ -45,6 +47,7 @@ class XlaCounters:
         self._execute_samples = dict.fromkeys(_EXECUTE_METRICS, 0)  # samples seen of each
         self._eager_samples = dict.fromkeys(_EAGER_METRICS, 0)
         self.eager_mode: Callable[[], bool] = lambda: False  # XLA's eager mode is on, from start()
+        self._persistent: tuple[str, ...] | None = None  # its persistent cache's counters, once known
 
     def start(self) -> None:
         """From now: the counters as they are, the metrics' samples taken so far."""
@@ -96,7 +99,19 @@ class XlaCounters:
         if len(ops) != len(self.fallback_ops):  # a first fallback of an op (XLA never drops one)
             self.fallback_ops = list(ops)
         value = self.value
-        return {name: value(name) or 0 for name in self.fallback_ops}
+        watched = {name: value(name) or 0 for name in self.fallback_ops}
+        for name in self._persistent if self._persistent is not None else self._persistent_names():
+            watched[name] = value(name) or 0
+        return watched
+
+    def _persistent_names(self) -> tuple[str, ...]:
+        """The persistent compile cache's counters, where the run has one: XLA reads its
+        path (torch_xla.runtime.initialize_cache sets it) before the first graph, so
+        whether it has one is settled by then."""
+        names = tuple(PERSISTENT_COUNTERS) if os.environ.get("XLA_PERSISTENT_CACHE_PATH") else ()
+        if names or self.lookups():
+            self._persistent = names
+        return names
 
     def _all(self, final: bool, compiled: bool) -> dict[str, int]:
         """Full capture: every counter of XLA's. Listing their names costs more than

@@ -263,6 +263,12 @@ class XlaHandOn:
                 backend_text=backend_text,
                 compile_ms=compile_ms,
             )
+        elif counters.get("PersistentCacheHit") and ran:
+            # Loaded from XLA's persistent compile cache, not compiled: no report of its
+            # compile, no HLO dumped. Its id and a word for it, so its hits name it.
+            graph = CompiledGraph(graph_id=graph_hash[:16], nodes=0, ir_text="", compile_ms=0.0, loaded=True,
+                                  backend_text="(loaded from XLA's persistent compile cache: an earlier run "
+                                               "compiled it, so this run has neither its IR nor its HLO)")
         sync = self._sync
         outer = sync.cause, sync.detail
         if self._replicas > 1:

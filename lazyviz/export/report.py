@@ -15,6 +15,7 @@ from lazyviz.analysis.findings import Finding
 from lazyviz.analysis.ir import parse_location
 from lazyviz.analysis.kinds import FindingKind
 from lazyviz.analysis.memory import peak_text
+from lazyviz.analysis.persistent import persistent_cache
 from lazyviz.analysis.ranks import Divergence
 from lazyviz.analysis.recompiles import PendingRecompile, Recompile, compiles_past_warmup, is_compared
 from lazyviz.analysis.run import Run
@@ -111,6 +112,7 @@ def _executions_json(executions: Sequence[Execution]) -> list[dict]:
             "graph": e.graph,
             "nodes": e.nodes,
             "cache": e.cache,
+            "persistent": e.persistent,
             "sync_ms": e.sync_ms,
             "trace_ms": e.trace_ms,
             "compile_ms": e.compile_ms,
@@ -140,7 +142,8 @@ class ExecutionLines:
         for kind in table.kinds:
             frame = dumps(kind.frame.to_json()) if kind.frame else "null"
             heads.append(f'"cause": {dumps(kind.cause)}, "detail": {dumps(kind.detail)}, "frame": {frame}, '
-                         f'"graph": {dumps(kind.graph)}, "nodes": {kind.nodes}, "cache": {dumps(kind.cache)}')
+                         f'"graph": {dumps(kind.graph)}, "nodes": {kind.nodes}, "cache": {dumps(kind.cache)}, '
+                         f'"persistent": {dumps(kind.persistent)}')
             tails.append(dumps(kind.fallback_ops))
         for index, step, kind, sync_ms, trace_ms, compile_ms, execute_ms in zip(
                 table.index, table.step, table.kind, table.sync_ms, table.trace_ms, table.compile_ms,
@@ -212,6 +215,8 @@ def json_report(recorded: Run, lines: bool = False) -> dict:
             "transfers": summary.transfers,
             # The process's peak resident memory where it rose: {execution, step, kb (KiB)}.
             "peak_rss": [peak._asdict() for peak in run.peak_rss],
+            # XLA's persistent compile cache: graphs loaded from it, compiled and written, failed to load.
+            "persistent_cache": cached.to_json() if (cached := persistent_cache(executions)) else None,
         },
     }
 
@@ -296,6 +301,9 @@ def text_report(recorded: Run, all_findings: bool = False) -> str:
         lines.append(f"  causes: {causes}")
     if summary.fallbacks:
         lines.append("  fallbacks: " + ", ".join(f"{op} x{n}" for op, n in summary.fallbacks.items()))
+    cached = persistent_cache(executions)
+    if cached is not None:
+        lines.append(f"  persistent compile cache: {cached.text()}")
     if summary.transfers:
         lines.append(f"  host<->device copies: {transfers_text(summary)}")
     largest = _largest_memory(recorded)

@@ -21,6 +21,7 @@ from lazyviz.errors import LazyvizError
 from lazyviz.record.iterations import IterationCounter
 from lazyviz.record.stack_walk import StackWalk
 from lazyviz.record.sync_wrappers import MAX_ERRORS, SyncWrappers, _Process
+from lazyviz.trace.model import PERSISTENT_COUNTERS
 from lazyviz.trace.schema import ExecutionRecord, GraphRecord, split_row
 from lazyviz.trace.writer import TraceWriter
 from lazyviz.trace.writer import stored as _stored
@@ -253,7 +254,7 @@ class Tracer:
         cause, detail = self._cause(fallback_ops, follows, call)
         known = self._known_graph(key, graph)
         graph_id, nodes = (known.graph_id, known.nodes) if known is not None else (f"unknown-{key:x}", 0)
-        compile_ms = graph.compile_ms if graph else 0.0
+        compile_ms = graph.compile_ms if graph else 0.0  # a loaded graph's: the load
         sync_ms = compile_ms + execute_ms
         start = end - sync_ms / 1000
         trace_ms = self._tracing_ms(start, end)
@@ -273,10 +274,12 @@ class Tracer:
             idx=index,
             step=counts[1],  # completed before this execution; a mark_step's own is the step it ends
             cause=cause, detail=detail, file=file, line=line, function=function, stack_id=stack_id,
-            graph=graph_id, nodes=nodes, cache="miss" if graph is not None else "hit",
+            graph=graph_id, nodes=nodes, cache="miss" if graph is not None and not graph.loaded else "hit",
             sync_ms=sync_ms, trace_ms=trace_ms, compile_ms=compile_ms, execute_ms=execute_ms,
             start_ms=(start - self._started) * 1000,
-            fallback_ops=fallback_ops, counters=dict(counters) if self.capture == "full" else {},
+            # Light capture keeps only how a new graph was had (XLA's persistent cache).
+            fallback_ops=fallback_ops, counters=dict(counters) if self.capture == "full" else
+            {name: n for name, n in counters.items() if name in PERSISTENT_COUNTERS} if counters else {},
             # The call of the user's that led here (a library's own sync or fallback inside it).
             call=self.stacks.user_call(frame) if cause != "mark_step" and frame is not None else None,
             context=_test_running(),

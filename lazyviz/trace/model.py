@@ -122,6 +122,7 @@ class SiteAndCache:
     __slots__ = ()
     frame: Frame | None
     cache: str
+    counters: dict[str, int]
 
     @property
     def site(self) -> str:
@@ -130,6 +131,23 @@ class SiteAndCache:
     @property
     def is_miss(self) -> bool:
         return self.cache == "miss"
+
+    @property
+    def persistent(self) -> str | None:
+        """With XLA's persistent compile cache: "loaded" (from it, not compiled), "not_cached"
+        (compiled, and written to it), "load_failed" (in it, but XLA could not load it:
+        compiled again); None for a graph the process had, or without that cache."""
+        counters = self.counters
+        if not counters:
+            return None
+        return next((state for name, state in PERSISTENT_COUNTERS.items() if counters.get(name)), None)
+
+
+# PyTorch/XLA's persistent compile cache (torch_xla.runtime.initialize_cache): how a graph
+# new to the process was had, by the counter XLA moved at its lookup. Recorded in both
+# capture modes.
+PERSISTENT_COUNTERS = {"PersistentCacheHit": "loaded", "PersistentCacheMiss": "not_cached",
+                       "PersistentCacheDeserializeFailure": "load_failed"}
 
 
 @dataclass(frozen=True, slots=True)  # slots: a long run holds a million of them

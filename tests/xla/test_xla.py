@@ -1377,3 +1377,52 @@ def test_torch_compile_openxla_runs_are_counted_at_the_users_call_and_a_new_batc
     with open_trace(tmp_path / f"{program.stem}.trace") as trace:
         moved = [value for execution in trace.executions() for value in execution.counters.values()]
     assert moved and min(moved) > 0
+
+
+def test_the_persistent_compile_cache_says_per_execution_how_a_graph_was_had_and_diff_says_why_b_compiled(
+        tmp_path: Path) -> None:
+    """torch_xla.runtime.initialize_cache: the first run compiles and writes its graph;
+    a second with the same batch finds it there and, on PJRT CPU, cannot load it (XLA's
+    PersistentCacheDeserializeFailure), in both capture modes; one with another batch
+    compiles a graph the first never had. Each says so per execution, in the summary and
+    the JSON report, and `lazyviz diff` says why B compiled: torch_xla's counters are the
+    truth. The first run is untraced for one of them: lazyviz keeps XLA's cache keys."""
+    program, cache = PROGRAMS / "xla_persistent_cache.py", tmp_path / "cache"
+
+    def traced(name: str, batch: str, capture: str = "full") -> tuple[dict, dict]:
+        counts = tmp_path / f"{name}.json"
+        result = subprocess.run([sys.executable, "-m", "lazyviz", "run", "--no-tui", "--capture", capture,
+                                 "-o", str(tmp_path / f"{name}.trace"), str(program), str(cache), batch],
+                                capture_output=True, text=True, env={**os.environ, "COUNTERS_FILE": str(counts)},
+                                timeout=600)
+        assert result.returncode == 0, result.stderr
+        return report(tmp_path / f"{name}.trace"), json.loads(counts.read_text())
+
+    a, truth_a = traced("a", "8")
+    assert truth_a["PersistentCacheMiss"] == 1 and truth_a["UncachedCompile"] == 1
+    assert [e["persistent"] for e in a["executions"]] == ["not_cached", None, None, None]
+    assert a["summary"]["persistent_cache"] == {"loaded": 0, "not_cached": 1, "load_failed": 0}
+    for capture in ("full", "light"):
+        b, truth_b = traced(f"b-{capture}", "8", capture)
+        assert truth_b["PersistentCacheDeserializeFailure"] == 1
+        assert [e["persistent"] for e in b["executions"]] == ["load_failed", None, None, None]
+        assert b["executions"][0]["cache"] == "miss" and b["executions"][0]["graph"] == a["executions"][0]["graph"]
+    text = cli("report", tmp_path / "b-light.trace").stdout
+    assert ("persistent compile cache: 0 graphs loaded from it, 0 compiled and written to it, 1 in it that XLA "
+            "could not load, compiled again") in text
+    c, truth_c = traced("c", "16")
+    assert truth_c["PersistentCacheMiss"] == 1
+    assert c["summary"]["persistent_cache"] == {"loaded": 0, "not_cached": 1, "load_failed": 0}
+    step, made = line_of(program, "torch_xla.sync()"), line_of(program, "data, target = ")
+    same = cli("diff", tmp_path / "a.trace", tmp_path / "b-full.trace").stdout
+    assert re.search(rf"B compiled graph {a['executions'][0]['graph']} at \S*{program.name}:{step} mark_step: in the "
+                     r"cache, but XLA could not load it, so compiled again \(PersistentCacheDeserializeFailure\)", same)
+    other = cli("diff", tmp_path / "a.trace", tmp_path / "c.trace").stdout
+    assert re.search(rf"B compiled graph {c['executions'][0]['graph']} at \S*{program.name}:{step} mark_step: not in "
+                     r"the cache: A never ran it; input shape: xla::device_data %\d+: f32\[8,16\] -> f32\[16,16\], "
+                     rf"built at {program.name}:{made}", other), other
+    # A run untraced writes what a traced one then finds: lazyviz leaves XLA's cache keys as they are.
+    shutil.rmtree(cache)
+    assert python(program, str(cache), "8").status == 0
+    d, _ = traced("d", "8")
+    assert d["executions"][0]["persistent"] == "load_failed"

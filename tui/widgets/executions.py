@@ -58,7 +58,8 @@ COLUMNS = [
     Column("site", 0, "<", lambda e: ""),  # filled with the run's folder in mind
     Column("graph", 8, "<", lambda e: e.graph[:8], narrow=False),
     Column("nodes", 5, ">", lambda e: str(e.nodes)),
-    Column("cache", 5, "<", lambda e: e.cache),
+    # "load": not compiled, loaded from PyTorch/XLA's persistent compile cache.
+    Column("cache", 5, "<", lambda e: "load" if e.persistent == "loaded" else e.cache),
     Column("sync ms", 7, ">", lambda e: _ms(e.sync_ms)),
     Column("trace ms", 8, ">", lambda e: _ms(e.trace_ms), narrow=False),
     Column("why", 0, "<", lambda e: ""),
