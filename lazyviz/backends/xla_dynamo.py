@@ -26,6 +26,13 @@ TRACING_SYNCS = {name: "torch.compile's XLA bridge, syncing once as it traces"
 _FRAME_ID = re.compile(r"^\d+/\d+: ")
 
 
+def runs_pending_inputs(frames: list[tuple[str, int, str]]) -> bool:
+    """XLA's frames of a read of values inside the bridge's call of a compiled graph: it
+    runs the module's inputs still pending first (`_xla_sync_multi`), an execution of
+    their own at every call."""
+    return any(function == "optimized_mod" and file.endswith("dynamo_bridge.py") for file, _, function in frames)
+
+
 class RecompileReasons:
     """Dynamo's reasons for tracing again, each read once, in order."""
 

@@ -13,14 +13,14 @@ from pathlib import Path
 
 from lazyviz.backends import CompiledGraph, ExecutionHook, SyncCause
 from lazyviz.backends.xla_counters import XlaCounters
-from lazyviz.backends.xla_dynamo import RUN_CAUSE, RecompileReasons
+from lazyviz.backends.xla_dynamo import RUN_CAUSE, RecompileReasons, runs_pending_inputs
 from lazyviz.backends.xla_eager import EagerGraphs, built_at, compiled_flags
 from lazyviz.backends.xla_io import HloDump, Steady
 from lazyviz.backends.xla_read import XlaReads
 from lazyviz.backends.xla_reports import Report, hlo_entry_size
 from lazyviz.backends.xla_rows import RepeatedRows
 from lazyviz.hlo_text import hlo_as_ir
-from lazyviz.trace.model import COMPILED_CALL, EAGER_BUILT, EAGER_FOUND, TRACED_AGAIN
+from lazyviz.trace.model import COMPILED_CALL, EAGER_BUILT, EAGER_FOUND, PENDING_INPUTS, TRACED_AGAIN
 
 
 def _fallback_shares(batch: list[Report], moved: dict[str, int]) -> list[dict[str, int]]:
@@ -283,6 +283,8 @@ class XlaHandOn:
             self._line_causes[user] = sync.cause, sync.detail
         # A read of values no sync site of ours saw (`.to("cpu")`, left unwrapped: see
         # sync_sites): XLA says it was one. An op that fell back (aten::equal) says more.
+        elif _HOST_READ in report.cause and runs_pending_inputs(report.frames):
+            sync.cause, sync.detail = "other", PENDING_INPUTS
         elif (sync.cause is None and _HOST_READ in report.cause
                 and not any(name.startswith("aten::") for name in counters)):
             sync.cause, sync.detail = "cpu", _read_call(report.frames)

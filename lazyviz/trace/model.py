@@ -20,6 +20,8 @@ EAGER_FOUND = "ops run one at a time (eager mode), found at the next sync"
 # A compiled call's detail (cause "compiled"), and after it why dynamo traced again.
 COMPILED_CALL = 'torch.compile(backend="openxla")'
 TRACED_AGAIN = ", traced again: "
+# Its bridge running a compiled module's inputs that were still pending, before its graph.
+PENDING_INPUTS = "torch.compile's XLA bridge, running the compiled module's pending inputs first"
 # "compiled": a graph torch.compile made, run by the compiled module's call (XLA's openxla backend).
 CAUSES = ("mark_step", "item", "print", "cpu", "tolist", "bool", "fallback", "other", "bound", "eager", "compiled")
 # What traces from before backends named themselves get: torch's TorchScript backend.

@@ -1,7 +1,8 @@
 """Inference through torch.compile(backend="openxla"), as PyTorch/XLA serves it: dynamo
 traces the model, torch_xla's bridge compiles each FX graph to one XLA graph. Three
 batches of 8 rows, then one of 16: dynamo traces again for the new size and XLA compiles
-again. With $COUNTERS_FILE set, writes torch_xla's own counts there at the end: the truth."""
+again. Each batch is scaled on the device before the call, so it is still pending there:
+the bridge runs it first (as it traces, then at each call). With $COUNTERS_FILE set, writes torch_xla's own counts there at the end: the truth."""
 import json
 import os
 
@@ -16,7 +17,7 @@ model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.L
 compiled = torch.compile(model, backend="openxla")
 with torch.no_grad():
     for rows in (8, 8, 8, 16):
-        batch = torch.randn(rows, 16).to(device)
+        batch = torch.randn(rows, 16).to(device) * 2
         out = compiled(batch)
         print(rows, out.shape[0], f"{out.sum().item():.4f}")
 xm.wait_device_ops()

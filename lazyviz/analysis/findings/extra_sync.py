@@ -10,7 +10,7 @@ from lazyviz.analysis.findings.base import Details, Finding, FindingKind, KindIn
 from lazyviz.analysis.library import Stacks, library_fix, library_line, no_stacks
 from lazyviz.analysis.recompiles import WARMUP_STEPS
 from lazyviz.analysis.units import rounded
-from lazyviz.trace.model import EAGER_FOUND, TS_NAMES, Execution
+from lazyviz.trace.model import EAGER_FOUND, PENDING_INPUTS, TS_NAMES, Execution
 from lazyviz.trace.table import ExecutionTable
 
 
@@ -100,6 +100,10 @@ def extra_sync_findings(executions: Sequence[Execution], steps: int,
                 "make this step's tensors inside the compiled function (a random tensor with device=... there), or "
                 "on the host, moved to the device in one transfer with the batch", details))
             continue
+        elif what == PENDING_INPUTS:
+            fix = ("the compiled module's input is still being computed when it is called, so the bridge runs "
+                   "those ops as a graph of their own first: compute it inside the compiled module (its ops join "
+                   "the module's graph), or hand it a tensor already on the device")
         elif what.startswith("distributed."):
             fix = ("a collective on a lazy tensor runs the pending graph first, once per call: flatten the "
                    f"gradients into one bucket (one collective per step) or reduce after {names['mark_step']}")
