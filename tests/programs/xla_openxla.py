@@ -2,7 +2,8 @@
 traces the model, torch_xla's bridge compiles each FX graph to one XLA graph. Three
 batches of 8 rows, then one of 16: dynamo traces again for the new size and XLA compiles
 again. Each batch is scaled on the device before the call, so it is still pending there:
-the bridge runs it first (as it traces, then at each call). With $COUNTERS_FILE set, writes torch_xla's own counts there at the end: the truth."""
+the bridge runs it first (as it traces, then at each call). With $COUNTERS_FILE set,
+writes torch_xla's own counts there at the end: the truth."""
 import json
 import os
 
