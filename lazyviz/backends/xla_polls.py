@@ -82,7 +82,7 @@ class XlaPolls:
                 return
             with self._polling:
                 self._settle()
-                if (final or self._reads.pending or self._reads.reports.descriptor() is None
+                if (final or self._reads.pending or self._reads.reports.descriptor() is None or self.unlooked_runs
                         or self._counters.lookups() != self._executed):
                     self._poll(final)
                 elif self._hand_on.awaiting_execute and self._execute_times_due():
