@@ -10,12 +10,17 @@ after the warm-up it says it is ready, then for each number N on stdin decodes N
 and prints their milliseconds and the CPU milliseconds this thread spent on them, until
 "end" (or the end of stdin).
 
+With $LAZYVIZ_BENCH_COLLECT naming the small library bench/decode_loop.py builds for
+--instructions, callgrind counts instructions only while the timed tokens decode (the
+library's call turns its collection on, then off and dumps the counts).
+
     PJRT_DEVICE=CPU .venv-xla/bin/python bench/_decode_loop.py WARMUP TOKENS|relay
 """
 import json
 import sys
 import time
 
+import _callgrind
 import torch
 import torch_xla
 from transformers import GPT2Config, GPT2LMHeadModel
@@ -56,7 +61,14 @@ def say(value: object) -> None:
 with torch.no_grad():
     for _ in range(warmup):
         decode()
-    if not relay:
+    collect = _callgrind.switch()
+    if not relay and collect is not None:
+        collect(1)
+        for _ in range(int(sys.argv[2])):
+            decode()
+        collect(0)
+        say("counted")
+    elif not relay:
         say([decode() for _ in range(int(sys.argv[2]))])
     else:
         say("ready")

@@ -15,6 +15,15 @@ clock, the CPU time of the script's thread: lazyviz's work there is in it, and t
 machine's other load much less so (the writer's own is in bench/cpu_per_step.py).
 
     PJRT_DEVICE=CPU .venv-xla/bin/python bench/decode_loop.py [--sets 3] [--rounds 40] [--turn 8]
+
+With --instructions it counts instead, with valgrind's callgrind: the instructions the
+script's thread runs a token while the timed tokens decode (collection is on only then),
+untraced / light / full, one process each, one after another; the instructions lazyviz's
+other threads ran in that window beside them. Instruction counts do not move with the
+machine's load (its wall clock swings by 10%), so a 1% difference is seen at once. Needs
+valgrind and its headers (apt-get install valgrind) and a C compiler; a run takes minutes.
+
+    PJRT_DEVICE=CPU .venv-xla/bin/python bench/decode_loop.py --instructions [--tokens 20]
 """
 from __future__ import annotations
 
@@ -27,6 +36,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import _callgrind
 
 LOOP = Path(__file__).with_name("_decode_loop.py")
 MODES = ("untraced", "light", "full")
@@ -111,6 +122,27 @@ def relay(options: argparse.Namespace, wall: dict[str, list[list[float]]], cpu: 
             decoder.finish()
 
 
+def instructions(options: argparse.Namespace) -> None:
+    """Each mode once under callgrind: instructions a token, the script's thread and the others."""
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        library = _callgrind.build(folder)
+        loop = [str(LOOP), str(options.warmup), str(options.tokens)]
+        commands = {"untraced": [sys.executable, *loop]}
+        for mode in MODES[1:]:
+            commands[mode] = [sys.executable, "-m", "lazyviz", "run", "--no-tui", "--force", "--backend", "xla",
+                              "--capture", mode, "-o", str(folder / f"{mode}.trace"), *loop]
+        counts = {mode: _callgrind.count(command, library, folder / mode, 'LAZYVIZ-BENCH "counted"')
+                  for mode, command in commands.items()}
+    print(f"greedy decoding, tiny GPT-2 on xla, under callgrind: instructions a token over {options.tokens} tokens "
+          f"after {options.warmup} warm-up")
+    print(f"{'':<10}{'script thread':>15}{'vs untraced':>13}{'other threads':>15}")
+    base = counts["untraced"][0]
+    for mode, (script_thread, others) in counts.items():
+        print(f"{mode:<10}{script_thread / options.tokens:>15,.0f}{(script_thread / base - 1) * 100:>+12.2f}%"
+              f"{others / options.tokens:>15,.0f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", type=int, default=3, help="sets of three fresh processes, one after another")
@@ -118,7 +150,12 @@ def main() -> None:
     parser.add_argument("--turn", type=int, default=8, help="tokens a process decodes in its turn")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--gap", type=float, default=0.15, help="seconds between turns")
+    parser.add_argument("--instructions", action="store_true", help="count instructions with callgrind instead")
+    parser.add_argument("--tokens", type=int, default=20, help="tokens counted with --instructions")
     options = parser.parse_args()
+    if options.instructions:
+        instructions(options)
+        return
     wall: dict[str, list[list[float]]] = {mode: [] for mode in MODES}  # each round's token times
     cpu: dict[str, list[float]] = {mode: [] for mode in MODES}  # each round's CPU milliseconds
     for _ in range(options.sets):

@@ -222,4 +222,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("take_moved", &take_moved, "The counters that moved since the last execution (name -> delta).");
   m.def("users_dump_kept", &users_dump_kept, "Were source lines given up for the user's LTC dump?");
   m.def("keep_users_dump", &keep_users_dump, "Give up per-node source lines for the user's LTC dump.");
+  // bench/per_node.py's anchor: torch's own frame getter at every node, untraced.
+  m.def("torch_ir_debug", [](bool on) { FLAGS_torch_lazy_ir_debug = on; },
+        "Turn LTC's IR debug on or off (with torch's own frame getter where lazyviz's is not installed).");
 }
