@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, MutableSequence
 from types import ModuleType
 
@@ -54,11 +55,14 @@ class XlaPolls:
         # per execution; UncachedCompile): more than its reports say are frameless ones.
         self._executed, self._compiled = counters.xla_counts()
         self._execute_read_at = 0.0  # perf_counter() of the last read of ExecuteTime
+        self._times: deque[float] = deque()  # execute times read before their execution was handed on
         self._counters_read: dict[str, int] | None = None  # read by a steady check that failed: the poll's
         # Threads that sync (a launcher's thread per device) poll one at a time: the reports
         # and counters are the process's.
         self._polling = threading.RLock()
         self._rows: RepeatedRows | None = None  # while the tracer asks for repeated rows
+        # Meanwhile the writer's thread takes XLA's execute times as it takes the rows (take_rows),
+        # where they cost the traced thread nothing; the traced thread's polls only where many wait.
         # A loop's steady syncs (Steady) by the report text a poll read: one report, a
         # cache hit. A poll that reads the same text again, sees one more lookup of XLA's
         # and the same counters move, hands it on as the same row without the parser. By
@@ -155,9 +159,9 @@ class XlaPolls:
         # The copies' metrics, read here once a second (full capture), are not the hook's.
         transfers_due = self._counters.transfers_read_at + TRANSFERS_READ_S if self._capture_ir else math.inf
         counters = {name: value for name, value in self._counters.last.items() if name not in READ_EACH_SECOND}
+        times_due = math.inf if self._rows is not None else self._execute_read_at + _EXECUTE_READ_S
         self.fast.xla_arm(descriptor, self._executed, self._compiled, counters, len(self._counters.fallback_ops),
-                           self._hand_on.last_end, transfers_due, self._execute_read_at + _EXECUTE_READ_S,
-                           len(self._hand_on.awaiting_execute))
+                           self._hand_on.last_end, transfers_due, times_due, len(self._hand_on.awaiting_execute))
 
     def _poll(self, final: bool) -> None:
         if final:
@@ -272,11 +276,15 @@ class XlaPolls:
         """Each execute time XLA sampled to the execution that awaits it, oldest first: in
         place where its row is a repeated one the writer has not taken."""
         assert self._on_execute_time is not None
-        for execute_ms in self._counters.new_execute_times():
+        # A graph may finish, and its time be read, before its poll hands it on: the time
+        # waits for it (XLA runs one graph after another: times come in their order).
+        times = self._times
+        times.extend(self._counters.new_execute_times())
+        while times:
             index = self._hand_on.next_awaiting_execute()
             if index is None:
                 break
-            self._give_time(index, execute_ms)
+            self._give_time(index, times.popleft())
 
     def _give_time(self, index: int, execute_ms: float) -> None:
         """An execution's execute time: in place where its row is a repeated one the
@@ -291,8 +299,12 @@ class XlaPolls:
         1,024): at most every 50 ms, or sooner once 256 executions wait, long before XLA
         drops a sample not yet read. The times come a window later, as they reach the
         trace anyway (the writer commits every 0.1 s)."""
+        if len(self._hand_on.awaiting_execute) >= _AWAITING_MOST:
+            return True
+        if self._rows is not None:
+            return False  # the writer's thread takes them (take_rows)
         now = time.perf_counter()
-        if len(self._hand_on.awaiting_execute) < _AWAITING_MOST and now - self._execute_read_at < _EXECUTE_READ_S:
+        if now - self._execute_read_at < _EXECUTE_READ_S:
             return False
         self._execute_read_at = now
         return True
@@ -311,6 +323,7 @@ class XlaPolls:
         self.fast = self._fast_polls(counts, started)
 
         def take_rows() -> list[tuple]:
+            self._take_times_elsewhere()  # before the rows: a time for a row not yet taken goes in place
             taken = rows.take()
             fast = self.fast
             if fast is not None and (hooks := fast.xla_take_rows()):
@@ -319,6 +332,27 @@ class XlaPolls:
             return taken
 
         return take_rows
+
+    def _take_times_elsewhere(self) -> None:
+        """On the writer's thread, once a window: the execute times XLA sampled since, each
+        to its execution, with what lazyviz's hook handed on meanwhile (settled, then the
+        hook armed again)."""
+        hand_on = self._hand_on
+        if not self.enabled or (not hand_on.awaiting_execute and not hand_on.eager.awaiting_execute
+                                and (self.fast is None or not self.fast.xla_awaiting())):
+            return
+        with self._polling:
+            if not self.enabled:
+                return
+            fast = self.fast
+            if fast is not None:
+                self._settle()
+            if hand_on.awaiting_execute:
+                self._take_execute_times()
+            if hand_on.eager.awaiting_execute:
+                self._take_eager_times()
+            if fast is not None:
+                self._arm()
 
     def failed_executions(self) -> list[int]:
         """A graph that failed to compile left a Compilation Analysis and no execution: it

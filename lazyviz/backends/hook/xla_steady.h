@@ -311,6 +311,12 @@ bool xla_poll() {
   return !TimesDue(*s, end);
 }
 
+// For the writer's thread: whether an execution the hook handed on awaits its time.
+bool xla_awaiting() {
+  XlaSteady* s = g_xla;
+  return s != nullptr && s->armed && s->awaiting > 0;
+}
+
 // For a tracer: counts is its array('q', [executions, steps]), started and now its clock's
 // start and current reading; sync, syncing and poll the backend's. None stops, forgetting all.
 void xla_start(py::object counts, double started, double now, py::object sync, py::object syncing,
