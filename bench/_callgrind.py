@@ -40,25 +40,25 @@ def switch() -> Callable[[int], None] | None:
     return ctypes.CDLL(path).lazyviz_bench_collect if path else None
 
 
-def count(command: list[str], library: Path, out: Path, done: str) -> tuple[int, int]:
-    """Run command under callgrind (its children followed); (the instructions of the thread
-    that switched collection on, those of the process's other threads meanwhile). done:
-    what its stdout says once it measured."""
+def count(command: list[str], library: Path, out: Path, done: str) -> int:
+    """Run command under callgrind (its children followed); the instructions the thread
+    that switched collection on ran in the last part it measured (a process may switch
+    it on and off more than once: a warm-up first). Other threads are not counted: their
+    collection stays off (lazyviz's writer: bench/cpu_per_step.py measures it). done: what
+    its stdout says once it measured."""
     out.mkdir()
     result = subprocess.run(["valgrind", "--tool=callgrind", "--collect-atstart=no", "--separate-threads=yes",
                              "--trace-children=yes", f"--callgrind-out-file={out}/%p.out", *command],
                             capture_output=True, text=True, env={**os.environ, "LAZYVIZ_BENCH_COLLECT": str(library)})
     if result.returncode != 0 or done not in result.stdout:
         sys.exit(f"bench: {' '.join(command[:4])} ... under callgrind failed:\n{result.stderr[-3000:]}")
-    measuring, others = 0, 0
+    parts = []
     for dump in out.iterdir():
         text = dump.read_text(errors="replace")
         if f"Trigger: Client Request: {LABEL}" not in text:
             continue
-        found = re.search(r"^summary: (\d+)", text, re.MULTILINE)
-        value = int(found.group(1)) if found else 0
-        if re.search(r"^thread: 1$", text, re.MULTILINE):  # the main thread's: the script's
-            measuring += value
-        else:
-            others += value
-    return measuring, others
+        part, summary = re.search(r"^part: (\d+)", text, re.MULTILINE), re.search(r"^summary: (\d+)", text, re.MULTILINE)
+        parts.append((int(part.group(1)) if part else 0, int(summary.group(1)) if summary else 0))
+    if not parts:
+        sys.exit(f"bench: {' '.join(command[:4])} ... measured nothing under callgrind")
+    return max(parts)[1]

@@ -18,8 +18,8 @@ machine's other load much less so (the writer's own is in bench/cpu_per_step.py)
 
 With --instructions it counts instead, with valgrind's callgrind: the instructions the
 script's thread runs a token while the timed tokens decode (collection is on only then),
-untraced / light / full, one process each, one after another; the instructions lazyviz's
-other threads ran in that window beside them. Instruction counts do not move with the
+untraced / light / full, one process each, one after another (lazyviz's writer thread is
+not counted: bench/cpu_per_step.py measures it). Instruction counts do not move with the
 machine's load (its wall clock swings by 10%), so a 1% difference is seen at once. Needs
 valgrind and its headers (apt-get install valgrind) and a C compiler; a run takes minutes.
 
@@ -123,7 +123,7 @@ def relay(options: argparse.Namespace, wall: dict[str, list[list[float]]], cpu: 
 
 
 def instructions(options: argparse.Namespace) -> None:
-    """Each mode once under callgrind: instructions a token, the script's thread and the others."""
+    """Each mode once under callgrind: the script's thread's instructions a token."""
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
         library = _callgrind.build(folder)
@@ -136,11 +136,9 @@ def instructions(options: argparse.Namespace) -> None:
                   for mode, command in commands.items()}
     print(f"greedy decoding, tiny GPT-2 on xla, under callgrind: instructions a token over {options.tokens} tokens "
           f"after {options.warmup} warm-up")
-    print(f"{'':<10}{'script thread':>15}{'vs untraced':>13}{'other threads':>15}")
-    base = counts["untraced"][0]
-    for mode, (script_thread, others) in counts.items():
-        print(f"{mode:<10}{script_thread / options.tokens:>15,.0f}{(script_thread / base - 1) * 100:>+12.2f}%"
-              f"{others / options.tokens:>15,.0f}")
+    print(f"{'':<10}{'script thread':>15}{'vs untraced':>13}")
+    for mode, thread in counts.items():
+        print(f"{mode:<10}{thread / options.tokens:>15,.0f}{(thread / counts['untraced'] - 1) * 100:>+12.2f}%")
 
 
 def main() -> None:

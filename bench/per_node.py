@@ -101,10 +101,9 @@ def counted(options: argparse.Namespace) -> None:
                   for number, mode in enumerate(MODES)}
     nodes = iterations * 4
     print(f"building a graph of about {nodes:,} nodes on TorchScript, under callgrind: instructions a node")
-    print(f"{'':<16}{'script thread':>14}{'vs untraced':>13}{'other threads':>15}")
-    base = counts["untraced"][0]
-    for mode, (thread, others) in counts.items():
-        print(f"{mode:<16}{thread / nodes:>14,.0f}{thread / base:>12.2f}x{others / nodes:>15,.0f}")
+    print(f"{'':<16}{'instructions':>13}{'vs untraced':>13}")
+    for mode, thread in counts.items():
+        print(f"{mode:<16}{thread / nodes:>13,.0f}{(thread / counts['untraced'] - 1) * 100:>+12.2f}%")
 
 
 def main() -> None:
