@@ -40,12 +40,12 @@ def switch() -> Callable[[int], None] | None:
     return ctypes.CDLL(path).lazyviz_bench_collect if path else None
 
 
-def count(command: list[str], library: Path, out: Path, done: str) -> int:
+def count(command: list[str], library: Path, out: Path, done: str) -> tuple[int, str]:
     """Run command under callgrind (its children followed); the instructions the thread
     that switched collection on ran in the last part it measured (a process may switch
     it on and off more than once: a warm-up first). Other threads are not counted: their
     collection stays off (lazyviz's writer: bench/cpu_per_step.py measures it). done: what
-    its stdout says once it measured."""
+    its stdout says once it measured. Returns the count and that stdout."""
     out.mkdir()
     result = subprocess.run(["valgrind", "--tool=callgrind", "--collect-atstart=no", "--separate-threads=yes",
                              "--trace-children=yes", f"--callgrind-out-file={out}/%p.out", *command],
@@ -61,4 +61,4 @@ def count(command: list[str], library: Path, out: Path, done: str) -> int:
         parts.append((int(part.group(1)) if part else 0, int(summary.group(1)) if summary else 0))
     if not parts:
         sys.exit(f"bench: {' '.join(command[:4])} ... measured nothing under callgrind")
-    return max(parts)[1]
+    return max(parts)[1], result.stdout

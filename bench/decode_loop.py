@@ -132,7 +132,7 @@ def instructions(options: argparse.Namespace) -> None:
         for mode in MODES[1:]:
             commands[mode] = [sys.executable, "-m", "lazyviz", "run", "--no-tui", "--force", "--backend", "xla",
                               "--capture", mode, "-o", str(folder / f"{mode}.trace"), *loop]
-        counts = {mode: _callgrind.count(command, library, folder / mode, 'LAZYVIZ-BENCH "counted"')
+        counts = {mode: _callgrind.count(command, library, folder / mode, 'LAZYVIZ-BENCH "counted"')[0]
                   for mode, command in commands.items()}
     print(f"greedy decoding, tiny GPT-2 on xla, under callgrind: instructions a token over {options.tokens} tokens "
           f"after {options.warmup} warm-up")
