@@ -54,7 +54,8 @@ def build_and_cut(mode: str, iterations: int, folder: Path, number: int, modules
     with context:
         y = torch.ones(16, device="lazy")
         torch._lazy.mark_step()
-        hook.torch_ir_debug(mode == "torch's getter")
+        if mode == "torch's getter":
+            hook.torch_ir_debug(True)  # lazyviz's own modes leave the flag as their trace set it
         if collect is not None:
             collect(1)
         started = time.perf_counter()
@@ -67,7 +68,8 @@ def build_and_cut(mode: str, iterations: int, folder: Path, number: int, modules
         took = time.perf_counter() - started
         if collect is not None:
             collect(0)
-        hook.torch_ir_debug(False)
+        if mode == "torch's getter":
+            hook.torch_ir_debug(False)
         nodes = len(torch._C._lazy._get_tensors_text([y]).splitlines()) - 2  # "IR {" ... "}"
         torch._lazy.mark_step()
     return nodes, took
