@@ -53,12 +53,8 @@ RecentCode g_recent_codes[kRecentCodes];
 // Never held while waiting for the GIL or calling Python.
 std::mutex g_codes_mu;
 
-// Bumped whenever the caches are cleared: a thread's last walk (LastWalk) made before is stale.
-std::atomic<uint64_t> g_codes_epoch{0};
-
 void ForgetCodes() {
   std::unordered_map<PyObject*, CodeEntry> forgotten;
-  g_codes_epoch.fetch_add(1);
   {
     std::lock_guard<std::mutex> lock(g_codes_mu);
     g_lines->clear();
@@ -171,72 +167,25 @@ std::vector<SourceLocation> WalkInterpreterFrames(PyThreadState* thread) {
   return frames;
 }
 
-// One torch op builds several nodes from the same Python instruction, and a loop builds
-// the same ops from the same frames again and again: each thread keeps its last walk,
-// the code objects it met innermost first and the user frame's instruction. A walk that
-// meets the same code objects up to the user's frame, at the same instruction there, has
-// the same answer: held code objects (g_codes) are never freed, so an address names one
-// code object for as long as the caches do (g_codes_epoch). Only pointer hops over this
-// thread's own frames: no lock, no hash, no line table.
-struct LastWalk {
-  uint64_t epoch = UINT64_MAX;
-  std::vector<PyCodeObject*> codes;  // up to and with the frame the walk stopped at
-  int user_lasti = -1;               // that frame's instruction, where it is the user's
-  std::vector<SourceLocation> frames;
-};
-thread_local LastWalk t_last_walk;
-
-bool SameWalkAsLast(PyThreadState* thread, std::vector<SourceLocation>& frames) {
-  const LastWalk& last = t_last_walk;
-  if (last.epoch != g_codes_epoch.load(std::memory_order_relaxed) || last.codes.empty()) return false;
-  size_t depth = 0;
-  _PyInterpreterFrame* frame = thread->cframe->current_frame;
-  for (; frame != nullptr; frame = frame->previous) {
-    if (_PyFrame_IsIncomplete(frame)) continue;
-    if (depth == last.codes.size() || frame->f_code != last.codes[depth]) return false;
-    if (++depth == last.codes.size()) break;
-  }
-  if (depth != last.codes.size()) return false;
-  if (last.user_lasti >= 0 && _PyInterpreterFrame_LASTI(frame) != last.user_lasti) return false;
-  frames = last.frames;
-  return true;
-}
-
 // The same walk without the GIL, where every code object and line it meets is known
 // (a loop's nodes, after its first round): false where one is not. Reads only this
 // thread's frames (no other thread changes them), immutable fields of their code
 // objects, and the caches under their lock. torch's bindings release the GIL around
 // an op: taking it back was a third of a node's cost, and it waits while another
 // thread (lazyviz's writer) runs Python.
-// Kept as this thread's last walk (LastWalk) where it succeeds.
 bool WalkKnownFrames(PyThreadState* thread, std::vector<SourceLocation>& frames) {
-  LastWalk& last = t_last_walk;
-  uint64_t epoch = g_codes_epoch.load(std::memory_order_relaxed);
-  last.codes.clear();
-  last.user_lasti = -1;
   std::lock_guard<std::mutex> lock(g_codes_mu);
-  last.epoch = UINT64_MAX;  // until this walk is complete
   for (_PyInterpreterFrame* frame = thread->cframe->current_frame; frame != nullptr; frame = frame->previous) {
     if (_PyFrame_IsIncomplete(frame)) continue;
     const CodeEntry* entry = KnownCode(frame->f_code);
     if (entry == nullptr) return false;
-    last.codes.push_back(frame->f_code);
     if (entry->kind == kUserFrame) {
-      int lasti = _PyInterpreterFrame_LASTI(frame);
-      auto line = g_lines->find(std::make_pair(reinterpret_cast<PyObject*>(frame->f_code), lasti));
+      auto line = g_lines->find(std::make_pair(reinterpret_cast<PyObject*>(frame->f_code), _PyInterpreterFrame_LASTI(frame)));
       if (line == g_lines->end()) return false;
       frames.push_back(SourceLocation{entry->file, entry->function, line->second});
-      last.user_lasti = lasti;
     }
-    if (entry->kind != kOtherFrame) {
-      // Kept only where it stopped at a frame (the user's, or lazyviz's runner below the
-      // script): a walk that ran out of frames could go on in a deeper stack.
-      last.frames = frames;
-      last.epoch = epoch;
-      return true;
-    }
+    if (entry->kind != kOtherFrame) break;
   }
-  last.epoch = UINT64_MAX;
   return true;
 }
 #else
@@ -300,7 +249,7 @@ std::vector<SourceLocation> UserFrame() {
   std::vector<SourceLocation> frames;
 #ifdef LAZYVIZ_INTERPRETER_FRAMES
   frames.reserve(1);  // a user's line, or none
-  if (SameWalkAsLast(thread, frames) || WalkKnownFrames(thread, frames)) return frames;
+  if (WalkKnownFrames(thread, frames)) return frames;
   frames.clear();
 #endif
   PyGILState_STATE gil = PyGILState_Ensure();  // torch's bindings release it around ops
