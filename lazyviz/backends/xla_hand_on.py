@@ -173,7 +173,8 @@ class XlaHandOn:
                     placed = self.eager.hit(where, number, count) or (f"eager-{self._frameless_seen}", None)
                 placed_all.append(placed)
                 sync.cause, sync.detail = "eager", EAGER_FOUND if placed[1] is None else EAGER_BUILT
-                frames = [placed[1], *stack] if placed[1] is not None else stack
+                # Built at its line, not inside the call that polled: that line alone is its stack.
+                frames = [placed[1]] if placed[1] is not None else stack
                 key = (1 << 62) | zlib.crc32(placed[0].encode())
                 index = self.report_execution(key, graph, counters if number == 0 else {}, frames, None)
                 self.eager.awaiting_execute.append(index)
