@@ -311,11 +311,12 @@ class XlaPolls:
 
     def record_repeats(self, counts: object, started: float) -> Callable[[], list[tuple]] | None:
         if counts is None:
-            self._rows = None
-            self._hand_on.repeat_into(None)
-            if self.fast is not None:
-                self.fast.xla_start(None, 0.0, 0.0, None, None, None, None, None)
-                self.fast = None
+            with self._polling:  # the writer's thread may be taking times (_take_times_elsewhere)
+                self._rows = None
+                self._hand_on.repeat_into(None)
+                if self.fast is not None:
+                    self.fast.xla_start(None, 0.0, 0.0, None, None, None, None, None)
+                    self.fast = None
             return None
         assert isinstance(counts, MutableSequence)
         rows = self._rows = RepeatedRows(counts, started)
@@ -342,8 +343,8 @@ class XlaPolls:
                                 and (self.fast is None or not self.fast.xla_awaiting())):
             return
         with self._polling:
-            if not self.enabled:
-                return
+            if not self.enabled or self._rows is None:
+                return  # lazyviz's teardown: the traced thread's last poll takes them
             fast = self.fast
             if fast is not None:
                 self._settle()
