@@ -26,7 +26,7 @@ import sys
 from collections import Counter, deque
 from pathlib import Path
 
-Frame = tuple[str, int, str]
+from lazyviz.backends import Frame
 
 # A node's location in the IR written from the HLO (hlo_text.hlo_as_ir): file name, line.
 _LOCATION = re.compile(r", location=([^,\n:]+):(\d+)")
