@@ -286,3 +286,74 @@ def test_closing_every_trace_while_threads_read_leaves_one_file(tmp_path: Path) 
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr[-2000:]
         assert done.stdout.strip() == "None ['t.trace']"
+
+
+def test_a_trace_opening_as_every_trace_closes_is_closed_too(tmp_path: Path, monkeypatch) -> None:
+    """The details pane opens a trace as the UI closes. Its open had passed the exiting
+    check when close_all ran, and connected after: once finish_trace had made the -wal,
+    that connection held it, and CI failed on "database is locked" with the -wal and
+    -shm left beside the trace. close_all now waits for an open under way."""
+    from lazyviz.trace import reader
+    from lazyviz.trace.files import finish_trace
+
+    path = tmp_path / "t.trace"
+    _varied_trace(path, 40)
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA journal_mode=WAL")
+    monkeypatch.setattr(reader, "_EXITING", False)  # close_all sets it for the process
+    opening, go_on = threading.Event(), threading.Event()
+    uri_of = reader.read_only_uri
+
+    def slow_uri(*args: object) -> str:  # past the exiting check, not yet connected
+        opening.set()
+        go_on.wait(5)
+        return uri_of(*args)
+
+    monkeypatch.setattr(reader, "read_only_uri", slow_uri)
+    errors: list[str] = []
+
+    def open_trace() -> None:
+        try:
+            lazyviz.open(path)
+        except lazyviz.TraceError as error:
+            errors.append(str(error))
+
+    opener = threading.Thread(target=open_trace)
+    opener.start()
+    assert opening.wait(5)
+    closer = threading.Thread(target=reader.close_all)
+    closer.start()
+    closer.join(0.3)
+    assert closer.is_alive()  # waiting for the open; before, it had returned
+    go_on.set()
+    closer.join(10)
+    opener.join(10)
+    assert errors == [f"{path}: not read: this process is exiting"]
+    assert finish_trace(path, {}) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.trace"]
+
+
+def test_a_thread_reading_in_a_loop_lets_every_trace_close(tmp_path: Path, monkeypatch) -> None:
+    """A thread that reads again the moment its read ends takes the connection's lock
+    before close_all can (a lock is not fair): no read starts once close_all runs."""
+    from lazyviz.trace import reader
+
+    path = tmp_path / "t.trace"
+    _varied_trace(path, 40)
+    monkeypatch.setattr(reader, "_EXITING", False)
+    monkeypatch.setattr(reader, "CLOSE_ALL_WAIT_S", 0.2)
+    trace = lazyviz.open(path)
+    release = threading.Event()
+
+    def hold() -> None:  # a read longer than close_all waits
+        with trace._using:
+            release.wait(5)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    reader.close_all()  # gives this trace up: its read did not end in time
+    release.set()
+    holder.join(5)
+    with pytest.raises(lazyviz.TraceError, match="this process is exiting"):
+        trace.count()
+    trace.close()

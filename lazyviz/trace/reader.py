@@ -307,6 +307,7 @@ _RUN_FIELDS: dict[str, tuple[type | tuple[type, ...], object]] = {
 _OPEN: WeakSet[Trace] = WeakSet()  # every Trace open in this process (close_all)
 _EXITING = False  # close_all ran: the process is about to exit, and opens no trace again
 CLOSE_ALL_WAIT_S = 2.0  # how long close_all waits for a thread's read to end
+_OPENING = threading.Lock()  # held from a trace's connect to its entry in _OPEN
 
 
 def close_all() -> None:
@@ -316,8 +317,10 @@ def close_all() -> None:
     thread that opened one meanwhile kept the trace's WAL from being folded in. Best
     effort."""
     global _EXITING
-    _EXITING = True
-    for trace in list(_OPEN):
+    with _OPENING:  # a trace opening meanwhile is in _OPEN before this reads it, or never opens
+        _EXITING = True
+        traces = list(_OPEN)
+    for trace in traces:
         # Closing a connection another thread is reading through crashes the process
         # (sqlite3 frees it under that thread): wait for its read to end. One that does
         # not end soon stays open: its -wal and -shm stay, the process does not crash.
@@ -350,16 +353,19 @@ class Trace:
         # Held while the connection is in use, so close_all (another thread) closes it
         # only between reads.
         self._using = threading.RLock()
-        self._db = self._connect()
-        try:
-            self._check_schema()
-        except TraceError:
-            self._db.close()
-            raise
-        _OPEN.add(self)
-        if _EXITING:  # close_all ran while this one opened: it may not have seen it
-            self.close()
-            raise TraceError(f"{self.path}: not opened: this process is exiting")
+        with self._using:  # close_all waits for the schema's reads too
+            self._open_connection()
+            try:
+                self._check_schema()
+            except TraceError:
+                self.close()
+                raise
+
+    def _open_connection(self) -> None:
+        # A connection close_all cannot see would keep the -wal and -shm it leaves behind.
+        with _OPENING:
+            self._db, self._closed = self._connect(), False
+            _OPEN.add(self)
 
     def _connect(self) -> sqlite3.Connection:
         path = self.path
@@ -430,7 +436,15 @@ class Trace:
 
     def _query(self, sql: str, params: tuple | list = ()) -> list[tuple]:
         with self._using:
+            self._check_not_exiting()
             return self._query_now(sql, params)
+
+    def _check_not_exiting(self) -> None:
+        # Once close_all runs, no read starts: a thread reading in a loop would take the
+        # lock again the moment it let it go (a lock is not fair), and close_all, never
+        # getting it, would leave the connection, its -wal and -shm open.
+        if _EXITING:
+            raise TraceError(f"{self.path}: not read: this process is exiting")
 
     def _query_now(self, sql: str, params: tuple | list) -> list[tuple]:
         try:
@@ -598,6 +612,7 @@ class Trace:
         try:
             where = "" if start is None else f"WHERE idx >= {int(start)} "
             with self._using:
+                self._check_not_exiting()
                 cursor = self._db.execute(f"SELECT {', '.join(names)} FROM executions {where}ORDER BY idx LIMIT ?",
                                           (limit,))
                 while rows := cursor.fetchmany(65536):
@@ -614,8 +629,7 @@ class Trace:
     def _reopen(self) -> None:
         with self._using:
             if self._closed:  # a table outlived the `with` that read it
-                self._db, self._closed = self._connect(), False
-                _OPEN.add(self)
+                self._open_connection()
 
     def _rest_of_one(self, index: int) -> tuple[float, float, float]:
         self._reopen()
