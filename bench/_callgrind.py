@@ -3,13 +3,15 @@ small C library whose one call turns collection on (zeroing the counts) or off (
 them, labelled). The measured process loads it from $LAZYVIZ_BENCH_COLLECT."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 LABEL = "measured"
@@ -19,6 +21,25 @@ void lazyviz_bench_collect(int on) {{
   else {{ CALLGRIND_TOGGLE_COLLECT; CALLGRIND_DUMP_STATS_AT("{LABEL}"); }}
 }}
 """
+
+
+KEEP_HELP = "keep callgrind's files in this new folder (for callgrind_annotate)"
+
+
+@contextlib.contextmanager
+def files_folder(keep: str | None) -> Iterator[Path]:
+    """Where a bench's callgrind files go: a temporary folder, or `keep` (a new folder the
+    bench makes, never one already there) to read them after with callgrind_annotate."""
+    if keep is None:
+        with tempfile.TemporaryDirectory() as name:
+            yield Path(name)
+        return
+    folder = Path(keep)
+    try:
+        folder.mkdir(parents=True)
+    except FileExistsError:
+        sys.exit(f"bench: {folder} already exists: --keep makes a new folder")
+    yield folder
 
 
 def build(folder: Path) -> Path:

@@ -124,8 +124,7 @@ def relay(options: argparse.Namespace, wall: dict[str, list[list[float]]], cpu: 
 
 def instructions(options: argparse.Namespace) -> None:
     """Each mode once under callgrind: the script's thread's instructions a token."""
-    with tempfile.TemporaryDirectory() as name:
-        folder = Path(name)
+    with _callgrind.files_folder(options.keep) as folder:
         library = _callgrind.build(folder)
         loop = [str(LOOP), str(options.warmup), str(options.tokens)]
         commands = {"untraced": [sys.executable, *loop]}
@@ -133,12 +132,13 @@ def instructions(options: argparse.Namespace) -> None:
             commands[mode] = [sys.executable, "-m", "lazyviz", "run", "--no-tui", "--force", "--backend", "xla",
                               "--capture", mode, "-o", str(folder / f"{mode}.trace"), *loop]
         counts = {mode: _callgrind.count(command, library, folder / mode, 'LAZYVIZ-BENCH "counted"')[0]
-                  for mode, command in commands.items()}
+                  for mode, command in commands.items() if mode in options.modes}
     print(f"greedy decoding, tiny GPT-2 on xla, under callgrind: instructions a token over {options.tokens} tokens "
           f"after {options.warmup} warm-up")
     print(f"{'':<10}{'script thread':>15}{'vs untraced':>13}")
     for mode, thread in counts.items():
-        print(f"{mode:<10}{thread / options.tokens:>15,.0f}{(thread / counts['untraced'] - 1) * 100:>+12.2f}%")
+        versus = f"{(thread / counts['untraced'] - 1) * 100:>+12.2f}%" if "untraced" in counts else ""
+        print(f"{mode:<10}{thread / options.tokens:>15,.0f}{versus}")
 
 
 def main() -> None:
@@ -149,6 +149,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--gap", type=float, default=0.15, help="seconds between turns")
     parser.add_argument("--instructions", action="store_true", help="count instructions with callgrind instead")
+    parser.add_argument("--keep", metavar="DIR", help=_callgrind.KEEP_HELP)
+    parser.add_argument("--modes", type=lambda text: text.split(","), default=list(MODES),
+                        help="with --instructions: these of untraced,light,full only (each takes minutes)")
     parser.add_argument("--tokens", type=int, default=20, help="tokens counted with --instructions")
     options = parser.parse_args()
     if options.instructions:

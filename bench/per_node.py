@@ -107,8 +107,7 @@ def timed(options: argparse.Namespace) -> None:
 
 
 def counted(options: argparse.Namespace) -> None:
-    with tempfile.TemporaryDirectory() as name:
-        folder = Path(name)
+    with _callgrind.files_folder(options.keep) as folder:
         library = _callgrind.build(folder)
         command = [sys.executable, __file__, "--nodes", str(options.nodes), *(["--modules"] if options.modules else [])]
         counted = {mode: _callgrind.count([*command, "--one", mode], library, folder / str(number),
@@ -127,6 +126,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--instructions", action="store_true", help="count instructions with callgrind instead")
+    parser.add_argument("--keep", metavar="DIR", help=_callgrind.KEEP_HELP)
     parser.add_argument("--modules", action="store_true", help="build the nodes through a stack of modules")
     parser.add_argument("--one", choices=MODES, help=argparse.SUPPRESS)  # a process of --instructions
     options = parser.parse_args()
