@@ -353,6 +353,22 @@ def test_threads_building_at_once_keep_their_own_node_lines(tmp_path: Path) -> N
     assert seen == {op: {location} for op, location in want.items()}
 
 
+def test_the_same_frames_below_another_line_name_that_line(tmp_path: Path) -> None:
+    # A node's walk is kept by the code objects it met and the user frame's instruction:
+    # the same module called from another line, or through a helper, is not that walk.
+    script = SCRIPTS / "same_frames_other_line.py"
+    assert cli("run", "--no-tui", "-o", tmp_path / "t.trace", script).status == 0
+    want = {f"<module>@same_frames_other_line.py:{line_of(script, 'a = layer(x)')}",
+            f"<module>@same_frames_other_line.py:{line_of(script, 'b = layer(x * 2)')}",
+            f"helper@same_frames_other_line.py:{line_of(script, 'return layer(x * 3)')}"}
+    with lazyviz.open(tmp_path / "t.trace") as trace:
+        graphs = trace.graphs()
+    assert graphs
+    for graph in graphs:
+        located = re.findall(r"\] aten::addmm\(.*?location=([^,\s]+)", graph.ir_text)
+        assert sorted(located) == sorted(want), graph.ir_text
+
+
 # -- 13: the script's own view ---------------------------------------------------------------
 def test_no_lazy_graph_keeps_the_scripts_exit_status(tmp_path: Path) -> None:
     result = cli("run", "--no-tui", "-o", tmp_path / "n.trace", SCRIPTS / "no_lazy.py")
