@@ -173,6 +173,16 @@ class LazyBackend(ABC):
         script ran before it ended or raised, which no execution will carry)."""
         return {}
 
+    def counters_read_elsewhere(self) -> dict[str, int]:
+        """On the trace writer's thread, while the backend repeats rows: counters it reads
+        off the script's thread (how many copies) that moved since they were last read,
+        for the last row taken to carry. Read only when asked."""
+        return {}
+
+    def own_errors(self) -> list[str]:
+        """lazyviz's own failures the backend kept from the script (one line each)."""
+        return []
+
     def differences(self) -> list[str]:
         """What tracing changed in what the backend itself shows the user (its dumps, its
         debug output), each in one sentence with how to get the untraced behaviour."""

@@ -270,6 +270,12 @@ class XlaBackend(LazyBackend):
             return {}
         return self._xla_counters.since_last_execution()
 
+    def own_errors(self) -> list[str]:
+        return list(self._polls.errors) if self._polls is not None else []
+
+    def counters_read_elsewhere(self) -> dict[str, int]:
+        return self._polls.read_elsewhere() if self._polls is not None else {}
+
     def install_hook(self, on_execution: ExecutionHook, on_execute_time: ExecuteTimeHook) -> None:
         self._xla_counters.start()
         self._hand_on = XlaHandOn(self._reads, self._xla_counters, self._hlo, self._ir_from_hlo, self.replicas,

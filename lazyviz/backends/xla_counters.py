@@ -144,6 +144,7 @@ class XlaCounters:
         """Full capture: the copies and runs XLA counted since they were last read (after
         the last poll: the run's last ones, no execution left to carry them)."""
         value = self.value
+        self.transfers_read_at = time.perf_counter()
         counts = self.transfer_counts()
         counts.update({name: count for name in _RAN_NAMES if (count := value(name)) is not None})
         moved = {name: value - self.last.get(name, 0) for name, value in counts.items()

@@ -22,6 +22,7 @@ from lazyviz.backends.xla_rows import RepeatedRows
 
 _EXECUTE_READ_S = 0.05  # XLA's execute times are read at most this often (see _execute_times_due)
 _AWAITING_MOST = 256  # or once this many executions wait for theirs
+_ERRORS_KEPT = 20  # as the tracer keeps its own
 _STEADY_KEPT = 64  # report texts kept as steady syncs (a loop has a few)
 
 
@@ -46,6 +47,7 @@ class XlaPolls:
         self._load_hook = load_hook
         self._notes = notes
         self.enabled = True
+        self.errors: list[str] = []  # lazyviz's own failures in a poll (poll)
         # torch.compile's bridge running a compiled graph (xla_dynamo): an execution with a
         # report and no cache lookup, so while one runs each poll reads the reports. And
         # compiling one ahead of its run: cache lookups that ran nothing, not yet polled.
@@ -78,6 +80,15 @@ class XlaPolls:
 
     # -- polling ------------------------------------------------------------------
     def poll(self, final: bool = False) -> None:
+        """Hand on what ran since the last poll. A failure of lazyviz's own is kept for the
+        end of the run, never raised into the sync site the script called."""
+        try:
+            self._poll_here(final)
+        except Exception as failure:
+            if len(self.errors) < _ERRORS_KEPT:
+                self.errors.append(f"{type(failure).__name__}: {failure}")
+
+    def _poll_here(self, final: bool) -> None:
         if not self.enabled:
             return
         fast = self.fast
@@ -118,12 +129,13 @@ class XlaPolls:
         if self.fast is not None:
             self.fast.xla_settle()
 
-    def _settle(self) -> None:
+    def _settle(self, take_left_out: bool = True) -> None:
         """What lazyviz's hook handed on since it was armed, as if this poll had (it
         disarms): XLA's lookups, the executions awaiting their time, the last one, the
-        counters; and the report text it read and did not take, read first."""
+        counters; and the report text it read and did not take, read first (with the
+        analysis it kept XLA from writing, unless take_left_out is False)."""
         assert self.fast is not None
-        settled = self.fast.xla_settle()
+        settled = self.fast.xla_settle(take_left_out)
         if settled is None:
             return
         count, first, last_end, unread, values = settled
@@ -156,12 +168,11 @@ class XlaPolls:
                     self.fast.xla_add_text(text.encode(), steady.cause, steady.detail, found[0], steady.moved,
                                             steady.stack, steady.site[0].graph_hash)
                     self._fast_texts[text] = steady
-        # The copies' metrics, read here once a second (full capture), are not the hook's.
-        transfers_due = self._counters.transfers_read_at + TRANSFERS_READ_S if self._capture_ir else math.inf
+        # The copies' metrics are not the hook's: the writer's thread reads them (read_elsewhere).
         counters = {name: value for name, value in self._counters.last.items() if name not in READ_EACH_SECOND}
         times_due = math.inf if self._rows is not None else self._execute_read_at + _EXECUTE_READ_S
         self.fast.xla_arm(descriptor, self._executed, self._compiled, counters, len(self._counters.fallback_ops),
-                           self._hand_on.last_end, transfers_due, times_due, len(self._hand_on.awaiting_execute))
+                           self._hand_on.last_end, times_due, len(self._hand_on.awaiting_execute))
 
     def _poll(self, final: bool) -> None:
         if final:
@@ -347,13 +358,31 @@ class XlaPolls:
                 return  # lazyviz's teardown: the traced thread's last poll takes them
             fast = self.fast
             if fast is not None:
-                self._settle()
+                # A sync under way on the script's thread may have had its analysis left
+                # out: it stays the hook's, for that sync's own poll. Taken here, it was
+                # handed back as text, and that sync's poll went to Python to parse it.
+                self._settle(take_left_out=False)
             if hand_on.awaiting_execute:
                 self._take_execute_times()
             if hand_on.eager.awaiting_execute:
                 self._take_eager_times()
             if fast is not None:
                 self._arm()
+
+    def read_elsewhere(self) -> dict[str, int]:
+        """On the writer's thread, once a second (full capture): what XLA's copies and
+        runs counted since they were last read, for the last execution the writer takes
+        with it. The script's thread reads them only in polls it runs anyway (not the
+        steady syncs lazyviz's hook hands on): a timer there sent a steady sync to Python
+        once a second, and under callgrind, where a token takes a hundred times as long,
+        at every token."""
+        counters = self._counters
+        if not self._capture_ir or not self.enabled or time.perf_counter() - counters.transfers_read_at < TRANSFERS_READ_S:
+            return {}
+        with self._polling:
+            if not self.enabled or self._rows is None:
+                return {}  # lazyviz's teardown: the last poll reads them
+            return counters.since_last_execution()
 
     def failed_executions(self) -> list[int]:
         """A graph that failed to compile left a Compilation Analysis and no execution: it

@@ -125,8 +125,8 @@ class Tracer:
         self.stacks.add_framework(self.backend.framework_paths(), self.backend.capabilities().packages)
         self.backend.install_hook(self._on_execution, self._on_execute_time)
         self._sync = self.backend.sync_state()
-        self._take_repeated = self.backend.record_repeats(self._counts, self._started)
-        self.writer.set_source(self._take_repeated)
+        take = self._take_repeated = self.backend.record_repeats(self._counts, self._started)
+        self.writer.set_source(self._rows_source(take) if take is not None else None)
         if self.capture == "full" and self.source_lines:
             self.backend.record_source_lines(self.stacks.classify_code)
         self.wrappers.install_calls(self._sync)
@@ -154,6 +154,7 @@ class Tracer:
                     if len(self.errors) < MAX_ERRORS:
                         self.errors.append(f"{type(failure).__name__}: {failure}")
             self.notes += [note for note in self.backend.differences() if note not in self.notes]
+            self.errors += self.backend.own_errors()[:max(MAX_ERRORS - len(self.errors), 0)]
             # Fallbacks after the last execution (a script that raised right after one):
             # no execution carries them, yet they may be why it raised.
             moved = self.backend.counters_since_last_execution()
@@ -178,6 +179,19 @@ class Tracer:
                 self._take_repeated = None
             self.wrappers.remove()
             _Process.current = None
+
+    def _rows_source(self, take: Callable[[], list[tuple]]) -> Callable[[], list[tuple]]:
+        """The writer's source, once a window on its thread: the backend's repeated rows,
+        the last of them carrying the counters the backend read meanwhile off the
+        script's thread (read only where a row can carry them: none is lost)."""
+        def take_rows() -> list[tuple]:
+            rows = take()
+            if rows and (moved := self.backend.counters_read_elsewhere()):
+                last = rows[-1]
+                rows[-1] = (last[0], last[1], self.writer.kind_with_counters(last[2], moved), *last[3:])
+            return rows
+
+        return take_rows
 
     def _after_fork(self) -> None:
         """A forked child stops tracing: the writer's thread was not copied with it, and

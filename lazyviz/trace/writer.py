@@ -29,6 +29,7 @@ from lazyviz.trace.schema import (
     INSERT_KIND,
     INSERT_LINES,
     INSERT_STACK,
+    KIND_FIELDS,
     LINE_ID,
     ROW_FIELDS,
     SCHEMA_VERSION,
@@ -39,6 +40,8 @@ from lazyviz.trace.schema import (
     insert_executions,
     split_row,
 )
+
+_COUNTERS_AT = KIND_FIELDS.index("counters")  # in a kind's stored fields
 
 
 class _RunFields(NamedTuple):
@@ -120,6 +123,7 @@ class TraceWriter:
         # the next window, before any row that uses them.
         self._kinds: dict[tuple, int] = {}
         self._unwritten_kinds: list[tuple] = []  # (id, *kind)
+        self._kind_fields: list[tuple] = []  # each kind by its id
         self._kinds_lock = threading.Lock()
         # (IR line, its line number) -> its id in `ir_lines` (KEPT_LINES of them); the
         # writer thread's alone.
@@ -153,8 +157,18 @@ class TraceWriter:
             number = self._kinds.get(kind)
             if number is None:
                 number = self._kinds[kind] = len(self._kinds)
+                self._kind_fields.append(kind)
                 self._unwritten_kinds.append((number, *kind))
             return number
+
+    def kind_with_counters(self, kind: int, counters: dict[str, int]) -> int:
+        """The id of kind `kind` (an id kind_id gave) with `counters` added to its own."""
+        with self._kinds_lock:
+            fields = self._kind_fields[kind]
+        own = json.loads(fields[_COUNTERS_AT])
+        for name, count in counters.items():
+            own[name] = own.get(name, 0) + count
+        return self.kind_id((*fields[:_COUNTERS_AT], _counts_json(own), *fields[_COUNTERS_AT + 1:]))
 
     def add_rows(self, rows: list[tuple]) -> None:
         """Queue executions as rows (ROW_FIELDS, their kinds from kind_id)."""

@@ -811,6 +811,22 @@ def copies_run(tmp_path: Path) -> tuple[Path, str]:
     return trace, result.stderr
 
 
+def test_a_failure_of_lazyviz_in_a_poll_never_reaches_the_script(tmp_path: Path) -> None:
+    """A sync site polls before and after its call, in C or in Python: lazyviz's own
+    failure there is kept for the end of the run; the script's syncs go on (before, the
+    script's torch_xla.sync() raised lazyviz's TypeError)."""
+    script = tmp_path / "broken_poll.py"
+    script.write_text(
+        "import torch, torch_xla\nfrom lazyviz.backends.xla_polls import XlaPolls\n\n"
+        "def broken(self, final):\n    raise RuntimeError('a poll of lazyviz broke')\n\n"
+        "x = torch.ones(4, device=torch_xla.device())\nfor step in range(4):\n"
+        "    if step == 2:\n        XlaPolls._poll_here = broken\n"
+        "    x = x * 2\n    torch_xla.sync()\nprint('sum', x.sum().item())\n")
+    result = cli("run", "--no-tui", "-o", tmp_path / "t.trace", script)
+    assert result.status == 0 and "sum 64.0" in result.stdout, result.stderr
+    assert "tracing failed" in result.stderr and "RuntimeError: a poll of lazyviz broke" in result.stderr
+
+
 def test_host_device_copies_and_graph_memory_as_xla_counts_them(tmp_path: Path) -> None:
     trace, stderr = copies_run(tmp_path)
     to_count, to_bytes, from_count, from_bytes = (int(float(word)) for word in
@@ -1032,6 +1048,10 @@ def test_a_steady_loops_repeated_rows_are_each_execution_as_xla_ran_it(tmp_path:
     if capture == "full":  # the copies as XLA counts them, to the byte, though read once a second
         assert [summary["transfers"]["TransferFromDevice"], summary["transfers"]["TransferFromDeviceBytes"]] \
             == truth["from_device"] == [60, 60 * 8 * 4]
+        # Read on the writer's thread, each second's copies go with a row of that second:
+        # not all with the last execution, nor after it.
+        carried = [e.index for e in loop if e.counters.get("TransferFromDevice")]
+        assert carried and carried[0] < loop[-10].index
 
 
 MIXED_LOOP = """

@@ -214,7 +214,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("xla_clear_texts", &xla_clear_texts, "PyTorch/XLA: forget the report texts.");
   m.def("xla_arm", &xla_arm, "PyTorch/XLA: what Python's poll handed on, for the polls after it.");
   m.def("xla_poll", &xla_poll, "PyTorch/XLA: poll here; False where Python's poll must run.");
-  m.def("xla_settle", &xla_settle, "PyTorch/XLA: disarm, and what was handed on here since armed.");
+  m.def("xla_settle", &xla_settle, "PyTorch/XLA: disarm, and what was handed on here since armed.",
+        py::arg("take_left_out") = true);
   m.def("xla_awaiting", &xla_awaiting, "PyTorch/XLA: does an execution handed on here await its time?");
   m.def("xla_take_rows", &xla_take_rows, "PyTorch/XLA: the rows repeated here since the last call, as bytes.");
   m.def("xla_time_row", &xla_time_row, "PyTorch/XLA: an execute time for a row repeated here.");

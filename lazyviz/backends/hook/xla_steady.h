@@ -66,7 +66,6 @@ struct XlaSteady {
   std::vector<WatchedCounter> watched;
   uint64_t watched_list = 1;  // the list's number: one more at each new list of names
   double last_end_s = NAN;
-  double transfers_due_s = INFINITY;  // full capture reads the copies' metrics then (Python)
   double times_due_s = 0;             // XLA's execute times are read then (Python)
   int64_t awaiting = 0;               // executions without an execute time
   int64_t handled = 0;                // since armed
@@ -269,7 +268,7 @@ bool xla_poll() {
   int64_t compiled = s->uncached->Value();
   int64_t executed = s->cached->Value() + compiled;
   if (executed == s->executed && !left_out.pending) return !TimesDue(*s, now);
-  bool alone = executed == s->executed + 1 && compiled == s->compiled && now < s->transfers_due_s && SyncsAlone(*s);
+  bool alone = executed == s->executed + 1 && compiled == s->compiled && SyncsAlone(*s);
   thread_local std::vector<int64_t> values;
   const SteadyText* steady = nullptr;
   if (left_out.pending) {
@@ -377,10 +376,10 @@ void xla_clear_texts() {
 // What Python's poll has handed on, for the polls after it: the analysis file's
 // descriptor (read from where Python left it), XLA's lookups and compiles, the counters
 // watched (name -> value), how many ops XLA lists as fallen back, the last execution's
-// end, when the copies' metrics and the execute times are due, and how many executions
+// end, when the execute times are due (Python reads them), and how many executions
 // await their time.
 void xla_arm(int fd, int64_t executed, int64_t compiled, py::dict counters, Py_ssize_t fallback_count,
-             py::object last_end, double transfers_due, double times_due, int64_t awaiting) {
+             py::object last_end, double times_due, int64_t awaiting) {
   XlaSteady* s = g_xla;
   if (s == nullptr || s->texts.empty()) return;
   // XLA makes its counters at their first count: both are there once a graph was compiled and run.
@@ -393,14 +392,13 @@ void xla_arm(int fd, int64_t executed, int64_t compiled, py::dict counters, Py_s
   s->compiled = compiled;
   s->fallback_count = fallback_count;
   s->last_end_s = last_end.is_none() ? NAN : last_end.cast<double>();
-  s->transfers_due_s = transfers_due;
   s->times_due_s = times_due;
   s->awaiting = awaiting;
   bool same = s->watched.size() == counters.size();
   size_t i = 0;
   for (auto [name, value] : counters) {
     if (!same) break;
-    same = s->watched[i++].name.ptr() == name.ptr();
+    same = Equal(s->watched[i++].name, name.ptr());  // a list read again names them anew
   }
   if (!same) {  // a new list of names: which of them torch's arena holds
     s->watched.clear();
@@ -416,13 +414,17 @@ void xla_arm(int fd, int64_t executed, int64_t compiled, py::dict counters, Py_s
 
 // Disarm, and what was handed on here since armed: (count, first index, the last end,
 // text read here for Python to parse, the watched counters now as name -> value); None
-// where there is nothing.
-py::object xla_settle() {
+// where there is nothing. take_left_out false (the writer's thread, between two polls of
+// the script's): an analysis left out stays for the sync's own poll after its call,
+// which hands it on here once armed again; taken, it went to Python's poll as text.
+py::object xla_settle(bool take_left_out) {
   XlaSteady* s = g_xla;
   if (s == nullptr) return py::none();
   s->armed = false;
-  Analysis left_out = TakeLeftOut();
-  if (left_out.pending) CarryLeftOut(*s, left_out);
+  if (take_left_out) {
+    Analysis left_out = TakeLeftOut();
+    if (left_out.pending) CarryLeftOut(*s, left_out);
+  }
   if (s->handled == 0 && s->carry.empty()) return py::none();
   py::dict values;
   if (s->handled > 0) {
