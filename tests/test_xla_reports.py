@@ -328,3 +328,17 @@ def test_a_graph_loaded_from_the_persistent_cache_is_said_so_in_the_summary_the_
     assert [cache_column.cell(e) for e in executions] == ["load", "hit", "miss", "miss"]
     assert counters_text(executions[0]).startswith("its graph was loaded from XLA's persistent compile cache")
     assert not counters_text(executions[1]).startswith("its graph")
+
+
+def test_copies_read_with_no_row_to_carry_them_go_with_the_next_execution() -> None:
+    # The writer's thread reads XLA's copies once a second; in a window with no repeated
+    # row they wait for the next execution a poll hands on, and none is counted twice.
+    from lazyviz.backends.xla_counters import XlaCounters
+
+    counters = XlaCounters(capture_ir=True)
+    counters.last = {"CachedCompile": 4, "TransferFromDevice": 2}
+    counters.carry({"TransferFromDevice": 3})
+    counters.carry({"TransferFromDevice": 1, "TransferFromDeviceBytes": 4})
+    moved = counters.moved_since_last({"CachedCompile": 5, "TransferFromDevice": 2})
+    assert moved == {"CachedCompile": 1, "TransferFromDevice": 4, "TransferFromDeviceBytes": 4}
+    assert counters.moved_since_last({"CachedCompile": 6, "TransferFromDevice": 2}) == {"CachedCompile": 1}

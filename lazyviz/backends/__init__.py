@@ -173,10 +173,11 @@ class LazyBackend(ABC):
         script ran before it ended or raised, which no execution will carry)."""
         return {}
 
-    def counters_read_elsewhere(self) -> dict[str, int]:
+    def counters_read_elsewhere(self, carried: bool) -> dict[str, int]:
         """On the trace writer's thread, while the backend repeats rows: counters it reads
         off the script's thread (how many copies) that moved since they were last read,
-        for the last row taken to carry. Read only when asked."""
+        for the last row taken now to carry (`carried`: one was taken); with none, the
+        backend gives them to the next execution it hands on, and returns none."""
         return {}
 
     def own_errors(self) -> list[str]:

@@ -273,8 +273,8 @@ class XlaBackend(LazyBackend):
     def own_errors(self) -> list[str]:
         return list(self._polls.errors) if self._polls is not None else []
 
-    def counters_read_elsewhere(self) -> dict[str, int]:
-        return self._polls.read_elsewhere() if self._polls is not None else {}
+    def counters_read_elsewhere(self, carried: bool) -> dict[str, int]:
+        return self._polls.read_elsewhere(carried) if self._polls is not None else {}
 
     def install_hook(self, on_execution: ExecutionHook, on_execute_time: ExecuteTimeHook) -> None:
         self._xla_counters.start()

@@ -48,6 +48,11 @@ class XlaCounters:
         self._eager_samples = dict.fromkeys(_EAGER_METRICS, 0)
         self.eager_mode: Callable[[], bool] = lambda: False  # XLA's eager mode is on, from start()
         self._persistent: tuple[str, ...] | None = None  # its persistent cache's counters, once known
+        # The copies and runs are read on the trace writer's thread (full capture, while the
+        # hook repeats rows), not in the script's polls; what it read with no row to carry
+        # it waits here for the next execution handed on.
+        self.read_elsewhere = False
+        self.carried: dict[str, int] = {}
 
     def start(self) -> None:
         """From now: the counters as they are, the metrics' samples taken so far."""
@@ -66,7 +71,15 @@ class XlaCounters:
         moved = {name: value - last.get(name, 0) if value >= last.get(name, 0) else value
                  for name, value in counters.items() if value != last.get(name, 0)}
         self.last = counters
+        for name, count in self.carried.items():
+            moved[name] = moved.get(name, 0) + count
+        self.carried = {}
         return {name: value for name, value in moved.items() if value}
+
+    def carry(self, moved: dict[str, int]) -> None:
+        """Counters read elsewhere with no execution to carry them: the next one handed on does."""
+        for name, count in moved.items():
+            self.carried[name] = self.carried.get(name, 0) + count
 
     def keep(self, counters: dict[str, int], replace: bool = True) -> None:
         """These counters as last read (replace False: these names only), where what moved
@@ -124,7 +137,7 @@ class XlaCounters:
         one execution carries what the counters not yet listed, the copies and the runs
         counted in the second before it."""
         now = time.perf_counter()
-        due = final or now - self.transfers_read_at >= TRANSFERS_READ_S
+        due = final or (not self.read_elsewhere and now - self.transfers_read_at >= TRANSFERS_READ_S)
         watched = self.watched()
         if due or compiled or not self._names or any(name not in self.last for name in watched):
             self._names = list(framework(self.package)._XLAC._xla_counter_names())
@@ -150,6 +163,9 @@ class XlaCounters:
         moved = {name: value - self.last.get(name, 0) for name, value in counts.items()
                  if value != self.last.get(name, 0)}
         self.last.update(counts)
+        for name, count in self.carried.items():
+            moved[name] = moved.get(name, 0) + count
+        self.carried = {}
         return moved
 
     def _new_samples(self, name: str, seen: int) -> tuple[int, list[float]]:

@@ -251,6 +251,8 @@ class XlaPolls:
         sync = self._sync
         if sync.cause != steady.cause or sync.detail != steady.detail or not self._reads.settled:
             return False
+        if self._counters.carried:  # the next execution carries counters read elsewhere: not a repeat
+            return False
         counter = self._counters.value
         compiled = counter("UncachedCompile") or 0
         executed = (counter("CachedCompile") or 0) + compiled
@@ -324,6 +326,7 @@ class XlaPolls:
         if counts is None:
             with self._polling:  # the writer's thread may be taking times (_take_times_elsewhere)
                 self._rows = None
+                self._counters.read_elsewhere = False  # the copies: the polls' again
                 self._hand_on.repeat_into(None)
                 if self.fast is not None:
                     self.fast.xla_start(None, 0.0, 0.0, None, None, None, None, None)
@@ -332,6 +335,7 @@ class XlaPolls:
         assert isinstance(counts, MutableSequence)
         rows = self._rows = RepeatedRows(counts, started)
         self._hand_on.repeat_into(rows)
+        self._counters.read_elsewhere = True  # by the writer's thread (read_elsewhere)
         self.fast = self._fast_polls(counts, started)
 
         def take_rows() -> list[tuple]:
@@ -369,20 +373,24 @@ class XlaPolls:
             if fast is not None:
                 self._arm()
 
-    def read_elsewhere(self) -> dict[str, int]:
+    def read_elsewhere(self, carried: bool) -> dict[str, int]:
         """On the writer's thread, once a second (full capture): what XLA's copies and
         runs counted since they were last read, for the last execution the writer takes
-        with it. The script's thread reads them only in polls it runs anyway (not the
-        steady syncs lazyviz's hook hands on): a timer there sent a steady sync to Python
-        once a second, and under callgrind, where a token takes a hundred times as long,
-        at every token."""
+        now (`carried`), else for the next one handed on. The script's thread never reads
+        them meanwhile: a timer there sent a steady sync to Python once a second, and
+        under callgrind, where a token takes a hundred times as long, every sync, each
+        then unlike the last (the copies moved), so no sync was ever steady."""
         counters = self._counters
         if not self._capture_ir or not self.enabled or time.perf_counter() - counters.transfers_read_at < TRANSFERS_READ_S:
             return {}
         with self._polling:
             if not self.enabled or self._rows is None:
                 return {}  # lazyviz's teardown: the last poll reads them
-            return counters.since_last_execution()
+            moved = counters.since_last_execution()
+            if carried:
+                return moved
+            counters.carry(moved)
+            return {}
 
     def failed_executions(self) -> list[int]:
         """A graph that failed to compile left a Compilation Analysis and no execution: it

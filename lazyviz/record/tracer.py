@@ -183,10 +183,10 @@ class Tracer:
     def _rows_source(self, take: Callable[[], list[tuple]]) -> Callable[[], list[tuple]]:
         """The writer's source, once a window on its thread: the backend's repeated rows,
         the last of them carrying the counters the backend read meanwhile off the
-        script's thread (read only where a row can carry them: none is lost)."""
+        script's thread (with no row taken, the backend's next execution carries them)."""
         def take_rows() -> list[tuple]:
             rows = take()
-            if rows and (moved := self.backend.counters_read_elsewhere()):
+            if moved := self.backend.counters_read_elsewhere(carried=bool(rows)):
                 last = rows[-1]
                 rows[-1] = (last[0], last[1], self.writer.kind_with_counters(last[2], moved), *last[3:])
             return rows
