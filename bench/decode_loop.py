@@ -154,6 +154,8 @@ def main() -> None:
                         help="with --instructions: these of untraced,light,full only (each takes minutes)")
     parser.add_argument("--tokens", type=int, default=20, help="tokens counted with --instructions")
     options = parser.parse_args()
+    if unknown := set(options.modes) - set(MODES):
+        parser.error(f"--modes: no mode {', '.join(sorted(unknown))} (untraced, light, full)")
     if options.instructions:
         instructions(options)
         return
