@@ -184,7 +184,7 @@ std::vector<SourceLocation> WalkInterpreterFrames(PyThreadState* thread) {
 // the user's line: the last two walks of each thread are kept by those, and a node whose
 // frames are the same code objects, its user frame at the same instruction, takes the
 // kept answer, comparing pointers only (no lock, no hash). A tiny GPT-2 on XLA walked 18
-// frames a node: 729 instructions a node's line cost there.
+// frames a node: its line cost 710 instructions a node there, and 385 with the walks kept.
 constexpr int kKeptDepth = 64;
 struct WalkMemo {
   uint64_t epoch = 0;  // g_codes_epoch when kept; 0: nothing kept
