@@ -369,6 +369,26 @@ def test_the_same_frames_below_another_line_name_that_line(tmp_path: Path) -> No
         assert sorted(located) == sorted(want), graph.ir_text
 
 
+def test_each_of_thousands_of_lines_names_its_own_nodes(tmp_path: Path) -> None:
+    # More lines building nodes than the hook keeps walks for (2 x 2,048, by the innermost
+    # frame's code object and instruction): kept walks are replaced as the script goes,
+    # and the second round (another graph: another shape) takes some kept, some walked anew.
+    count = 4500
+    head = ["import torch", "import torch._lazy", "import torch._lazy.ts_backend", "",
+            "torch._lazy.ts_backend.init()", "for size in (2, 3):", "    y = torch.zeros(size, device='lazy')"]
+    body = [f"    y = y * {index + 2}" for index in range(count)]
+    script = tmp_path / "many_lines.py"
+    script.write_text("\n".join([*head, *body, "    torch._lazy.mark_step()", ""]))
+    assert cli("run", "--no-tui", "-o", tmp_path / "t.trace", script).status == 0
+    with lazyviz.open(tmp_path / "t.trace") as trace:
+        graphs = trace.graphs()
+    assert len(graphs) == 2
+    want = [f"<module>@many_lines.py:{len(head) + 1 + index}" for index in range(count)]
+    for graph in graphs:
+        # Post order: the multiplications in the order the lines run.
+        assert re.findall(r"\] aten::mul\(.*?location=([^,\s]+)", graph.ir_text) == want
+
+
 # -- 13: the script's own view ---------------------------------------------------------------
 def test_no_lazy_graph_keeps_the_scripts_exit_status(tmp_path: Path) -> None:
     result = cli("run", "--no-tui", "-o", tmp_path / "n.trace", SCRIPTS / "no_lazy.py")

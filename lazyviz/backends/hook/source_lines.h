@@ -53,7 +53,7 @@ RecentCode g_recent_codes[kRecentCodes];
 // Never held while waiting for the GIL or calling Python.
 std::mutex g_codes_mu;
 
-// Bumped when the caches are cleared: a walk kept (WalkMemo) from before is not used.
+// Bumped when the caches are cleared: a walk kept (KeptWalk) from before is not used.
 std::atomic<uint64_t> g_codes_epoch{1};
 
 void ForgetCodes() {
@@ -179,77 +179,146 @@ std::vector<SourceLocation> WalkInterpreterFrames(PyThreadState* thread) {
 // thread (lazyviz's writer) runs Python.
 //
 // A walk's answer depends only on the code objects it met (their kinds never change
-// until the caches are cleared) and the user frame's instruction. One aten op builds
-// several nodes from the same instruction, and a model's op is some twenty frames below
-// the user's line: the last two walks of each thread are kept by those, and a node whose
-// frames are the same code objects, its user frame at the same instruction, takes the
-// kept answer, comparing pointers only (no lock, no hash). A tiny GPT-2 on XLA walked 18
-// frames a node: its line cost 710 instructions a node there, and 385 with the walks kept.
-constexpr int kKeptDepth = 64;
-struct WalkMemo {
-  uint64_t epoch = 0;  // g_codes_epoch when kept; 0: nothing kept
-  int depth = 0;       // the frames walked, the last the user's or a stop frame
-  int last_lasti = -1;
+// until the caches are cleared) and the user frame's instruction. So each thread keeps
+// its walks by the innermost frame's code object and instruction (a loop's ops come back
+// to the same few hundred), and a node whose frames are the kept walk's code objects,
+// the last at the same instruction, takes the kept answer: pointer compares only, no
+// lock, no hash of its own. A model's op is some twenty frames below the user's line (a
+// tiny GPT-2 on XLA walked 18 a node); its line cost 710 instructions a node walked with
+// the lock, 385 with the thread's last two walks kept, and 174 kept this way (no walk
+// done again in the loop: the last two had missed for every op a token called anew).
+//
+// The frames are compared as they are, not started ones included: a walk with one is
+// not kept (torch's walk skips it), and one met later differs from the kept walk's
+// frame at that place in its instruction, where that is the user's frame, or else is
+// one of the frames the answer never depended on.
+// Two ways a set: a loop's few hundred keys share a direct-mapped table's slots (1,024 of
+// them left a tiny GPT-2's decode loop some 90 walks a token to do again).
+constexpr size_t kKeptSets = 2048;  // 2^11: KeptSetOf takes a key's top 11 bits
+struct KeptWalk {
+  PyCodeObject* top_code = nullptr;
   int top_lasti = -1;
-  PyCodeObject* codes[kKeptDepth];
-  std::vector<SourceLocation> answer;
+  int end_lasti = -1;                // the instruction of the frame the walk ended at
+  uint64_t epoch = 0;                // g_codes_epoch when kept; 0: nothing kept
+  std::vector<PyCodeObject*> below;  // the code objects of the top's callers, to the end frame
+  const SourceLocation* answer = nullptr;  // the user's line (interned), or none: a stop frame
 };
-thread_local WalkMemo t_walks[2];
-thread_local int t_walk_next = 0;
-
-bool SameWalk(const WalkMemo& memo, _PyInterpreterFrame* top) {
-  int at = 0;
-  _PyInterpreterFrame* last = nullptr;
-  for (_PyInterpreterFrame* frame = top; frame != nullptr && at < memo.depth; frame = frame->previous) {
-    if (_PyFrame_IsIncomplete(frame)) continue;
-    if (frame->f_code != memo.codes[at++]) return false;
-    last = frame;
+struct KeptSet {
+  KeptWalk ways[2];
+  int newer = 0;  // the way kept or taken last: the other is replaced
+};
+struct ThreadWalks {
+  KeptSet sets[kKeptSets];
+};
+// Trivially constructed, so reading it costs one thread-local lookup and no guard; the
+// owner below frees a thread's walks when it ends.
+thread_local ThreadWalks* t_walks = nullptr;
+struct ThreadWalksOwner {
+  ~ThreadWalksOwner() {
+    delete t_walks;
+    t_walks = nullptr;
   }
-  return at == memo.depth && _PyInterpreterFrame_LASTI(last) == memo.last_lasti;
+};
+
+// Each user line a walk answered, once: a kept walk points at its line, which lives as
+// long as the process (a few hundred lines at most; cleared caches never free one).
+std::unordered_map<std::string, std::unique_ptr<SourceLocation>>* g_answers = nullptr;
+
+// g_codes_mu held.
+const SourceLocation* InternAnswer(const SourceLocation& where) {
+  if (g_answers == nullptr) g_answers = new std::unordered_map<std::string, std::unique_ptr<SourceLocation>>();
+  std::string key = where.file + '\0' + where.function + '\0' + std::to_string(where.line);
+  auto& kept = (*g_answers)[key];
+  if (!kept) kept = std::make_unique<SourceLocation>(where);
+  return kept.get();
+}
+
+KeptSet& KeptSetOf(ThreadWalks* walks, PyCodeObject* code, int lasti) {
+  // Fibonacci hashing: the product's top bits mix every bit of the code's address and instruction.
+  uint64_t key = ((reinterpret_cast<uintptr_t>(code) >> 4) ^ (static_cast<uint64_t>(lasti) << 40)) * 0x9e3779b97f4a7c15ULL;
+  return walks->sets[key >> (64 - 11)];
+}
+
+bool SameWalk(const KeptWalk& kept, _PyInterpreterFrame* top, int lasti, uint64_t epoch) {
+  if (kept.top_code != top->f_code || kept.top_lasti != lasti || kept.epoch != epoch) return false;
+  _PyInterpreterFrame* frame = top;
+  for (PyCodeObject* code : kept.below) {
+    frame = frame->previous;
+    if (frame == nullptr || frame->f_code != code) return false;
+  }
+  return _PyInterpreterFrame_LASTI(frame) == kept.end_lasti;
+}
+
+// The kept walk these frames take, or nullptr.
+const KeptWalk* KeptWalkFor(ThreadWalks* walks, _PyInterpreterFrame* top, uint64_t epoch) {
+  int lasti = _PyInterpreterFrame_LASTI(top);
+  KeptSet& set = KeptSetOf(walks, top->f_code, lasti);
+  for (int way = 0; way < 2; ++way) {
+    if (SameWalk(set.ways[way], top, lasti, epoch)) {
+      set.newer = way;
+      return &set.ways[way];
+    }
+  }
+  return nullptr;
 }
 
 bool WalkKnownFrames(PyThreadState* thread, std::vector<SourceLocation>& frames) {
   _PyInterpreterFrame* top = thread->cframe->current_frame;
-  while (top != nullptr && _PyFrame_IsIncomplete(top)) top = top->previous;
   if (top == nullptr) return true;
   uint64_t epoch = g_codes_epoch.load(std::memory_order_relaxed);
-  int top_lasti = _PyInterpreterFrame_LASTI(top);
-  for (const WalkMemo& memo : t_walks) {
-    if (memo.epoch == epoch && memo.top_lasti == top_lasti && memo.codes[0] == top->f_code && SameWalk(memo, top)) {
-      frames = memo.answer;
+  ThreadWalks* walks = t_walks;
+  if (walks != nullptr) {
+    if (const KeptWalk* kept = KeptWalkFor(walks, top, epoch)) {
+      if (kept->answer != nullptr) {
+        frames.reserve(1);  // as many as it keeps: no growth on the way
+        frames.push_back(*kept->answer);
+      }
       return true;
     }
+  } else {
+    static thread_local ThreadWalksOwner owner;
+    (void)owner;
+    walks = t_walks = new ThreadWalks();
   }
-  WalkMemo& memo = t_walks[t_walk_next];
-  memo.epoch = 0;  // kept again below, where the walk ends at a user or stop frame
-  int depth = 0;
-  bool ended = false;
-  std::lock_guard<std::mutex> lock(g_codes_mu);
-  for (_PyInterpreterFrame* frame = top; frame != nullptr; frame = frame->previous) {
-    if (_PyFrame_IsIncomplete(frame)) continue;
-    const CodeEntry* entry = KnownCode(frame->f_code);
-    if (entry == nullptr) return false;
-    if (depth < kKeptDepth) memo.codes[depth] = frame->f_code;
-    ++depth;
-    if (entry->kind == kUserFrame) {
-      auto line = g_lines->find(std::make_pair(reinterpret_cast<PyObject*>(frame->f_code), _PyInterpreterFrame_LASTI(frame)));
-      if (line == g_lines->end()) return false;
-      frames.push_back(SourceLocation{entry->file, entry->function, line->second});
-    }
-    if (entry->kind != kOtherFrame) {
-      memo.last_lasti = _PyInterpreterFrame_LASTI(frame);
-      ended = true;
-      break;
+  std::vector<PyCodeObject*> below;
+  below.reserve(32);
+  bool keepable = true;
+  _PyInterpreterFrame* end = nullptr;
+  const SourceLocation* answer = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_codes_mu);
+    for (_PyInterpreterFrame* frame = top; frame != nullptr; frame = frame->previous) {
+      if (frame != top) below.push_back(frame->f_code);
+      if (_PyFrame_IsIncomplete(frame)) {
+        keepable = false;
+        continue;
+      }
+      const CodeEntry* entry = KnownCode(frame->f_code);
+      if (entry == nullptr) return false;
+      if (entry->kind == kUserFrame) {
+        auto line = g_lines->find(std::make_pair(reinterpret_cast<PyObject*>(frame->f_code), _PyInterpreterFrame_LASTI(frame)));
+        if (line == g_lines->end()) return false;
+        frames.push_back(SourceLocation{entry->file, entry->function, line->second});
+        answer = InternAnswer(frames.back());
+      }
+      if (entry->kind != kOtherFrame) {
+        end = frame;
+        break;
+      }
     }
   }
   // A walk that ran off the stack's end is not kept: the same frames below more callers
   // may reach a user frame.
-  if (ended && depth <= kKeptDepth) {
-    memo.depth = depth;
-    memo.top_lasti = top_lasti;
-    memo.answer = frames;
-    memo.epoch = epoch;
-    t_walk_next ^= 1;
+  if (end != nullptr && keepable) {
+    KeptSet& set = KeptSetOf(walks, top->f_code, _PyInterpreterFrame_LASTI(top));
+    set.newer ^= 1;
+    KeptWalk& kept = set.ways[set.newer];
+    kept.top_code = top->f_code;
+    kept.top_lasti = _PyInterpreterFrame_LASTI(top);
+    kept.end_lasti = _PyInterpreterFrame_LASTI(end);
+    kept.below = std::move(below);
+    kept.answer = answer;
+    kept.epoch = epoch;
   }
   return true;
 }
@@ -313,7 +382,6 @@ std::vector<SourceLocation> UserFrame() {
   }
   std::vector<SourceLocation> frames;
 #ifdef LAZYVIZ_INTERPRETER_FRAMES
-  frames.reserve(1);  // a user's line, or none
   if (WalkKnownFrames(thread, frames)) return frames;
   frames.clear();
 #endif
