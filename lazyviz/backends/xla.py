@@ -315,6 +315,10 @@ class XlaBackend(LazyBackend):
         self._lines_hook = hook
         # It turns XLA_IR_DEBUG on (the flag XLA reads at each node), and off at the end.
         self._lines_hook.set_source_lines(classify, reads_ltc_dump=False)
+        # Nodes keep a reference to their line, put back as the line where a graph is read.
+        self._reads.decode = hook.decode_locations
+        if self._hlo is not None:
+            self._hlo.decode = hook.decode_locations
 
     def _load_hook(self) -> ModuleType | BackendError:
         """lazyviz's C++ hook (built once per torch), loaded once; or why it cannot be."""

@@ -7,6 +7,7 @@ import contextlib
 import importlib
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import NamedTuple
@@ -124,6 +125,9 @@ class HloDump:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self._signatures: dict[str, tuple[int, int]] = {}  # "module_0007" -> (inputs, outputs)
+        # Each node's line as its reference (source_file="<lazyviz>") where lazyviz's getter
+        # gave nodes theirs (the hook's decode_locations); as it is else.
+        self.decode: Callable[[str], str] = str
 
     def take(self, counts: tuple[int, int] | None, ir_text: str, compiled: bool, sweep: bool) -> tuple[str, str]:
         """The HLO XLA compiled for this graph (before its optimizations where compiling
@@ -148,6 +152,7 @@ class HloDump:
                 text, head = before_text, "# the HLO of the graph, before XLA's optimizations"
         except OSError:
             text, before_text = "", ""
+        text, before_text = self.decode(text), self.decode(before_text)
         self._remove(module, sweep)
         return (f"{head}\n{text}" if text else ""), before_text
 

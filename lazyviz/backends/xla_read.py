@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from lazyviz.backends.xla_dynamo import COMPILE_CAUSE
@@ -26,6 +27,9 @@ class XlaReads:
         self.parser = ReportParser()
         self._graph_parser = GraphDumpParser()
         self._graphs: Tail | None = None
+        # Each node's line as its reference where lazyviz's getter gave nodes theirs
+        # (the hook's decode_locations); as it is else.
+        self.decode: Callable[[str], str] = str
         self.pending: deque[Report] = deque()  # execution reports not yet handed on
         self.compiles: deque[Report] = deque()  # compile reports awaiting their execution
         self.ir: dict[str, str] = {}  # graph hash -> IR text, from the tensors dump
@@ -117,7 +121,7 @@ class XlaReads:
             if not found:
                 return
             self._graphs = Tail(found[0], self.dump_sizes.get(found[0], 0))
-        self.ir.update(self._graph_parser.feed(self._graphs.read()))
+        self.ir.update((graph, self.decode(text)) for graph, text in self._graph_parser.feed(self._graphs.read()).items())
 
     def close(self) -> None:
         self.reports.close()

@@ -131,7 +131,7 @@ void set_source_lines(py::object classify, bool reads_ltc_dump) {
   }
   delete g_classify;
   g_classify = new py::object(std::move(classify));
-  GetPythonFramesFunction() = UserFrame;
+  GetPythonFramesFunction() = NodeFrames;
   if (g_users_dump.load()) return;  // this process's LTC dump is on: nodes carry no frames
   FLAGS_torch_lazy_ir_debug = true;
   g_source_lines.store(true);
@@ -194,6 +194,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Is this tensor a lazy tensor (not a CPU tensor that says device lazy, as a fallback's pieces)?");
   m.def("set_repeats", &set_repeats, "Repeat rows for hits seen before (None: stop).");
   m.def("take_rows", &take_rows, "The rows repeated since the last call, as bytes.");
+  m.def("decode_locations", &DecodeLocations,
+        "This text with each node's reference to its line (`<lazyviz>`) put back as the line.");
   m.def("ir_texts", &ir_texts, "The IR text of these lazy tensors' graph: (lazyviz's, torch's).");
   g_sync_site_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&g_sync_site_spec));
   if (g_sync_site_type == nullptr) throw py::error_already_set();

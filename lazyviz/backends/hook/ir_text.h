@@ -96,11 +96,11 @@ std::string PostOrderText(c10::ArrayRef<const Node*> post_order, c10::ArrayRef<c
     out += '\n';
   }
   out += "}\n";
-  return out;
+  return DecodeLocations(out);  // a node keeps a reference to its line (source_lines.h)
 }
 
-// Both texts of the graph behind these lazy tensors, ours and torch's: a test checks
-// they are the same.
+// Both texts of the graph behind these lazy tensors, ours and torch's (its node
+// references decoded, as ours are): a test checks they are the same.
 py::tuple ir_texts(const std::vector<at::Tensor>& tensors) {
   std::vector<const Node*> roots;
   for (const at::Tensor& tensor : tensors) {
@@ -110,7 +110,7 @@ py::tuple ir_texts(const std::vector<at::Tensor>& tensors) {
     roots.push_back(value.node.get());
   }
   std::vector<const Node*> post_order = Util::ComputePostOrder(roots);
-  return py::make_tuple(PostOrderText(post_order, roots), DumpUtil::PostOrderToText(post_order, roots));
+  return py::make_tuple(PostOrderText(post_order, roots), DecodeLocations(DumpUtil::PostOrderToText(post_order, roots)));
 }
 
 }  // namespace

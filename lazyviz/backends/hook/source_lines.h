@@ -10,7 +10,8 @@ namespace {
 // for its frames and DumpUtil prints the first as `location=fn@file:line`. torch's own
 // getter walks and formats the whole Python stack per node; this one stops at the
 // innermost frame of the user's code and classifies each code object once (by a Python
-// callback that knows lazyviz's rules), so a node costs a few pointer hops.
+// callback that knows lazyviz's rules), so a node costs a few pointer hops, and keeps a
+// short reference to the line (Answer), put back where a graph's text is read.
 // On CPython 3.11 those hops are over the interpreter's own frames. Its public API makes
 // a frame object for each frame it is asked about, and a held one has its locals copied
 // out when its function returns: a tiny GPT-2's decode token on XLA (some 300 nodes)
@@ -154,6 +155,85 @@ SourceLocation UserLocation(const CodeEntry& entry, PyCodeObject* code, int last
   return SourceLocation{entry.file, entry.function, line->second};
 }
 
+// Each user line a walk answered, once, with the reference a node keeps for it: the
+// location {"<lazyviz>", "", number} (two short strings, no heap), turned back into
+// file, function and line only where a graph's text is kept (DecodeLocations). A node's
+// copy of a real location cost two string copies, and two heap blocks each where a name
+// was longer than 15 characters. Answers live as long as the process (a few hundred
+// lines at most; cleared caches never free one), so a reference never dangles.
+constexpr char kLocationRef[] = "<lazyviz>";
+struct Answer {
+  SourceLocation where;  // the user's line
+  SourceLocation ref;    // what a node keeps
+};
+std::unordered_map<std::string, std::unique_ptr<Answer>>* g_answers = nullptr;
+std::vector<const Answer*>* g_answer_list = nullptr;  // by reference number
+
+// g_codes_mu held.
+const Answer* InternAnswer(const SourceLocation& where) {
+  if (g_answers == nullptr) {
+    g_answers = new std::unordered_map<std::string, std::unique_ptr<Answer>>();
+    g_answer_list = new std::vector<const Answer*>();
+  }
+  std::string key = where.file + '\0' + where.function + '\0' + std::to_string(where.line);
+  auto& kept = (*g_answers)[key];
+  if (!kept) {
+    // Numbered from 1: XLA's HLO metadata leaves a line of 0 out.
+    if (g_answer_list->empty()) g_answer_list->push_back(nullptr);
+    kept = std::make_unique<Answer>(Answer{where, SourceLocation{kLocationRef, "", static_cast<int>(g_answer_list->size())}});
+    g_answer_list->push_back(kept.get());
+  }
+  return kept.get();
+}
+
+// Frames with their user's line as references (g_codes_mu not held).
+std::vector<SourceLocation> AsReferences(std::vector<SourceLocation> frames) {
+  std::lock_guard<std::mutex> lock(g_codes_mu);
+  for (SourceLocation& frame : frames) frame = InternAnswer(frame)->ref;
+  return frames;
+}
+
+// The text with each node reference put back as the line it stands for, in the two
+// forms a reference is printed in: torch's IR text (`location=@<lazyviz>:7`, as
+// EmitShortFrameInfo prints a location: function@file:line) and PyTorch/XLA's HLO
+// metadata (`source_file="<lazyviz>" source_line=7`). A number this process never gave
+// is left as it is.
+std::string DecodeLocations(const std::string& text) {
+  constexpr size_t kRefSize = sizeof(kLocationRef) - 1;
+  constexpr std::string_view kHloLine = "\" source_line=";
+  size_t found = text.find(kLocationRef);
+  if (found == std::string::npos) return text;
+  std::string out;
+  out.reserve(text.size() + text.size() / 8);
+  size_t copied = 0;
+  std::lock_guard<std::mutex> lock(g_codes_mu);
+  for (; found != std::string::npos; found = text.find(kLocationRef, found + kRefSize)) {
+    size_t after = found + kRefSize;
+    bool ir = found > 0 && text[found - 1] == '@' && after < text.size() && text[after] == ':';
+    bool hlo = !ir && text.compare(after, kHloLine.size(), kHloLine) == 0;
+    if (!ir && !hlo) continue;
+    size_t digits = after + (ir ? 1 : kHloLine.size());
+    size_t end = digits;
+    while (end < text.size() && end - digits < 9 && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+    if (end == digits || g_answer_list == nullptr) continue;
+    size_t number = std::stoul(text.substr(digits, end - digits));
+    if (number == 0 || number >= g_answer_list->size()) continue;
+    const SourceLocation& where = (*g_answer_list)[number]->where;
+    size_t slash = where.file.find_last_of('/');
+    std::string file = where.file.substr(slash == std::string::npos ? 0 : slash + 1);
+    if (ir) {
+      out.append(text, copied, found - 1 - copied);
+      out += where.function + "@" + file + ":" + std::to_string(where.line);
+    } else {
+      out.append(text, copied, found - copied);
+      out += file + std::string(kHloLine) + std::to_string(where.line);
+    }
+    copied = end;
+  }
+  out.append(text, copied, std::string::npos);
+  return out;
+}
+
 #ifdef LAZYVIZ_INTERPRETER_FRAMES
 // The calling thread's frames, innermost first, skipping those not started yet (as
 // PyEval_GetFrame and PyFrame_GetBack do). The frames below ours cannot change while we
@@ -201,7 +281,7 @@ struct KeptWalk {
   int end_lasti = -1;                // the instruction of the frame the walk ended at
   uint64_t epoch = 0;                // g_codes_epoch when kept; 0: nothing kept
   std::vector<PyCodeObject*> below;  // the code objects of the top's callers, to the end frame
-  const SourceLocation* answer = nullptr;  // the user's line (interned), or none: a stop frame
+  const Answer* answer = nullptr;    // the user's line (interned), or none: a stop frame
 };
 struct KeptSet {
   KeptWalk ways[2];
@@ -219,19 +299,6 @@ struct ThreadWalksOwner {
     t_walks = nullptr;
   }
 };
-
-// Each user line a walk answered, once: a kept walk points at its line, which lives as
-// long as the process (a few hundred lines at most; cleared caches never free one).
-std::unordered_map<std::string, std::unique_ptr<SourceLocation>>* g_answers = nullptr;
-
-// g_codes_mu held.
-const SourceLocation* InternAnswer(const SourceLocation& where) {
-  if (g_answers == nullptr) g_answers = new std::unordered_map<std::string, std::unique_ptr<SourceLocation>>();
-  std::string key = where.file + '\0' + where.function + '\0' + std::to_string(where.line);
-  auto& kept = (*g_answers)[key];
-  if (!kept) kept = std::make_unique<SourceLocation>(where);
-  return kept.get();
-}
 
 KeptSet& KeptSetOf(ThreadWalks* walks, PyCodeObject* code, int lasti) {
   // Fibonacci hashing: the product's top bits mix every bit of the code's address and instruction.
@@ -262,7 +329,8 @@ const KeptWalk* KeptWalkFor(ThreadWalks* walks, _PyInterpreterFrame* top, uint64
   return nullptr;
 }
 
-bool WalkKnownFrames(PyThreadState* thread, std::vector<SourceLocation>& frames) {
+// refs: the node's form of a user line (Answer::ref), else the line itself.
+bool WalkKnownFrames(PyThreadState* thread, std::vector<SourceLocation>& frames, bool refs) {
   _PyInterpreterFrame* top = thread->cframe->current_frame;
   if (top == nullptr) return true;
   uint64_t epoch = g_codes_epoch.load(std::memory_order_relaxed);
@@ -271,7 +339,7 @@ bool WalkKnownFrames(PyThreadState* thread, std::vector<SourceLocation>& frames)
     if (const KeptWalk* kept = KeptWalkFor(walks, top, epoch)) {
       if (kept->answer != nullptr) {
         frames.reserve(1);  // as many as it keeps: no growth on the way
-        frames.push_back(*kept->answer);
+        frames.push_back(refs ? kept->answer->ref : kept->answer->where);
       }
       return true;
     }
@@ -284,7 +352,7 @@ bool WalkKnownFrames(PyThreadState* thread, std::vector<SourceLocation>& frames)
   below.reserve(32);
   bool keepable = true;
   _PyInterpreterFrame* end = nullptr;
-  const SourceLocation* answer = nullptr;
+  const Answer* answer = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_codes_mu);
     for (_PyInterpreterFrame* frame = top; frame != nullptr; frame = frame->previous) {
@@ -298,8 +366,8 @@ bool WalkKnownFrames(PyThreadState* thread, std::vector<SourceLocation>& frames)
       if (entry->kind == kUserFrame) {
         auto line = g_lines->find(std::make_pair(reinterpret_cast<PyObject*>(frame->f_code), _PyInterpreterFrame_LASTI(frame)));
         if (line == g_lines->end()) return false;
-        frames.push_back(SourceLocation{entry->file, entry->function, line->second});
-        answer = InternAnswer(frames.back());
+        answer = InternAnswer(SourceLocation{entry->file, entry->function, line->second});
+        frames.push_back(refs ? answer->ref : answer->where);
       }
       if (entry->kind != kOtherFrame) {
         end = frame;
@@ -365,7 +433,8 @@ std::vector<SourceLocation> TorchFramesWithoutRunner() {
   return frames;
 }
 
-std::vector<SourceLocation> UserFrame() {
+// refs: each user line as the reference a node keeps for it (NodeFrames), else as itself.
+std::vector<SourceLocation> UserFrame(bool refs = false) {
   if (g_users_dump.load()) return TorchFramesWithoutRunner();  // the dump's stack, as untraced
   PyThreadState* thread = g_source_lines.load() && Py_IsInitialized() ? PyGILState_GetThisThreadState() : nullptr;
   if (thread == nullptr) return {};
@@ -382,7 +451,7 @@ std::vector<SourceLocation> UserFrame() {
   }
   std::vector<SourceLocation> frames;
 #ifdef LAZYVIZ_INTERPRETER_FRAMES
-  if (WalkKnownFrames(thread, frames)) return frames;
+  if (WalkKnownFrames(thread, frames, refs)) return frames;
   frames.clear();
 #endif
   PyGILState_STATE gil = PyGILState_Ensure();  // torch's bindings release it around ops
@@ -418,7 +487,10 @@ std::vector<SourceLocation> UserFrame() {
   }
 #endif
   PyGILState_Release(gil);
-  return frames;
+  return refs && !frames.empty() ? AsReferences(std::move(frames)) : frames;
 }
+
+// The getter installed for every IR node: its user line, as a reference (Answer).
+std::vector<SourceLocation> NodeFrames() { return UserFrame(true); }
 
 }  // namespace
