@@ -156,18 +156,19 @@ SourceLocation UserLocation(const CodeEntry& entry, PyCodeObject* code, int last
 }
 
 // Each user line a walk answered, once, with the reference a node keeps for it: the
-// location {"<lazyviz>", "", number} (two short strings, no heap), turned back into
-// file, function and line only where a graph's text is kept (DecodeLocations). A node's
-// copy of a real location cost two string copies, and two heap blocks each where a name
-// was longer than 15 characters. Answers live as long as the process (a few hundred
-// lines at most; cleared caches never free one), so a reference never dangles.
-constexpr char kLocationRef[] = "<lazyviz>";
+// location {"", "", kRefBase + n}, no line of a real file, turned back into file,
+// function and line only where a graph's text is kept (DecodeLocations). A node's copy
+// of a real location cost two string copies, and two heap blocks each where a name was
+// longer than 15 characters; a reference's empty strings are made in place. Answers
+// live as long as the process (a few hundred lines at most; cleared caches never free
+// one), so a reference never dangles.
+constexpr int kRefBase = 1000000000;
 struct Answer {
   SourceLocation where;  // the user's line
-  SourceLocation ref;    // what a node keeps
+  int ref;               // the line a node keeps: kRefBase + its number
 };
 std::unordered_map<std::string, std::unique_ptr<Answer>>* g_answers = nullptr;
-std::vector<const Answer*>* g_answer_list = nullptr;  // by reference number
+std::vector<const Answer*>* g_answer_list = nullptr;  // by number
 
 // g_codes_mu held.
 const Answer* InternAnswer(const SourceLocation& where) {
@@ -178,58 +179,66 @@ const Answer* InternAnswer(const SourceLocation& where) {
   std::string key = where.file + '\0' + where.function + '\0' + std::to_string(where.line);
   auto& kept = (*g_answers)[key];
   if (!kept) {
-    // Numbered from 1: XLA's HLO metadata leaves a line of 0 out.
-    if (g_answer_list->empty()) g_answer_list->push_back(nullptr);
-    kept = std::make_unique<Answer>(Answer{where, SourceLocation{kLocationRef, "", static_cast<int>(g_answer_list->size())}});
+    kept = std::make_unique<Answer>(Answer{where, kRefBase + static_cast<int>(g_answer_list->size())});
     g_answer_list->push_back(kept.get());
   }
   return kept.get();
 }
 
+// A node's frames: its user line's reference, its strings empty.
+void PushReference(std::vector<SourceLocation>& frames, const Answer* answer) {
+  frames.emplace_back();
+  frames.back().line = answer->ref;
+}
+
 // Frames with their user's line as references (g_codes_mu not held).
-std::vector<SourceLocation> AsReferences(std::vector<SourceLocation> frames) {
+std::vector<SourceLocation> AsReferences(const std::vector<SourceLocation>& frames) {
+  std::vector<SourceLocation> refs;
+  refs.reserve(frames.size());
   std::lock_guard<std::mutex> lock(g_codes_mu);
-  for (SourceLocation& frame : frames) frame = InternAnswer(frame)->ref;
-  return frames;
+  for (const SourceLocation& frame : frames) PushReference(refs, InternAnswer(frame));
+  return refs;
 }
 
 // The text with each node reference put back as the line it stands for, in the two
-// forms a reference is printed in: torch's IR text (`location=@<lazyviz>:7`, as
+// forms a reference is printed in: torch's IR text (`location=@:1000000007`, as
 // EmitShortFrameInfo prints a location: function@file:line) and PyTorch/XLA's HLO
-// metadata (`source_file="<lazyviz>" source_line=7`). A number this process never gave
-// is left as it is.
+// metadata (`source_line=1000000007`, its empty file left out). A number this process
+// never gave is left as it is.
 std::string DecodeLocations(const std::string& text) {
-  constexpr size_t kRefSize = sizeof(kLocationRef) - 1;
-  constexpr std::string_view kHloLine = "\" source_line=";
-  size_t found = text.find(kLocationRef);
-  if (found == std::string::npos) return text;
+  constexpr std::string_view kIr = "location=@:", kHlo = "source_line=";
   std::string out;
-  out.reserve(text.size() + text.size() / 8);
   size_t copied = 0;
   std::lock_guard<std::mutex> lock(g_codes_mu);
-  for (; found != std::string::npos; found = text.find(kLocationRef, found + kRefSize)) {
-    size_t after = found + kRefSize;
-    bool ir = found > 0 && text[found - 1] == '@' && after < text.size() && text[after] == ':';
-    bool hlo = !ir && text.compare(after, kHloLine.size(), kHloLine) == 0;
-    if (!ir && !hlo) continue;
-    size_t digits = after + (ir ? 1 : kHloLine.size());
+  // The next of each form, each found again only once passed (one pass over the text).
+  size_t ir = text.find(kIr), hlo = text.find(kHlo);
+  while (ir != std::string::npos || hlo != std::string::npos) {
+    bool is_ir = ir < hlo;
+    size_t found = is_ir ? ir : hlo;
+    size_t digits = found + (is_ir ? kIr.size() : kHlo.size());
     size_t end = digits;
-    while (end < text.size() && end - digits < 9 && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
-    if (end == digits || g_answer_list == nullptr) continue;
-    size_t number = std::stoul(text.substr(digits, end - digits));
-    if (number == 0 || number >= g_answer_list->size()) continue;
+    while (end < text.size() && end - digits < 11 && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+    if (is_ir) {
+      ir = text.find(kIr, digits);
+    } else {
+      hlo = text.find(kHlo, digits);
+    }
+    if (end - digits != 10 || g_answer_list == nullptr) continue;
+    int64_t number = std::stoll(text.substr(digits, end - digits)) - kRefBase;
+    if (number < 0 || number >= static_cast<int64_t>(g_answer_list->size())) continue;
     const SourceLocation& where = (*g_answer_list)[number]->where;
     size_t slash = where.file.find_last_of('/');
     std::string file = where.file.substr(slash == std::string::npos ? 0 : slash + 1);
-    if (ir) {
-      out.append(text, copied, found - 1 - copied);
-      out += where.function + "@" + file + ":" + std::to_string(where.line);
+    if (out.empty()) out.reserve(text.size() + text.size() / 8);
+    out.append(text, copied, found - copied);
+    if (is_ir) {
+      out += "location=" + where.function + "@" + file + ":" + std::to_string(where.line);
     } else {
-      out.append(text, copied, found - copied);
-      out += file + std::string(kHloLine) + std::to_string(where.line);
+      out += "source_file=\"" + file + "\" source_line=" + std::to_string(where.line);
     }
     copied = end;
   }
+  if (copied == 0) return text;
   out.append(text, copied, std::string::npos);
   return out;
 }
@@ -339,7 +348,11 @@ bool WalkKnownFrames(PyThreadState* thread, std::vector<SourceLocation>& frames,
     if (const KeptWalk* kept = KeptWalkFor(walks, top, epoch)) {
       if (kept->answer != nullptr) {
         frames.reserve(1);  // as many as it keeps: no growth on the way
-        frames.push_back(refs ? kept->answer->ref : kept->answer->where);
+        if (refs) {
+          PushReference(frames, kept->answer);
+        } else {
+          frames.push_back(kept->answer->where);
+        }
       }
       return true;
     }
@@ -367,7 +380,11 @@ bool WalkKnownFrames(PyThreadState* thread, std::vector<SourceLocation>& frames,
         auto line = g_lines->find(std::make_pair(reinterpret_cast<PyObject*>(frame->f_code), _PyInterpreterFrame_LASTI(frame)));
         if (line == g_lines->end()) return false;
         answer = InternAnswer(SourceLocation{entry->file, entry->function, line->second});
-        frames.push_back(refs ? answer->ref : answer->where);
+        if (refs) {
+          PushReference(frames, answer);
+        } else {
+          frames.push_back(answer->where);
+        }
       }
       if (entry->kind != kOtherFrame) {
         end = frame;
@@ -434,7 +451,8 @@ std::vector<SourceLocation> TorchFramesWithoutRunner() {
 }
 
 // refs: each user line as the reference a node keeps for it (NodeFrames), else as itself.
-std::vector<SourceLocation> UserFrame(bool refs = false) {
+template <bool refs>
+std::vector<SourceLocation> UserFrames() {
   if (g_users_dump.load()) return TorchFramesWithoutRunner();  // the dump's stack, as untraced
   PyThreadState* thread = g_source_lines.load() && Py_IsInitialized() ? PyGILState_GetThisThreadState() : nullptr;
   if (thread == nullptr) return {};
@@ -487,10 +505,12 @@ std::vector<SourceLocation> UserFrame(bool refs = false) {
   }
 #endif
   PyGILState_Release(gil);
-  return refs && !frames.empty() ? AsReferences(std::move(frames)) : frames;
+  return refs && !frames.empty() ? AsReferences(frames) : frames;
 }
 
 // The getter installed for every IR node: its user line, as a reference (Answer).
-std::vector<SourceLocation> NodeFrames() { return UserFrame(true); }
+std::vector<SourceLocation> NodeFrames() { return UserFrames<true>(); }
+// The user's line itself (a `.to` noted for an upload).
+std::vector<SourceLocation> UserFrame() { return UserFrames<false>(); }
 
 }  // namespace
