@@ -125,7 +125,7 @@ class HloDump:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self._signatures: dict[str, tuple[int, int]] = {}  # "module_0007" -> (inputs, outputs)
-        # Each node's line as its reference (source_file="<lazyviz>") where lazyviz's getter
+        # Each node's line as its reference (source_line=1000000007) where lazyviz's getter
         # gave nodes theirs (the hook's decode_locations); as it is else.
         self.decode: Callable[[str], str] = str
 

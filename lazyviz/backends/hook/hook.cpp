@@ -195,7 +195,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_repeats", &set_repeats, "Repeat rows for hits seen before (None: stop).");
   m.def("take_rows", &take_rows, "The rows repeated since the last call, as bytes.");
   m.def("decode_locations", &DecodeLocations,
-        "This text with each node's reference to its line (`<lazyviz>`) put back as the line.");
+        "This text with each node's reference to its line (a line number from 1,000,000,000) put back as the line.");
   m.def("ir_texts", &ir_texts, "The IR text of these lazy tensors' graph: (lazyviz's, torch's).");
   g_sync_site_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&g_sync_site_spec));
   if (g_sync_site_type == nullptr) throw py::error_already_set();
