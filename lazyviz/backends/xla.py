@@ -314,7 +314,8 @@ class XlaBackend(LazyBackend):
             return
         self._lines_hook = hook
         # It turns XLA_IR_DEBUG on (the flag XLA reads at each node), and off at the end.
-        self._lines_hook.set_source_lines(classify, reads_ltc_dump=False)
+        # The user's own HLO dump (--xla_dump_to; lazyviz then takes none) names the lines.
+        self._lines_hook.set_source_lines(classify, reads_ltc_dump=False, node_refs=self._hlo is not None)
         # Nodes keep a reference to their line, put back as the line where a graph is read.
         self._reads.decode = hook.decode_locations
         if self._hlo is not None:

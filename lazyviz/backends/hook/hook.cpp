@@ -107,8 +107,11 @@ void keep_users_dump() {
 // source lines off and gives torch its own frame getter back. reads_ltc_dump: the
 // backend's executor is torch's, which reads LTC_SAVE_TENSORS_FILE (PyTorch/XLA's reads
 // its own XLA_SAVE_TENSORS_FILE: its nodes need not look for LTC's at every node).
-void set_source_lines(py::object classify, bool reads_ltc_dump) {
+// node_refs: nodes keep a reference to their line (decode_locations puts it back), not
+// the line: false where a text lazyviz does not read prints them (the user's own dump).
+void set_source_lines(py::object classify, bool reads_ltc_dump, bool node_refs) {
   if (!reads_ltc_dump) g_dump_decided.store(true);
+  g_node_refs.store(node_refs);
   if (g_codes == nullptr) {
     g_codes = new std::unordered_map<PyObject*, CodeEntry>();
     g_lines = new std::unordered_map<std::pair<PyObject*, int>, int, CodeLineHash>();
@@ -188,7 +191,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_enabled", &set_enabled, "Turn reporting on or off.");
   m.def("set_capture_ir", &set_capture_ir, "Record the IR text of each new graph, or not.");
   m.def("set_source_lines", &set_source_lines, "Record the user's line for each IR node (None: stop).",
-        py::arg("classify"), py::arg("reads_ltc_dump") = true);
+        py::arg("classify"), py::arg("reads_ltc_dump") = true, py::arg("node_refs") = true);
   m.def("note_upload", &note_upload, "Note the calling line for a lazy tensor made from CPU data.");
   m.def("is_lazy", [](const at::Tensor& tensor) { return TryGetLtcTensor(tensor) != nullptr; },
         "Is this tensor a lazy tensor (not a CPU tensor that says device lazy, as a fallback's pieces)?");

@@ -508,8 +508,14 @@ std::vector<SourceLocation> UserFrames() {
   return refs && !frames.empty() ? AsReferences(frames) : frames;
 }
 
+// Nodes keep references (lazyviz reads every text that prints them), or the lines
+// themselves: where the user's own XLA dump (--xla_dump_to) prints the nodes' lines.
+std::atomic<bool> g_node_refs{true};
+
 // The getter installed for every IR node: its user line, as a reference (Answer).
-std::vector<SourceLocation> NodeFrames() { return UserFrames<true>(); }
+std::vector<SourceLocation> NodeFrames() {
+  return g_node_refs.load(std::memory_order_relaxed) ? UserFrames<true>() : UserFrames<false>();
+}
 // The user's line itself (a `.to` noted for an upload).
 std::vector<SourceLocation> UserFrame() { return UserFrames<false>(); }
 
